@@ -1,0 +1,145 @@
+//! The proxy's configuration: a TOML file, then `COLDWIRE_*` environment variables and
+//! command-line flags on top (flags win).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::upstream::Upstream;
+use super::ConfigError;
+
+/// Every setting of `coldwire serve`. Field docs name the default; see
+/// `config/coldwire.example.toml` for a commented file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address clients connect to. Default `127.0.0.1:6432`.
+    pub listen: String,
+    /// The Postgres server sessions are relayed to, as a `postgres://host:port/dbname` URL
+    /// (a host starting with `/`, or `?host=/dir`, is a Unix-socket directory). Only host,
+    /// port and the default database are used: each session authenticates as its client.
+    /// Default `postgres://127.0.0.1:5432/postgres`.
+    pub upstream: String,
+    /// DSN for coldwire's own work (catalog, flush). Default: none; the tiering features
+    /// that need it refuse to start without it.
+    pub service_url: Option<String>,
+    /// Where cold segments go. Default `file://./coldwire-data`.
+    pub cold_store: String,
+    /// Address of the Prometheus `/metrics` endpoint. Default: none (disabled).
+    pub metrics_listen: Option<String>,
+    /// PEM certificate chain for client TLS. Default: none (TLS refused with `N`).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for `tls_cert`. Default: none.
+    pub tls_key: Option<PathBuf>,
+    /// Refuse clients that do not negotiate TLS (SQLSTATE 28000). Default `false`.
+    pub require_tls: bool,
+    /// Largest message a client may send, in bytes; larger frames get 08P01 and the
+    /// connection is closed. Default 134217728 (128 MiB).
+    pub max_message_bytes: usize,
+    /// How long to wait for the upstream TCP connect, in milliseconds. Default 5000.
+    pub connect_timeout_ms: u64,
+    /// After SIGTERM, how long open sessions may run before they are closed, in seconds.
+    /// Default 30.
+    pub shutdown_grace_secs: u64,
+}
+
+/// Default for `max_message_bytes`.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:6432".into(),
+            upstream: "postgres://127.0.0.1:5432/postgres".into(),
+            service_url: None,
+            cold_store: "file://./coldwire-data".into(),
+            metrics_listen: None,
+            tls_cert: None,
+            tls_key: None,
+            require_tls: false,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            connect_timeout_ms: 5000,
+            shutdown_grace_secs: 30,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file; unknown keys are errors.
+    ///
+    /// # Errors
+    /// An unreadable file, invalid TOML, or an unknown key.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.display().to_string(), source })
+    }
+
+    /// Checks what can be checked before anything starts.
+    ///
+    /// # Errors
+    /// The first invalid setting, named.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.upstream()?;
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(ConfigError::Invalid { field: "tls_cert/tls_key", reason: "set both or neither".into() });
+        }
+        if self.require_tls && self.tls_cert.is_none() {
+            return Err(ConfigError::Invalid { field: "require_tls", reason: "needs tls_cert and tls_key".into() });
+        }
+        if !(1024..=(1 << 30)).contains(&self.max_message_bytes) {
+            return Err(ConfigError::Invalid {
+                field: "max_message_bytes",
+                reason: "must be between 1024 and 1073741824".into(),
+            });
+        }
+        if self.connect_timeout_ms == 0 {
+            return Err(ConfigError::Invalid { field: "connect_timeout_ms", reason: "must be positive".into() });
+        }
+        Ok(())
+    }
+
+    /// The parsed upstream address.
+    ///
+    /// # Errors
+    /// An upstream URL that is not a usable `postgres://` URL.
+    pub fn upstream(&self) -> Result<Upstream, ConfigError> {
+        Upstream::parse(&self.upstream)
+    }
+
+    /// `connect_timeout_ms` as a duration.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+
+    /// `shutdown_grace_secs` as a duration.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_values_override_defaults_and_unknown_keys_fail() {
+        let c: Config = toml::from_str("listen = '0.0.0.0:7000'\nrequire_tls = false").unwrap();
+        assert_eq!(c.listen, "0.0.0.0:7000");
+        assert_eq!(c.upstream, Config::default().upstream);
+        let err = toml::from_str::<Config>("lisen = 'x'").unwrap_err().to_string();
+        assert!(err.contains("unknown field"), "{err}");
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let c = Config { require_tls: true, ..Config::default() };
+        assert!(matches!(c.validate(), Err(ConfigError::Invalid { field: "require_tls", .. })));
+        let c = Config { tls_cert: Some("a".into()), ..Config::default() };
+        assert!(matches!(c.validate(), Err(ConfigError::Invalid { field: "tls_cert/tls_key", .. })));
+        let c = Config { max_message_bytes: 10, ..Config::default() };
+        assert!(matches!(c.validate(), Err(ConfigError::Invalid { field: "max_message_bytes", .. })));
+        assert!(Config::default().validate().is_ok());
+    }
+}

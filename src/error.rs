@@ -1,0 +1,92 @@
+//! The one place where coldwire's own errors become what a client sees: a SQLSTATE, a
+//! message without internal addresses or credentials, and a hint. Errors from Postgres are
+//! relayed untouched and never pass through here.
+
+use tokio_postgres::error::SqlState;
+
+use crate::session::SessionError;
+use crate::wire::messages::{ErrorFields, Severity};
+use crate::wire::WireError;
+
+/// The FATAL ErrorResponse for a session error, or `None` when the client's connection can
+/// no longer carry one (it is gone, or its TLS handshake failed).
+pub fn client_error(e: &SessionError) -> Option<ErrorFields> {
+    let (code, message, hint) = match e {
+        SessionError::Protocol(WireError::UnsupportedProtocol { .. }) => {
+            (SqlState::FEATURE_NOT_SUPPORTED, e.to_string(), None)
+        }
+        SessionError::Protocol(inner) => (SqlState::PROTOCOL_VIOLATION, format!("protocol violation: {inner}"), None),
+        SessionError::UpstreamProtocol(_) => (
+            SqlState::PROTOCOL_VIOLATION,
+            "the database server sent a message coldwire cannot relay".to_owned(),
+            Some("the coldwire log has the details"),
+        ),
+        SessionError::TlsRequired => (
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            "coldwire accepts only TLS connections (require_tls is set)".to_owned(),
+            Some("connect with sslmode=require or stricter"),
+        ),
+        SessionError::UpstreamConnect { .. } => (
+            SqlState::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
+            "coldwire cannot connect to the database server".to_owned(),
+            Some("check that Postgres is running and that coldwire's upstream setting points at it"),
+        ),
+        SessionError::UpstreamTimeout { ms, .. } => (
+            SqlState::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
+            format!("coldwire timed out after {ms} ms connecting to the database server"),
+            Some("check that Postgres is reachable from coldwire; connect_timeout_ms sets the limit"),
+        ),
+        SessionError::UpstreamIo(_) => (
+            SqlState::CONNECTION_FAILURE,
+            "coldwire lost its connection to the database server".to_owned(),
+            None,
+        ),
+        SessionError::ClientGone
+        | SessionError::ClientIo(_)
+        | SessionError::Tls(_)
+        | SessionError::StartupTimeout { .. } => return None,
+    };
+    Some(ErrorFields {
+        severity: Severity::Fatal,
+        code: code.code().to_owned(),
+        message,
+        detail: None,
+        hint: hint.map(str::to_owned),
+    })
+}
+
+/// What a session is told when the shutdown grace period ends.
+pub fn shutdown_notice() -> ErrorFields {
+    ErrorFields {
+        severity: Severity::Fatal,
+        code: SqlState::ADMIN_SHUTDOWN.code().to_owned(),
+        message: "terminating connection because coldwire is shutting down".to_owned(),
+        detail: None,
+        hint: Some("reconnect: another coldwire instance, or this one after restart, will serve you".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_messages_hide_upstream_addresses() {
+        let e = SessionError::UpstreamConnect {
+            addr: "10.1.2.3:5432".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        let f = client_error(&e).unwrap();
+        assert_eq!(f.code, "08001");
+        assert!(!f.message.contains("10.1.2.3"));
+    }
+
+    #[test]
+    fn protocol_errors_map_to_08p01_and_0a000() {
+        let f = client_error(&SessionError::Protocol(WireError::BadStartupLength(3))).unwrap();
+        assert_eq!((f.code.as_str(), f.severity), ("08P01", Severity::Fatal));
+        let f = client_error(&SessionError::Protocol(WireError::UnsupportedProtocol { major: 2, minor: 0 })).unwrap();
+        assert_eq!(f.code, "0A000");
+        assert!(client_error(&SessionError::ClientGone).is_none());
+    }
+}

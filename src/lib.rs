@@ -1,0 +1,25 @@
+//! coldwire: a Postgres wire-protocol proxy that gives ordinary Postgres tables a cold tier.
+//!
+//! Clients connect to coldwire instead of Postgres. The layers, from the socket inwards:
+//!
+//! - [`wire`]: the protocol, sans-IO. [`wire::FrameScanner`] finds frame boundaries from
+//!   the five-byte header so the relay forwards bytes without decoding bodies; `startup`
+//!   and `messages` decode and encode the few packets coldwire reads or writes itself;
+//!   `tls` and `cancel` hold client TLS and the cancel-key map.
+//! - [`session`]: one client connection: the handshake (SSL/GSSENC negotiation, cancel,
+//!   startup), the upstream connection, the two-way relay, and the [`session::SessionState`]
+//!   (transaction phase, server parameters, prepared statement names) learnt on the way.
+//! - [`server`]: listeners, the accept loop, graceful shutdown.
+//! - [`config`], [`metrics`], [`error`] (the single mapping from coldwire errors to SQLSTATEs).
+//! - [`demo`]: the embedded default, a throwaway local Postgres (also used by the tests).
+//!
+//! The tiering layers of DESIGN.md (`sql/`, `cold/`, `flush/`, `catalog/`, `admin/`) build on
+//! these; see docs/architecture.md for what exists today.
+
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod metrics;
+pub mod server;
+pub mod session;
+pub mod wire;

@@ -1,0 +1,31 @@
+//! Prometheus metrics: the fixed names (documented in docs/metrics.md), the recorder, and
+//! the HTTP endpoint that serves `/metrics`.
+
+mod endpoint;
+
+pub use endpoint::serve;
+
+/// Gauge: client connections open now.
+pub const CLIENT_CONNECTIONS: &str = "coldwire_client_connections";
+/// Counter: client sessions accepted since start.
+pub const SESSIONS_TOTAL: &str = "coldwire_sessions_total";
+/// Counter: bytes relayed, label `direction` = `client_to_upstream` | `upstream_to_client`.
+pub const BYTES_RELAYED_TOTAL: &str = "coldwire_bytes_relayed_total";
+/// Counter: sessions ended by an error, label `kind` (see `SessionError::kind`).
+pub const ERRORS_TOTAL: &str = "coldwire_errors_total";
+/// Counter: CancelRequests received, label `outcome` = `forwarded` | `unknown_key` | `failed`.
+pub const CANCEL_REQUESTS_TOTAL: &str = "coldwire_cancel_requests_total";
+
+/// Installs the process-wide Prometheus recorder and describes every metric.
+///
+/// # Errors
+/// A recorder was already installed.
+pub fn install() -> Result<metrics_exporter_prometheus::PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    metrics::describe_gauge!(CLIENT_CONNECTIONS, "Client connections open now");
+    metrics::describe_counter!(SESSIONS_TOTAL, "Client sessions accepted since start");
+    metrics::describe_counter!(BYTES_RELAYED_TOTAL, "Bytes relayed between clients and Postgres");
+    metrics::describe_counter!(ERRORS_TOTAL, "Sessions ended by an error, by kind");
+    metrics::describe_counter!(CANCEL_REQUESTS_TOTAL, "CancelRequests received, by outcome");
+    Ok(handle)
+}

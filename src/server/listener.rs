@@ -1,0 +1,121 @@
+//! Accepts client connections and runs a session task for each; on shutdown stops
+//! accepting, lets sessions finish for the grace period, then closes them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{Config, ConfigError};
+use crate::session::{self, SessionContext};
+use crate::wire::cancel::CancelRegistry;
+use crate::wire::tls::{self, TlsError};
+
+/// Pause after a failed accept (EMFILE and the like) so the loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// After the grace period, how long closed sessions get to wind down.
+const FORCE_CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("cannot install the metrics recorder: {0}")]
+    Metrics(String),
+}
+
+/// A proxy whose listeners are bound; [`Server::run`] serves until shutdown.
+pub struct Server {
+    ctx: Arc<SessionContext>,
+    listener: TcpListener,
+    metrics: Option<(TcpListener, metrics_exporter_prometheus::PrometheusHandle)>,
+}
+
+impl Server {
+    /// Validates `config`, loads TLS material and binds the client and metrics listeners.
+    ///
+    /// # Errors
+    /// Invalid settings, unreadable TLS files, an address already in use.
+    pub async fn bind(config: Config) -> Result<Self, ServerError> {
+        config.validate()?;
+        let upstream = config.upstream()?;
+        let tls = match (&config.tls_cert, &config.tls_key) {
+            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+            _ => None,
+        };
+        let listener = bind(&config.listen).await?;
+        let metrics = match &config.metrics_listen {
+            Some(addr) => {
+                let handle = crate::metrics::install().map_err(|e| ServerError::Metrics(e.to_string()))?;
+                Some((bind(addr).await?, handle))
+            }
+            None => None,
+        };
+        let ctx = Arc::new(SessionContext {
+            config,
+            upstream,
+            tls,
+            cancel_keys: Arc::new(CancelRegistry::default()),
+            force_close: CancellationToken::new(),
+        });
+        Ok(Self { ctx, listener, metrics })
+    }
+
+    /// The address clients connect to (useful with port 0).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// The address of the metrics endpoint, if enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    /// Serves clients until `shutdown` fires, then drains sessions as configured.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let Server { ctx, listener, metrics } = self;
+        if let Some((metrics_listener, handle)) = metrics {
+            tokio::spawn(crate::metrics::serve(metrics_listener, handle, shutdown.clone()));
+        }
+        let sessions = TaskTracker::new();
+        let mut next_session_id: u64 = 1;
+        loop {
+            let accepted = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((socket, peer)) => {
+                    sessions.spawn(session::run(socket, peer, next_session_id, Arc::clone(&ctx)));
+                    next_session_id += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            }
+        }
+        drop(listener);
+        sessions.close();
+        let grace = ctx.config.shutdown_grace();
+        tracing::info!(open_sessions = sessions.len(), grace_secs = grace.as_secs(), "shutting down: no longer accepting");
+        if tokio::time::timeout(grace, sessions.wait()).await.is_err() {
+            tracing::warn!(open_sessions = sessions.len(), "grace period over: closing the remaining sessions");
+            ctx.force_close.cancel();
+            let _ = tokio::time::timeout(FORCE_CLOSE_WAIT, sessions.wait()).await;
+        }
+        tracing::info!("shutdown complete");
+    }
+}
+
+async fn bind(addr: &str) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr: addr.to_owned(), source })
+}

@@ -1,0 +1,23 @@
+//! What every session shares: settings, the upstream address, TLS, cancel keys, shutdown.
+
+use std::sync::Arc;
+
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, Upstream};
+use crate::wire::cancel::CancelRegistry;
+use crate::wire::startup::CancelKey;
+
+/// The upstream backend a coldwire-issued cancel key stands for.
+pub type UpstreamCancel = CancelKey;
+
+/// Shared by all sessions of one proxy.
+pub struct SessionContext {
+    pub config: Config,
+    pub upstream: Upstream,
+    pub tls: Option<TlsAcceptor>,
+    pub cancel_keys: Arc<CancelRegistry<UpstreamCancel>>,
+    /// Fired when the shutdown grace period is over: sessions close at once.
+    pub force_close: CancellationToken,
+}

@@ -1,0 +1,221 @@
+//! The relay of an established session: both directions forwarded as raw frames, with
+//! only the few message types the session tracks looked at (see `wire::frame`).
+
+use std::sync::{Mutex, PoisonError};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+
+use super::state::SessionState;
+use super::upstream::Io;
+use super::{SessionContext, SessionError};
+use crate::metrics::BYTES_RELAYED_TOTAL;
+use crate::wire::cancel::CancelRegistration;
+use crate::wire::messages::{self as msg, CloseTarget};
+use crate::wire::startup::CancelKey;
+use crate::wire::{FrameScanner, WireError};
+
+/// Bytes asked of the socket per read.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Frames from Postgres are trusted up to Postgres's own message limit (1 GB); only the
+/// inspected ones, all small, are ever held whole.
+const UPSTREAM_MAX_MESSAGE_BYTES: usize = 1 << 30;
+/// Client frames the session tracks: Parse and Close (statement names), Sync, Query and
+/// FunctionCall (answered by ReadyForQuery), Terminate.
+const CLIENT_INSPECTED: &[u8] = &[msg::PARSE, msg::CLOSE, msg::SYNC, msg::QUERY, msg::FUNCTION_CALL, msg::TERMINATE];
+/// Server frames the session tracks or rewrites.
+const UPSTREAM_INSPECTED: &[u8] = &[
+    msg::AUTHENTICATION,
+    msg::BACKEND_KEY_DATA,
+    msg::PARAMETER_STATUS,
+    msg::READY_FOR_QUERY,
+    msg::PARSE_COMPLETE,
+    msg::CLOSE_COMPLETE,
+];
+/// Terminate, sent upstream when a client vanishes without one.
+const TERMINATE_FRAME: [u8; 5] = [msg::TERMINATE, 0, 0, 0, 4];
+
+/// How a relay ended, when it ended without error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The client sent Terminate.
+    ClientTerminated,
+    /// The client closed its socket without Terminate.
+    ClientClosed,
+    /// Postgres closed the connection (after a FATAL, for instance).
+    UpstreamClosed,
+    /// The shutdown grace period ran out.
+    ForcedClose,
+}
+
+/// One direction's framing position and whether its last write completed, which together
+/// say whether a message of coldwire's own can be inserted there.
+struct Direction {
+    scanner: FrameScanner,
+    write_pending: bool,
+}
+
+impl Direction {
+    fn new(scanner: FrameScanner) -> Self {
+        Self { scanner, write_pending: false }
+    }
+
+    fn at_boundary(&self) -> bool {
+        self.scanner.at_boundary() && !self.write_pending
+    }
+
+    async fn write<W: AsyncWrite + Unpin>(&mut self, w: &mut W, out: &mut BytesMut) -> std::io::Result<()> {
+        self.write_pending = true;
+        w.write_all(out).await?;
+        self.write_pending = false;
+        out.clear();
+        Ok(())
+    }
+}
+
+/// Relays a session until either side ends it. On the way out, tells the client why (if
+/// its stream is at a message boundary) and Postgres that we are leaving.
+///
+/// # Errors
+/// A protocol violation by either side or an I/O failure; the client has been told
+/// where that was possible.
+pub async fn relay(
+    client: Box<dyn Io>,
+    upstream: Box<dyn Io>,
+    leftover: BytesMut,
+    state: &Mutex<SessionState>,
+    ctx: &SessionContext,
+) -> Result<End, SessionError> {
+    let (mut client_rx, mut client_tx) = tokio::io::split(client);
+    let (mut upstream_rx, mut upstream_tx) = tokio::io::split(upstream);
+    let mut c2s = Direction::new(FrameScanner::new(ctx.config.max_message_bytes, CLIENT_INSPECTED));
+    let mut s2c = Direction::new(FrameScanner::new(UPSTREAM_MAX_MESSAGE_BYTES, UPSTREAM_INSPECTED));
+    let mut registration = None;
+
+    let result = tokio::select! {
+        r = client_to_upstream(&mut client_rx, &mut upstream_tx, &mut c2s, leftover, state) => r,
+        r = upstream_to_client(&mut upstream_rx, &mut client_tx, &mut s2c, state, ctx, &mut registration) => r,
+        _ = ctx.force_close.cancelled() => Ok(End::ForcedClose),
+    };
+
+    if !matches!(result, Ok(End::ClientTerminated | End::UpstreamClosed)) && c2s.at_boundary() {
+        let _ = upstream_tx.write_all(&TERMINATE_FRAME).await;
+    }
+    let farewell = match &result {
+        Ok(End::ForcedClose) => Some(crate::error::shutdown_notice()),
+        Err(e) => crate::error::client_error(e),
+        Ok(_) => None,
+    };
+    if let Some(fields) = farewell {
+        if s2c.at_boundary() {
+            let _ = client_tx.write_all(&fields.encode()).await;
+        }
+    }
+    let _ = client_tx.shutdown().await;
+    drop(registration);
+    result
+}
+
+async fn client_to_upstream(
+    rx: &mut ReadHalf<Box<dyn Io>>,
+    tx: &mut WriteHalf<Box<dyn Io>>,
+    dir: &mut Direction,
+    mut input: BytesMut,
+    state: &Mutex<SessionState>,
+) -> Result<End, SessionError> {
+    let bytes = metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream");
+    let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    loop {
+        let mut terminated = false;
+        dir.scanner.drain(&mut input, &mut out, |tag, frame, out| {
+            track_client_frame(tag, frame, state)?;
+            terminated |= tag == msg::TERMINATE;
+            out.extend_from_slice(frame);
+            Ok::<(), SessionError>(())
+        })?;
+        if !out.is_empty() {
+            bytes.increment(out.len() as u64);
+            dir.write(tx, &mut out).await.map_err(SessionError::UpstreamIo)?;
+        }
+        if terminated {
+            return Ok(End::ClientTerminated);
+        }
+        if read_more(rx, &mut input).await.map_err(SessionError::ClientIo)? == 0 {
+            return Ok(End::ClientClosed);
+        }
+    }
+}
+
+async fn upstream_to_client(
+    rx: &mut ReadHalf<Box<dyn Io>>,
+    tx: &mut WriteHalf<Box<dyn Io>>,
+    dir: &mut Direction,
+    state: &Mutex<SessionState>,
+    ctx: &SessionContext,
+    registration: &mut Option<CancelRegistration<CancelKey>>,
+) -> Result<End, SessionError> {
+    let bytes = metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "upstream_to_client");
+    let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    loop {
+        if read_more(rx, &mut input).await.map_err(SessionError::UpstreamIo)? == 0 {
+            return Ok(End::UpstreamClosed);
+        }
+        dir.scanner
+            .drain(&mut input, &mut out, |tag, frame, out| {
+                if tag == msg::BACKEND_KEY_DATA {
+                    let (pid, secret) = msg::backend_key_data(frame).ok_or(WireError::Malformed("BackendKeyData"))?;
+                    let issued = ctx.cancel_keys.register(secret.len(), CancelKey { pid, secret });
+                    out.extend_from_slice(&msg::encode_backend_key_data(issued.key().pid, &issued.key().secret));
+                    *registration = Some(issued);
+                } else if let Some(rewritten) = msg::sasl_without_channel_binding(frame) {
+                    out.extend_from_slice(&rewritten);
+                } else {
+                    track_upstream_frame(tag, frame, state)?;
+                    out.extend_from_slice(frame);
+                }
+                Ok::<(), WireError>(())
+            })
+            .map_err(SessionError::UpstreamProtocol)?;
+        if !out.is_empty() {
+            bytes.increment(out.len() as u64);
+            dir.write(tx, &mut out).await.map_err(SessionError::ClientIo)?;
+        }
+    }
+}
+
+async fn read_more<R: AsyncRead + Unpin>(rx: &mut R, input: &mut BytesMut) -> std::io::Result<usize> {
+    input.reserve(READ_CHUNK_BYTES);
+    rx.read_buf(input).await
+}
+
+fn track_client_frame(tag: u8, frame: &[u8], state: &Mutex<SessionState>) -> Result<(), WireError> {
+    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    match tag {
+        msg::PARSE => state.parse_sent(msg::parse_statement_name(frame).ok_or(WireError::Malformed("Parse"))?),
+        msg::CLOSE => match msg::close_target(frame).ok_or(WireError::Malformed("Close"))? {
+            CloseTarget::Statement(name) => state.close_sent(Some(name)),
+            CloseTarget::Portal(_) => state.close_sent(None),
+        },
+        msg::SYNC | msg::QUERY | msg::FUNCTION_CALL => state.sync_sent(),
+        _ => {}
+    }
+    Ok(())
+}
+
+fn track_upstream_frame(tag: u8, frame: &[u8], state: &Mutex<SessionState>) -> Result<(), WireError> {
+    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    match tag {
+        msg::READY_FOR_QUERY => {
+            state.ready_for_query(msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?)
+        }
+        msg::PARAMETER_STATUS => {
+            let (name, value) = msg::parameter_status(frame).ok_or(WireError::Malformed("ParameterStatus"))?;
+            state.parameter_status(name, value);
+        }
+        msg::PARSE_COMPLETE => state.parse_completed(),
+        msg::CLOSE_COMPLETE => state.close_completed(),
+        _ => {}
+    }
+    Ok(())
+}

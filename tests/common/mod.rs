@@ -1,0 +1,201 @@
+//! Test harness: one real Postgres cluster per test binary (initdb into a temp dir, free
+//! port, gone with the process), one database per test, and the real `coldwire` binary
+//! started per test on a free port.
+
+#![allow(dead_code)]
+
+pub mod raw;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use coldwire::demo::cluster::{ClusterOptions, LocalCluster};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Roles whose members must authenticate with a password (pg_hba rules of the cluster).
+pub const SCRAM_GROUP: &str = "cw_scram_users";
+pub const MD5_GROUP: &str = "cw_md5_users";
+
+static CLUSTER: OnceLock<LocalCluster> = OnceLock::new();
+static NEXT_DB: AtomicU32 = AtomicU32::new(1);
+
+/// The test binary's cluster, started on first use.
+pub fn cluster() -> &'static LocalCluster {
+    CLUSTER.get_or_init(|| {
+        sweep_stale_dirs();
+        let root = std::env::temp_dir().join(format!("coldwire-test-{}-{}", std::process::id(), binary_name()));
+        let opts = ClusterOptions {
+            root,
+            hba_lines: vec![
+                format!("host all +{SCRAM_GROUP} 127.0.0.1/32 scram-sha-256"),
+                format!("host all +{MD5_GROUP} 127.0.0.1/32 md5"),
+            ],
+            settings: vec![],
+            die_with_parent: true,
+            keep: false,
+        };
+        // The postmaster dies with the thread that started it (PR_SET_PDEATHSIG), so start
+        // it from a thread that lives as long as the process.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(LocalCluster::start(&opts));
+            loop {
+                std::thread::park();
+            }
+        });
+        let cluster = rx.recv().expect("cluster thread").expect("start the test cluster");
+        psql_admin_on(&cluster, "postgres", &format!("CREATE ROLE {SCRAM_GROUP} NOLOGIN; CREATE ROLE {MD5_GROUP} NOLOGIN;"));
+        cluster
+    })
+}
+
+/// Removes clusters left by test processes that no longer exist.
+fn sweep_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("coldwire-test-") else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+        if !alive {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+fn binary_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "tests".into())
+}
+
+/// Runs SQL as superuser directly on the cluster (not through coldwire) with psql.
+pub fn psql_admin(database: &str, sql: &str) -> String {
+    psql_admin_on(cluster(), database, sql)
+}
+
+fn psql_admin_on(cluster: &LocalCluster, database: &str, sql: &str) -> String {
+    let out = std::process::Command::new(cluster.bin_dir().join("psql"))
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-d", &cluster.url(database), "-c", sql])
+        .output()
+        .expect("run psql");
+    assert!(out.status.success(), "psql {sql:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A new, empty database for one test.
+pub fn create_db(hint: &str) -> String {
+    let name = format!("t_{}_{}", hint, NEXT_DB.fetch_add(1, Ordering::Relaxed));
+    psql_admin("postgres", &format!("CREATE DATABASE {name}"));
+    name
+}
+
+/// A client connected directly to the cluster, bypassing coldwire.
+pub async fn connect_direct(database: &str) -> tokio_postgres::Client {
+    connect_url(&cluster().url(database)).await
+}
+
+/// Connects with tokio-postgres (no TLS) and drives the connection in the background.
+pub async fn connect_url(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+/// A running `coldwire serve` process, killed when dropped.
+pub struct Proxy {
+    child: Child,
+    pub addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    log: PathBuf,
+}
+
+impl Proxy {
+    /// Starts coldwire in front of the test cluster with extra flags.
+    pub async fn start(extra: &[&str]) -> Proxy {
+        let upstream = format!("postgres://127.0.0.1:{}/postgres", cluster().port());
+        Self::start_with_upstream(&upstream, extra).await
+    }
+
+    /// Starts coldwire in front of `upstream` with extra flags.
+    pub async fn start_with_upstream(upstream: &str, extra: &[&str]) -> Proxy {
+        let log = cluster().root().join(format!("coldwire-{}.log", NEXT_DB.fetch_add(1, Ordering::Relaxed)));
+        let log_file = std::fs::File::create(&log).expect("proxy log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_coldwire"));
+        cmd.arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
+            .args(extra)
+            .env("RUST_LOG", "coldwire=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log_file)
+            .kill_on_drop(true);
+        // SAFETY: prctl is async-signal-safe; the proxy dies with the test's thread.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
+            });
+        }
+        let mut child = cmd.spawn().expect("start coldwire");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let mut addr = None;
+        let mut metrics_addr = None;
+        let wanted_metrics = extra.contains(&"--metrics-listen");
+        let read = async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(a) = line.strip_prefix("coldwire listening on ") {
+                    addr = a.parse().ok();
+                }
+                if let Some(a) = line.strip_prefix("coldwire metrics on http://") {
+                    metrics_addr = a.trim_end_matches("/metrics").parse().ok();
+                }
+                if addr.is_some() && (metrics_addr.is_some() || !wanted_metrics) {
+                    break;
+                }
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(20), read).await.is_err() || addr.is_none() {
+            panic!("coldwire did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        // Keep draining stdout so the proxy never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Proxy { child, addr: addr.expect("address"), metrics_addr, log }
+    }
+
+    /// A libpq-style URL for `user` on `database` through the proxy.
+    pub fn url(&self, user: &str, database: &str) -> String {
+        format!("postgres://{user}@{}:{}/{database}", self.addr.ip(), self.addr.port())
+    }
+
+    /// Connects as superuser `postgres` through the proxy.
+    pub async fn connect(&self, database: &str) -> tokio_postgres::Client {
+        connect_url(&self.url("postgres", database)).await
+    }
+
+    /// The proxy's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The process id, for signals.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Waits for the process to exit.
+    pub async fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        tokio::time::timeout(limit, self.child.wait()).await.ok().and_then(Result::ok)
+    }
+}
+
+/// Path of a PostgreSQL client program (psql, pgbench) from the cluster's binaries.
+pub fn pg_bin(name: &str) -> PathBuf {
+    cluster().bin_dir().join(name)
+}
