@@ -212,7 +212,7 @@ async fn cancel_through_the_proxy_ends_the_query_with_57014() {
     canceller.await.unwrap().unwrap();
     // The session carries on after the cancel.
     assert_eq!(c.query_one("SELECT 1", &[]).await.unwrap().get::<_, i32>(0), 1);
-    assert!(proxy.log().contains("cancel request forwarded upstream"));
+    assert!(proxy.log_contains("cancel request forwarded upstream").await);
 }
 
 #[tokio::test]

@@ -184,6 +184,17 @@ impl Proxy {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits up to 10 s for `needle` to appear in the log (sessions log after they answer).
+    pub async fn log_contains(&self, needle: &str) -> bool {
+        for _ in 0..100 {
+            if self.log().contains(needle) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
     /// The process id, for signals.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
