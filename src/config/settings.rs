@@ -133,6 +133,12 @@ mod tests {
     }
 
     #[test]
+    fn example_file_documents_the_defaults() {
+        let example: Config = toml::from_str(include_str!("../../config/coldwire.example.toml")).unwrap();
+        assert_eq!(example, Config::default());
+    }
+
+    #[test]
     fn validation_names_the_field() {
         let c = Config { require_tls: true, ..Config::default() };
         assert!(matches!(c.validate(), Err(ConfigError::Invalid { field: "require_tls", .. })));
