@@ -22,8 +22,7 @@ enum Command {
     Demo(DemoArgs),
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "coldwire=info".into()),
@@ -32,22 +31,43 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
-    let shutdown = CancellationToken::new();
-    tokio::spawn(on_signal(shutdown.clone()));
     match cli.command {
         Command::Serve(args) => {
             let config = args.resolve().context("configuration")?;
-            let server = Server::bind(config).await?;
-            if let Some(addr) = server.local_addr() {
-                println!("coldwire listening on {addr}");
-            }
-            if let Some(addr) = server.metrics_addr() {
-                println!("coldwire metrics on http://{addr}/metrics");
-            }
-            server.run(shutdown).await;
+            runtime(config.worker_threads)?.block_on(serve(config))
         }
-        Command::Demo(args) => coldwire::demo::run(args, shutdown).await?,
+        Command::Demo(args) => runtime(0)?.block_on(async {
+            let shutdown = CancellationToken::new();
+            tokio::spawn(on_signal(shutdown.clone()));
+            Ok(coldwire::demo::run(args, shutdown).await?)
+        }),
     }
+}
+
+/// A multi-threaded runtime with `threads` workers (0: one per core), or a single-threaded
+/// one for `threads == 1`.
+fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    if threads == 1 {
+        return tokio::runtime::Builder::new_current_thread().enable_all().build();
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if threads > 1 {
+        builder.worker_threads(threads);
+    }
+    builder.enable_all().build()
+}
+
+async fn serve(config: coldwire::config::Config) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    tokio::spawn(on_signal(shutdown.clone()));
+    let server = Server::bind(config).await?;
+    if let Some(addr) = server.local_addr() {
+        println!("coldwire listening on {addr}");
+    }
+    if let Some(addr) = server.metrics_addr() {
+        println!("coldwire metrics on http://{addr}/metrics");
+    }
+    server.run(shutdown).await;
     Ok(())
 }
 

@@ -46,6 +46,9 @@ pub struct ServeArgs {
     /// Seconds sessions may run on after SIGTERM [default: 30].
     #[arg(long, env = "COLDWIRE_SHUTDOWN_GRACE_SECS")]
     pub shutdown_grace_secs: Option<u64>,
+    /// Threads that run sessions, 0 = one per core [default: 0].
+    #[arg(long, env = "COLDWIRE_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
 }
 
 impl ServeArgs {
@@ -76,6 +79,9 @@ impl ServeArgs {
         }
         if let Some(v) = a.shutdown_grace_secs {
             c.shutdown_grace_secs = v;
+        }
+        if let Some(v) = a.worker_threads {
+            c.worker_threads = v;
         }
         if let Some(v) = a.require_tls {
             c.require_tls = v;

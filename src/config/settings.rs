@@ -42,6 +42,8 @@ pub struct Config {
     /// After SIGTERM, how long open sessions may run before they are closed, in seconds.
     /// Default 30.
     pub shutdown_grace_secs: u64,
+    /// Threads that run sessions; 0 means one per CPU core. Default 0.
+    pub worker_threads: usize,
 }
 
 /// Default for `max_message_bytes`.
@@ -61,6 +63,7 @@ impl Default for Config {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             connect_timeout_ms: 5000,
             shutdown_grace_secs: 30,
+            worker_threads: 0,
         }
     }
 }
