@@ -10,12 +10,15 @@
 //!   startup), the upstream connection, the two-way relay, and the [`session::SessionState`]
 //!   (transaction phase, server parameters, prepared statement names) learnt on the way.
 //! - [`server`]: listeners, the accept loop, graceful shutdown.
+//! - [`admin`]: the admin calls (`coldwire.tier_table(…)`, …) recognized in SQL text with
+//!   pg_query, and their policy validation.
 //! - [`config`], [`metrics`], [`error`] (the single mapping from coldwire errors to SQLSTATEs).
 //! - [`demo`]: the embedded default, a throwaway local Postgres (also used by the tests).
 //!
 //! The tiering layers of DESIGN.md (`sql/`, `cold/`, `flush/`, `catalog/`, `admin/`) build on
 //! these; see docs/architecture.md for what exists today.
 
+pub mod admin;
 pub mod config;
 pub mod demo;
 pub mod error;
