@@ -2,6 +2,7 @@
 //! message bodies coldwire reads or writes, plus TLS setup and the cancel-key registry.
 
 pub mod cancel;
+pub mod extended;
 pub mod frame;
 pub mod messages;
 pub mod startup;

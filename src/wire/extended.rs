@@ -1,0 +1,265 @@
+//! Extended-protocol messages coldwire decodes (Parse, Bind, Describe, Execute) and the
+//! responses it encodes when it answers a statement itself. Whole frames, tag included.
+
+use bytes::{BufMut, BytesMut};
+
+use super::startup::split_cstr;
+use super::WireError;
+
+/// A decoded Parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parse<'a> {
+    pub statement: &'a str,
+    pub query: &'a str,
+    /// Parameter type OIDs the client specified (0 = unspecified).
+    pub param_types: Vec<u32>,
+}
+
+/// A decoded Bind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind<'a> {
+    pub portal: &'a str,
+    pub statement: &'a str,
+    /// Per parameter: true for binary format.
+    pub param_binary: Vec<bool>,
+    pub params: Vec<Option<&'a [u8]>>,
+    /// Result column formats as sent (empty = all text, one = applies to all).
+    pub result_binary: Vec<bool>,
+}
+
+/// What a Describe or Close names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target<'a> {
+    Statement(&'a str),
+    Portal(&'a str),
+}
+
+/// A byte reader over a message body.
+struct Body<'a>(&'a [u8]);
+
+impl<'a> Body<'a> {
+    fn cstr(&mut self, what: &'static str) -> Result<&'a str, WireError> {
+        let (s, rest) = split_cstr(self.0).ok_or(WireError::Malformed(what))?;
+        self.0 = rest;
+        Ok(s)
+    }
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], WireError> {
+        if self.0.len() < n {
+            return Err(WireError::Malformed(what));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn i16(&mut self, what: &'static str) -> Result<i16, WireError> {
+        let b = self.take(2, what)?;
+        Ok(i16::from_be_bytes([b[0], b[1]]))
+    }
+    fn i32(&mut self, what: &'static str) -> Result<i32, WireError> {
+        let b = self.take(4, what)?;
+        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn count(&mut self, what: &'static str) -> Result<usize, WireError> {
+        usize::try_from(self.i16(what)?).map_err(|_| WireError::Malformed(what))
+    }
+    fn formats(&mut self, what: &'static str) -> Result<Vec<bool>, WireError> {
+        (0..self.count(what)?).map(|_| Ok(self.i16(what)? == 1)).collect()
+    }
+}
+
+fn body<'a>(frame: &'a [u8], tag: u8, what: &'static str) -> Result<Body<'a>, WireError> {
+    match frame {
+        [t, _, _, _, _, rest @ ..] if *t == tag => Ok(Body(rest)),
+        _ => Err(WireError::Malformed(what)),
+    }
+}
+
+impl<'a> Parse<'a> {
+    /// # Errors
+    /// A frame that is not a well-formed Parse.
+    pub fn decode(frame: &'a [u8]) -> Result<Self, WireError> {
+        const WHAT: &str = "Parse";
+        let mut b = body(frame, b'P', WHAT)?;
+        let statement = b.cstr(WHAT)?;
+        let query = b.cstr(WHAT)?;
+        let n = b.count(WHAT)?;
+        let param_types = (0..n).map(|_| Ok(b.i32(WHAT)? as u32)).collect::<Result<_, WireError>>()?;
+        Ok(Parse { statement, query, param_types })
+    }
+}
+
+impl<'a> Bind<'a> {
+    /// # Errors
+    /// A frame that is not a well-formed Bind.
+    pub fn decode(frame: &'a [u8]) -> Result<Self, WireError> {
+        const WHAT: &str = "Bind";
+        let mut b = body(frame, b'B', WHAT)?;
+        let portal = b.cstr(WHAT)?;
+        let statement = b.cstr(WHAT)?;
+        let param_binary = b.formats(WHAT)?;
+        let n = b.count(WHAT)?;
+        let mut params = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = b.i32(WHAT)?;
+            params.push(if len < 0 { None } else { Some(b.take(len as usize, WHAT)?) });
+        }
+        let result_binary = b.formats(WHAT)?;
+        Ok(Bind { portal, statement, param_binary, params, result_binary })
+    }
+
+    /// Whether parameter `i` (0-based) is in binary format.
+    pub fn is_binary(&self, i: usize) -> bool {
+        match self.param_binary.as_slice() {
+            [] => false,
+            [one] => *one,
+            many => many.get(i).copied().unwrap_or(false),
+        }
+    }
+}
+
+/// Decodes a Describe (`D`) or Close (`C`) frame's target.
+///
+/// # Errors
+/// A malformed frame or an unknown kind byte.
+pub fn target(frame: &[u8], tag: u8) -> Result<Target<'_>, WireError> {
+    const WHAT: &str = "Describe or Close";
+    let mut b = body(frame, tag, WHAT)?;
+    let kind = b.take(1, WHAT)?[0];
+    let name = b.cstr(WHAT)?;
+    match kind {
+        b'S' => Ok(Target::Statement(name)),
+        b'P' => Ok(Target::Portal(name)),
+        _ => Err(WireError::Malformed(WHAT)),
+    }
+}
+
+/// The portal an Execute runs.
+///
+/// # Errors
+/// A malformed frame.
+pub fn execute_portal(frame: &[u8]) -> Result<&str, WireError> {
+    body(frame, b'E', "Execute")?.cstr("Execute")
+}
+
+/// A message with no body (ParseComplete `1`, BindComplete `2`, CloseComplete `3`, NoData `n`).
+pub fn empty(tag: u8) -> [u8; 5] {
+    [tag, 0, 0, 0, 4]
+}
+
+fn start(out: &mut BytesMut, tag: u8) -> usize {
+    let at = out.len();
+    out.put_u8(tag);
+    out.put_u32(0);
+    at
+}
+
+fn finish(out: &mut BytesMut, at: usize) {
+    let len = (out.len() - at - 1) as u32;
+    out[at + 1..at + 5].copy_from_slice(&len.to_be_bytes());
+}
+
+/// ParameterDescription with these type OIDs.
+pub fn parameter_description(out: &mut BytesMut, types: &[u32]) {
+    let at = start(out, b't');
+    out.put_i16(types.len() as i16);
+    for t in types {
+        out.put_u32(*t);
+    }
+    finish(out, at);
+}
+
+/// RowDescription of one computed column (no table) of type `type_oid`.
+pub fn row_description(out: &mut BytesMut, column: &str, type_oid: u32, binary: bool) {
+    let at = start(out, b'T');
+    out.put_i16(1);
+    out.put_slice(column.as_bytes());
+    out.put_u8(0);
+    out.put_u32(0); // table OID
+    out.put_i16(0); // column number
+    out.put_u32(type_oid);
+    out.put_i16(-1); // varlena
+    out.put_i32(-1); // typmod
+    out.put_i16(i16::from(binary));
+    finish(out, at);
+}
+
+/// DataRow of one value.
+pub fn data_row(out: &mut BytesMut, value: &[u8]) {
+    let at = start(out, b'D');
+    out.put_i16(1);
+    out.put_i32(value.len() as i32);
+    out.put_slice(value);
+    finish(out, at);
+}
+
+/// CommandComplete with `tag` (e.g. `SELECT 1`).
+pub fn command_complete(out: &mut BytesMut, tag: &str) {
+    let at = start(out, b'C');
+    out.put_slice(tag.as_bytes());
+    out.put_u8(0);
+    finish(out, at);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![tag];
+        v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn parse_and_bind_decode() {
+        let mut p = b"s1\0SELECT $1\0".to_vec();
+        p.extend_from_slice(&1i16.to_be_bytes());
+        p.extend_from_slice(&2205u32.to_be_bytes());
+        let f = frame(b'P', &p);
+        assert_eq!(Parse::decode(&f).unwrap(), Parse { statement: "s1", query: "SELECT $1", param_types: vec![2205] });
+        assert!(Parse::decode(&f[..f.len() - 1]).is_err());
+
+        let mut b = b"p\0s1\0".to_vec();
+        b.extend_from_slice(&1i16.to_be_bytes());
+        b.extend_from_slice(&1i16.to_be_bytes());
+        b.extend_from_slice(&2i16.to_be_bytes());
+        b.extend_from_slice(&4i32.to_be_bytes());
+        b.extend_from_slice(&[0, 0, 0, 42]);
+        b.extend_from_slice(&(-1i32).to_be_bytes());
+        b.extend_from_slice(&0i16.to_be_bytes());
+        let f = frame(b'B', &b);
+        let bind = Bind::decode(&f).unwrap();
+        assert_eq!((bind.portal, bind.statement), ("p", "s1"));
+        assert_eq!(bind.params, vec![Some(&[0u8, 0, 0, 42][..]), None]);
+        assert!(bind.is_binary(0) && bind.is_binary(1));
+        assert!(bind.result_binary.is_empty());
+        assert!(Bind::decode(&f[..f.len() - 3]).is_err());
+    }
+
+    #[test]
+    fn describe_close_execute_decode() {
+        assert_eq!(target(&frame(b'D', b"Sname\0"), b'D').unwrap(), Target::Statement("name"));
+        assert_eq!(target(&frame(b'C', b"P\0"), b'C').unwrap(), Target::Portal(""));
+        assert!(target(&frame(b'D', b"Xn\0"), b'D').is_err());
+        assert_eq!(execute_portal(&frame(b'E', b"p\0\0\0\0\0")).unwrap(), "p");
+    }
+
+    #[test]
+    fn responses_encode_with_correct_lengths() {
+        let mut out = BytesMut::new();
+        parameter_description(&mut out, &[2205, 3802]);
+        row_description(&mut out, "tier_table", 3802, false);
+        data_row(&mut out, b"{}");
+        command_complete(&mut out, "SELECT 1");
+        let mut rest = &out[..];
+        let mut tags = Vec::new();
+        while !rest.is_empty() {
+            let len = u32::from_be_bytes(rest[1..5].try_into().unwrap()) as usize;
+            tags.push(rest[0]);
+            rest = &rest[len + 1..];
+        }
+        assert_eq!(tags, b"tTDC");
+        assert_eq!(&out[..7], &[b't', 0, 0, 0, 14, 0, 2]);
+    }
+}
