@@ -4,6 +4,7 @@
 
 use tokio_postgres::error::SqlState;
 
+use crate::admin::AdminError;
 use crate::session::SessionError;
 use crate::wire::messages::{ErrorFields, Severity};
 use crate::wire::WireError;
@@ -53,6 +54,41 @@ pub fn client_error(e: &SessionError) -> Option<ErrorFields> {
         detail: None,
         hint: hint.map(str::to_owned),
     })
+}
+
+/// The ErrorResponse for an admin call coldwire refuses or could not carry out.
+pub fn admin_error(e: &AdminError) -> ErrorFields {
+    let (code, hint) = match e {
+        AdminError::Misuse | AdminError::ComputedArgument { .. } => (
+            SqlState::FEATURE_NOT_SUPPORTED,
+            Some("send the call as its own statement, e.g. SELECT coldwire.tier_table('events')"),
+        ),
+        AdminError::UnknownParameter { .. }
+        | AdminError::TooManyArguments { .. }
+        | AdminError::MissingArgument { .. }
+        | AdminError::WrongType { .. } => (SqlState::UNDEFINED_FUNCTION, None),
+        AdminError::DuplicateArgument { .. } | AdminError::PositionalAfterNamed { .. } => (SqlState::SYNTAX_ERROR, None),
+        AdminError::Policy(_) => (
+            SqlState::INVALID_PARAMETER_VALUE,
+            Some("policy keys: hot_row_limit, min_flush_rows, max_rows_per_file, auto_flush, check_interval"),
+        ),
+        AdminError::InvalidText { .. } => (SqlState::INVALID_TEXT_REPRESENTATION, None),
+        AdminError::BadBinary { .. } => (SqlState::INVALID_BINARY_REPRESENTATION, None),
+        AdminError::NullArgument { .. } => (SqlState::NULL_VALUE_NOT_ALLOWED, None),
+        AdminError::MissingParameter { .. } => (SqlState::UNDEFINED_PARAMETER, None),
+        AdminError::Disabled => (
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            Some("start coldwire with --service-url (or COLDWIRE_SERVICE_URL) to enable tiering"),
+        ),
+        AdminError::InFailedTransaction => (SqlState::IN_FAILED_SQL_TRANSACTION, None),
+    };
+    ErrorFields {
+        severity: Severity::Error,
+        code: code.code().to_owned(),
+        message: e.to_string(),
+        detail: None,
+        hint: hint.map(str::to_owned),
+    }
 }
 
 /// What a session is told when the shutdown grace period ends.

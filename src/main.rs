@@ -37,8 +37,7 @@ fn main() -> anyhow::Result<()> {
             runtime(config.worker_threads)?.block_on(serve(config))
         }
         Command::Demo(args) => runtime(0)?.block_on(async {
-            let shutdown = CancellationToken::new();
-            tokio::spawn(on_signal(shutdown.clone()));
+            let shutdown = on_signal()?;
             Ok(coldwire::demo::run(args, shutdown).await?)
         }),
     }
@@ -58,8 +57,7 @@ fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 async fn serve(config: coldwire::config::Config) -> anyhow::Result<()> {
-    let shutdown = CancellationToken::new();
-    tokio::spawn(on_signal(shutdown.clone()));
+    let shutdown = on_signal()?;
     let server = Server::bind(config).await?;
     if let Some(addr) = server.local_addr() {
         println!("coldwire listening on {addr}");
@@ -71,15 +69,20 @@ async fn serve(config: coldwire::config::Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SIGINT or SIGTERM starts a graceful shutdown.
-async fn on_signal(shutdown: CancellationToken) {
-    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
-        tracing::error!("cannot install the SIGTERM handler");
-        return;
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-    }
-    shutdown.cancel();
+/// A token cancelled by SIGINT or SIGTERM. The handlers are installed before this returns,
+/// so a signal that arrives once the proxy announced itself is never lost.
+fn on_signal() -> std::io::Result<CancellationToken> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => tracing::info!("SIGINT received"),
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+        }
+        token.cancel();
+    });
+    Ok(shutdown)
 }

@@ -1,14 +1,17 @@
 //! Admin SQL (`coldwire.tier_table`, `set_policy`, `flush_table`) answered by the proxy:
-//! recognizing the calls and validating their arguments.
+//! recognizing the calls, typing their arguments, and the executor interface.
 
+pub mod args;
 pub mod call;
+pub mod executor;
 pub mod policy;
 
 pub use call::{mentions_coldwire, recognize, AdminCall, AdminFunction, ArgValue};
+pub use executor::{AdminExecutor, AdminRequest, Disabled};
 pub use policy::Policy;
 
-/// An admin call coldwire refuses, before any work is done.
-#[derive(Debug, thiserror::Error)]
+/// An admin call coldwire refuses, or could not carry out.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum AdminError {
     #[error("coldwire admin functions must be called on their own: SELECT coldwire.f(arguments) [AS name]")]
     Misuse,
@@ -26,4 +29,18 @@ pub enum AdminError {
     MissingArgument { function: &'static str, name: &'static str },
     #[error("invalid policy: {0}")]
     Policy(#[from] policy::PolicyError),
+    #[error("invalid input syntax for type {type_name}: \"{value}\"")]
+    InvalidText { type_name: &'static str, value: String },
+    #[error("incorrect binary data format for a {type_name} parameter")]
+    BadBinary { type_name: &'static str },
+    #[error("coldwire.{function}: argument \"{name}\" must be of type {expected}")]
+    WrongType { function: &'static str, name: &'static str, expected: &'static str },
+    #[error("coldwire.{function}: argument \"{name}\" must not be null")]
+    NullArgument { function: &'static str, name: &'static str },
+    #[error("there is no parameter ${number}")]
+    MissingParameter { number: usize },
+    #[error("coldwire tiering is not enabled on this proxy (no service_url)")]
+    Disabled,
+    #[error("current transaction is aborted, commands ignored until end of transaction block")]
+    InFailedTransaction,
 }

@@ -65,6 +65,7 @@ impl Server {
             tls,
             cancel_keys: Arc::new(CancelRegistry::default()),
             force_close: CancellationToken::new(),
+            admin: Arc::new(crate::admin::Disabled),
         });
         Ok(Self { ctx, listener, metrics })
     }

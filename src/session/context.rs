@@ -5,6 +5,7 @@ use std::sync::Arc;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::AdminExecutor;
 use crate::config::{Config, Upstream};
 use crate::wire::cancel::CancelRegistry;
 use crate::wire::startup::CancelKey;
@@ -20,4 +21,6 @@ pub struct SessionContext {
     pub cancel_keys: Arc<CancelRegistry<UpstreamCancel>>,
     /// Fired when the shutdown grace period is over: sessions close at once.
     pub force_close: CancellationToken,
+    /// Carries out admin calls (`admin::Disabled` without a service connection).
+    pub admin: Arc<dyn AdminExecutor>,
 }

@@ -1,6 +1,7 @@
 //! One client session: the opening handshake, the upstream connection, the relay, and the
 //! protocol state learnt on the way.
 
+pub mod admin;
 mod context;
 mod handshake;
 mod relay;

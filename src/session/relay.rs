@@ -1,16 +1,22 @@
 //! The relay of an established session: both directions forwarded as raw frames, with
 //! only the few message types the session tracks looked at (see `wire::frame`).
 
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{Mutex as AsyncMutex, Notify};
 
-use super::state::SessionState;
+use super::admin::{AdminSession, Answer, Disposition};
+use super::state::{Phase, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
 use crate::metrics::BYTES_RELAYED_TOTAL;
+use crate::admin::call::oid;
+use crate::admin::{AdminError, AdminRequest};
 use crate::wire::cancel::CancelRegistration;
+use crate::wire::extended as ext;
 use crate::wire::messages::{self as msg, CloseTarget};
 use crate::wire::startup::CancelKey;
 use crate::wire::{FrameScanner, WireError};
@@ -73,6 +79,20 @@ impl Direction {
     }
 }
 
+/// The parts of a session both relay directions use.
+pub struct Shared<'a> {
+    pub state: &'a Mutex<SessionState>,
+    pub ctx: &'a SessionContext,
+    /// Who the client authenticated as, for admin calls.
+    pub user: String,
+    pub database: String,
+    /// Written by the upstream direction, and by the client direction when coldwire
+    /// answers a message itself (only when nothing else is owed to the client).
+    client_tx: AsyncMutex<WriteHalf<Box<dyn Io>>>,
+    /// Signalled at every ReadyForQuery.
+    ready: Notify,
+}
+
 /// Relays a session until either side ends it. On the way out, tells the client why (if
 /// its stream is at a message boundary) and Postgres that we are leaving.
 ///
@@ -85,18 +105,21 @@ pub async fn relay(
     leftover: BytesMut,
     state: &Mutex<SessionState>,
     ctx: &SessionContext,
+    (user, database): (String, String),
 ) -> Result<End, SessionError> {
-    let (mut client_rx, mut client_tx) = tokio::io::split(client);
+    let (mut client_rx, client_tx) = tokio::io::split(client);
     let (mut upstream_rx, mut upstream_tx) = tokio::io::split(upstream);
+    let shared = Shared { state, ctx, user, database, client_tx: AsyncMutex::new(client_tx), ready: Notify::new() };
     let mut c2s = Direction::new(FrameScanner::new(ctx.config.max_message_bytes, CLIENT_INSPECTED));
     let mut s2c = Direction::new(FrameScanner::new(UPSTREAM_MAX_MESSAGE_BYTES, UPSTREAM_INSPECTED));
     let mut registration = None;
 
     let result = tokio::select! {
-        r = client_to_upstream(&mut client_rx, &mut upstream_tx, &mut c2s, leftover, state) => r,
-        r = upstream_to_client(&mut upstream_rx, &mut client_tx, &mut s2c, state, ctx, &mut registration) => r,
+        r = client_to_upstream(&mut client_rx, &mut upstream_tx, &mut c2s, leftover, &shared) => r,
+        r = upstream_to_client(&mut upstream_rx, &mut s2c, &shared, &mut registration) => r,
         _ = ctx.force_close.cancelled() => Ok(End::ForcedClose),
     };
+    let mut client_tx = shared.client_tx.lock().await;
 
     if !matches!(result, Ok(End::ClientTerminated | End::UpstreamClosed)) && c2s.at_boundary() {
         let _ = upstream_tx.write_all(&TERMINATE_FRAME).await;
@@ -121,21 +144,47 @@ async fn client_to_upstream(
     tx: &mut WriteHalf<Box<dyn Io>>,
     dir: &mut Direction,
     mut input: BytesMut,
-    state: &Mutex<SessionState>,
+    shared: &Shared<'_>,
 ) -> Result<End, SessionError> {
     let bytes = metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream");
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut admin = AdminSession::default();
+    // Whether anything went upstream since the client's last Sync: streamed frames set
+    // the scanner's flag, inspected ones `sent_since_sync`.
+    let streamed = dir.scanner.streamed_flag();
+    let mut sent_since_sync = false;
     loop {
         let mut terminated = false;
-        dir.scanner.drain(&mut input, &mut out, |tag, frame, out| {
-            track_client_frame(tag, frame, state)?;
-            terminated |= tag == msg::TERMINATE;
-            out.extend_from_slice(frame);
-            Ok::<(), SessionError>(())
+        let answer = dir.scanner.drain_until(&mut input, &mut out, |tag, frame, out| {
+            let dirty = sent_since_sync || streamed.load(Ordering::Relaxed);
+            match admin.on_frame(tag, frame, dirty)? {
+                Disposition::Forward => {
+                    track_client_frame(tag, frame, shared.state)?;
+                    if matches!(tag, msg::SYNC | msg::QUERY | msg::FUNCTION_CALL) {
+                        sent_since_sync = false;
+                        streamed.store(false, Ordering::Relaxed);
+                    } else {
+                        sent_since_sync = true;
+                    }
+                    terminated |= tag == msg::TERMINATE;
+                    out.extend_from_slice(frame);
+                    Ok::<_, SessionError>(None)
+                }
+                Disposition::Drop => Ok(None),
+                Disposition::Answer(answer) => Ok(Some(answer)),
+            }
         })?;
+        let inspect_extended = admin.needs_extended_inspection();
+        for tag in [msg::BIND, msg::DESCRIBE, msg::EXECUTE] {
+            dir.scanner.set_inspected(tag, inspect_extended);
+        }
         if !out.is_empty() {
             bytes.increment(out.len() as u64);
             dir.write(tx, &mut out).await.map_err(SessionError::UpstreamIo)?;
+        }
+        if let Some(answer) = answer {
+            answer_admin(answer, &mut admin, shared).await?;
+            continue;
         }
         if terminated {
             return Ok(End::ClientTerminated);
@@ -146,14 +195,80 @@ async fn client_to_upstream(
     }
 }
 
+/// Sends coldwire's own answer to a client message, once every earlier request has been
+/// answered by Postgres so the answer lands in protocol order.
+async fn answer_admin(answer: Answer, admin: &mut AdminSession, shared: &Shared<'_>) -> Result<(), SessionError> {
+    let status = loop {
+        let notified = shared.ready.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if state.outstanding_syncs() == 0 {
+                break (state.phase, state.status_byte());
+            }
+        }
+        notified.await;
+    };
+    let (phase, status) = status;
+    let simple = matches!(answer, Answer::Fail { simple: true, .. } | Answer::Run { simple: true, .. });
+    let mut out = BytesMut::new();
+    let result = if phase == Phase::FailedTransaction {
+        Err(AdminError::InFailedTransaction)
+    } else {
+        match answer {
+            Answer::Bytes(bytes) => {
+                out = bytes;
+                Ok(())
+            }
+            Answer::Fail { error, .. } => Err(error),
+            Answer::Run { call, args, binary, simple } => {
+                let request = AdminRequest {
+                    function: call.function,
+                    args,
+                    user: shared.user.clone(),
+                    database: shared.database.clone(),
+                };
+                let outcome = shared.ctx.admin.execute(request).await;
+                outcome.map(|json| {
+                    if simple {
+                        ext::row_description(&mut out, &call.column, oid::JSONB, false);
+                    }
+                    let text = json.to_string();
+                    if binary {
+                        let mut value = BytesMut::with_capacity(text.len() + 1);
+                        value.put_u8(1); // jsonb binary format version
+                        value.put_slice(text.as_bytes());
+                        ext::data_row(&mut out, &value);
+                    } else {
+                        ext::data_row(&mut out, text.as_bytes());
+                    }
+                    ext::command_complete(&mut out, "SELECT 1");
+                })
+            }
+        }
+    };
+    if let Err(error) = result {
+        tracing::info!(%error, "admin call refused");
+        out.extend_from_slice(&crate::error::admin_error(&error).encode());
+        if !simple {
+            admin.failed();
+        }
+    }
+    if simple {
+        out.extend_from_slice(&msg::encode_ready_for_query(status));
+    }
+    let mut tx = shared.client_tx.lock().await;
+    tx.write_all(&out).await.map_err(SessionError::ClientIo)
+}
+
 async fn upstream_to_client(
     rx: &mut ReadHalf<Box<dyn Io>>,
-    tx: &mut WriteHalf<Box<dyn Io>>,
     dir: &mut Direction,
-    state: &Mutex<SessionState>,
-    ctx: &SessionContext,
+    shared: &Shared<'_>,
     registration: &mut Option<CancelRegistration<CancelKey>>,
 ) -> Result<End, SessionError> {
+    let (state, ctx) = (shared.state, shared.ctx);
     let bytes = metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "upstream_to_client");
     let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
@@ -161,8 +276,10 @@ async fn upstream_to_client(
         if read_more(rx, &mut input).await.map_err(SessionError::UpstreamIo)? == 0 {
             return Ok(End::UpstreamClosed);
         }
+        let mut ready = false;
         dir.scanner
             .drain(&mut input, &mut out, |tag, frame, out| {
+                ready |= tag == msg::READY_FOR_QUERY;
                 if tag == msg::BACKEND_KEY_DATA {
                     let (pid, secret) = msg::backend_key_data(frame).ok_or(WireError::Malformed("BackendKeyData"))?;
                     let issued = ctx.cancel_keys.register(secret.len(), CancelKey { pid, secret });
@@ -179,7 +296,11 @@ async fn upstream_to_client(
             .map_err(SessionError::UpstreamProtocol)?;
         if !out.is_empty() {
             bytes.increment(out.len() as u64);
-            dir.write(tx, &mut out).await.map_err(SessionError::ClientIo)?;
+            let mut tx = shared.client_tx.lock().await;
+            dir.write(&mut *tx, &mut out).await.map_err(SessionError::ClientIo)?;
+        }
+        if ready {
+            shared.ready.notify_waiters();
         }
     }
 }

@@ -79,5 +79,7 @@ async fn serve(client: Box<dyn Io>, ctx: &SessionContext) -> Result<Option<End>,
     };
     upstream.write_all(&startup.encode()).await.map_err(SessionError::UpstreamIo)?;
     let state = Mutex::new(SessionState::new(&startup.params));
-    relay::relay(client, upstream, leftover, &state, ctx).await.map(Some)
+    let user = startup.param("user").unwrap_or_default().to_owned();
+    let database = startup.param("database").map_or_else(|| user.clone(), str::to_owned);
+    relay::relay(client, upstream, leftover, &state, ctx, (user, database)).await.map(Some)
 }

@@ -54,6 +54,8 @@ pub struct SessionState {
     pub startup_search_path: Option<String>,
     statements: HashSet<String>,
     pending: VecDeque<Pending>,
+    /// Sync points sent upstream and not yet answered by ReadyForQuery.
+    outstanding_syncs: usize,
 }
 
 impl SessionState {
@@ -65,6 +67,7 @@ impl SessionState {
             startup_search_path: search_path_from_startup(startup_params),
             statements: HashSet::new(),
             pending: VecDeque::new(),
+            outstanding_syncs: 0,
         }
     }
 
@@ -86,6 +89,23 @@ impl SessionState {
     /// The client sent a message that ReadyForQuery answers (Sync, Query, FunctionCall).
     pub fn sync_sent(&mut self) {
         self.pending.push_back(Pending::SyncPoint);
+        self.outstanding_syncs += 1;
+    }
+
+    /// Messages answered by ReadyForQuery that are still unanswered; zero means every
+    /// request the client sent so far has been answered (given the client has not sent
+    /// extended-protocol messages since its last Sync).
+    pub fn outstanding_syncs(&self) -> usize {
+        self.outstanding_syncs
+    }
+
+    /// The status byte of ReadyForQuery for the current phase.
+    pub fn status_byte(&self) -> u8 {
+        match self.phase {
+            Phase::InTransaction => b'T',
+            Phase::FailedTransaction => b'E',
+            Phase::Authenticating | Phase::Idle => b'I',
+        }
     }
 
     /// The server answered ParseComplete.
@@ -109,6 +129,7 @@ impl SessionState {
         if let Some(phase) = Phase::from_status(status) {
             self.phase = phase;
         }
+        self.outstanding_syncs = self.outstanding_syncs.saturating_sub(1);
         // Everything up to the first sync point is answered or was skipped after an error.
         while let Some(p) = self.pending.pop_front() {
             if p == Pending::SyncPoint {

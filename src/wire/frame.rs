@@ -1,6 +1,9 @@
 //! Sans-IO splitter of the Postgres message stream: finds frame boundaries from the
 //! five-byte header and never decodes a body it was not asked to inspect.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use bytes::{Buf, BytesMut};
 
 use super::WireError;
@@ -32,6 +35,7 @@ pub struct FrameScanner {
     remaining: usize,
     max_message_bytes: usize,
     inspected: [bool; 256],
+    streamed: Arc<AtomicBool>,
 }
 
 impl FrameScanner {
@@ -41,7 +45,12 @@ impl FrameScanner {
         for &tag in inspected_tags {
             inspected[usize::from(tag)] = true;
         }
-        Self { remaining: 0, max_message_bytes, inspected }
+        Self { remaining: 0, max_message_bytes, inspected, streamed: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// Starts or stops holding whole frames of type `tag` for inspection.
+    pub fn set_inspected(&mut self, tag: u8, inspected: bool) {
+        self.inspected[usize::from(tag)] = inspected;
     }
 
     /// True when the next byte of the stream starts a new frame, so a message of our own
@@ -100,19 +109,45 @@ impl FrameScanner {
         E: From<WireError>,
         F: FnMut(u8, &[u8], &mut BytesMut) -> Result<(), E>,
     {
+        let stopped: Option<()> = self.drain_until(input, out, |tag, frame, out| inspect(tag, frame, out).map(|()| None))?;
+        debug_assert!(stopped.is_none());
+        Ok(())
+    }
+
+    /// Like [`FrameScanner::drain`], but `inspect` may stop the drain by returning
+    /// `Some(value)`: the frame it was given has then been consumed, and bytes after it stay
+    /// in `input` for the next call.
+    ///
+    /// # Errors
+    /// A framing error from [`FrameScanner::next`], or whatever `inspect` returns.
+    pub fn drain_until<T, E, F>(&mut self, input: &mut BytesMut, out: &mut BytesMut, mut inspect: F) -> Result<Option<T>, E>
+    where
+        E: From<WireError>,
+        F: FnMut(u8, &[u8], &mut BytesMut) -> Result<Option<T>, E>,
+    {
         loop {
             match self.next(input)? {
                 Step::Forward(n) => {
                     out.extend_from_slice(&input[..n]);
                     input.advance(n);
+                    self.streamed.store(true, Ordering::Relaxed);
                 }
                 Step::Inspect { tag, len } => {
                     let frame = input.split_to(len);
-                    inspect(tag, &frame, out)?;
+                    if let Some(stop) = inspect(tag, &frame, out)? {
+                        return Ok(Some(stop));
+                    }
                 }
-                Step::NeedMore => return Ok(()),
+                Step::NeedMore => return Ok(None),
             }
         }
+    }
+
+    /// A flag the scanner sets whenever it forwards bytes of a frame it does not inspect;
+    /// whoever holds it may clear it (a session clears it at each Sync to know whether
+    /// anything went upstream since).
+    pub fn streamed_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.streamed)
     }
 }
 

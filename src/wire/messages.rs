@@ -20,6 +20,16 @@ pub const ERROR_RESPONSE: u8 = b'E';
 pub const PARSE_COMPLETE: u8 = b'1';
 /// Backend: CloseComplete (`3`).
 pub const CLOSE_COMPLETE: u8 = b'3';
+/// Backend: BindComplete (`2`).
+pub const BIND_COMPLETE: u8 = b'2';
+/// Frontend: Bind (`B`).
+pub const BIND: u8 = b'B';
+/// Frontend: Describe (`D`).
+pub const DESCRIBE: u8 = b'D';
+/// Frontend: Execute (`E`).
+pub const EXECUTE: u8 = b'E';
+/// Frontend: Flush (`H`).
+pub const FLUSH: u8 = b'H';
 /// Frontend: Parse (`P`).
 pub const PARSE: u8 = b'P';
 /// Frontend: Close (`C`).
