@@ -10,12 +10,16 @@
 //!   startup), the upstream connection, the two-way relay, and the [`session::SessionState`]
 //!   (transaction phase, server parameters, prepared statement names) learnt on the way.
 //! - [`server`]: listeners, the accept loop, graceful shutdown.
+//! - [`catalog`]: the `coldwire` schema in Postgres (tiered tables, segments, jobs, the
+//!   `status` view, admin stubs) and its versioned migrations, run at start through the
+//!   service connection.
 //! - [`config`], [`metrics`], [`error`] (the single mapping from coldwire errors to SQLSTATEs).
 //! - [`demo`]: the embedded default, a throwaway local Postgres (also used by the tests).
 //!
-//! The tiering layers of DESIGN.md (`sql/`, `cold/`, `flush/`, `catalog/`, `admin/`) build on
+//! The other tiering layers of DESIGN.md (`sql/`, `cold/`, `flush/`, `admin/`) build on
 //! these; see docs/architecture.md for what exists today.
 
+pub mod catalog;
 pub mod config;
 pub mod demo;
 pub mod error;
