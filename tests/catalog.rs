@@ -186,6 +186,20 @@ async fn a_schema_coldwire_of_a_foreign_role_is_refused() {
 }
 
 #[tokio::test]
+async fn a_role_owning_a_schema_made_for_it_needs_no_privilege_on_the_database() {
+    let db = create_db("cat_preschema");
+    let svc = stranger(&db);
+    psql_admin(&db, &format!("CREATE SCHEMA coldwire AUTHORIZATION {svc}"));
+    let mut c = connect_url(&url_as(&svc, &db)).await;
+    let may_create: bool = c.query_one("SELECT has_database_privilege(current_database(), 'CREATE')", &[]).await.unwrap().get(0);
+    assert!(!may_create);
+    for _ in 0..2 {
+        catalog::migrate(&mut c).await.unwrap();
+    }
+    assert_eq!(catalog_relations(&c).await, expected_relations());
+}
+
+#[tokio::test]
 async fn a_newer_or_unreadable_catalog_version_is_refused() {
     let db = create_db("cat_newer");
     let mut c = connect_direct(&db).await;

@@ -59,17 +59,15 @@ pub enum AdminRole {
     Missing,
 }
 
-/// Catalog statements run before any migration: the schema and the table that holds the
-/// version must exist before the version can be read.
-const BOOTSTRAP: &str = "\
-    CREATE SCHEMA IF NOT EXISTS coldwire;
-    CREATE TABLE IF NOT EXISTS coldwire.meta (key text PRIMARY KEY, value text NOT NULL);";
+/// The table that holds the version, created before the version can be read.
+const CREATE_META: &str = "CREATE TABLE IF NOT EXISTS coldwire.meta (key text PRIMARY KEY, value text NOT NULL)";
 
 /// Brings the catalog of the connected database to [`latest_version`], in one transaction.
 ///
 /// Takes [`MIGRATION_LOCK_KEY`], so a second proxy starting at the same time waits, then
-/// sees the version and applies nothing. Needs only ownership of the database (or CREATE
-/// on it); creates role [`ADMIN_ROLE`] when the service role may, and otherwise logs a
+/// sees the version and applies nothing. Needs only CREATE on the database (its owner has
+/// it), or none at all once schema `coldwire` exists and belongs to the service role (a DBA
+/// may create it so); creates role [`ADMIN_ROLE`] when the service role may, and otherwise logs a
 /// warning and reports [`AdminRole::Missing`].
 ///
 /// # Errors
@@ -84,8 +82,11 @@ pub async fn migrate(client: &mut Client) -> Result<MigrationReport, CatalogErro
         .await?;
     tx.execute("SELECT pg_catalog.pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY]).await?;
     check_encoding(&tx).await?;
-    check_schema_owner(&tx).await?;
-    tx.batch_execute(BOOTSTRAP).await?;
+    // CREATE SCHEMA checks CREATE on the database even with IF NOT EXISTS.
+    if !schema_exists(&tx).await? {
+        tx.batch_execute("CREATE SCHEMA coldwire").await?;
+    }
+    tx.batch_execute(CREATE_META).await?;
 
     let from_version = recorded_version(&tx).await?;
     let known = latest_version();
@@ -123,9 +124,10 @@ async fn check_encoding(tx: &Transaction<'_>) -> Result<(), CatalogError> {
     Ok(())
 }
 
-/// A schema `coldwire` created by another role would let that role drop or replace the
-/// catalog's objects, so it must belong to a role whose privileges the service role has.
-async fn check_schema_owner(tx: &Transaction<'_>) -> Result<(), CatalogError> {
+/// Whether schema `coldwire` exists. One created by another role would let that role drop
+/// or replace the catalog's objects, so it must belong to a role whose privileges the
+/// service role has.
+async fn schema_exists(tx: &Transaction<'_>) -> Result<bool, CatalogError> {
     let row = tx
         .query_opt(
             "SELECT nspowner::regrole::text, pg_has_role(nspowner, 'USAGE') \
@@ -135,7 +137,8 @@ async fn check_schema_owner(tx: &Transaction<'_>) -> Result<(), CatalogError> {
         .await?;
     match row {
         Some(row) if !row.try_get::<_, bool>(1)? => Err(CatalogError::ForeignSchema { owner: row.try_get(0)? }),
-        _ => Ok(()),
+        Some(_) => Ok(true),
+        None => Ok(false),
     }
 }
 
