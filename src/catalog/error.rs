@@ -37,18 +37,6 @@ pub enum CatalogError {
     ForeignSchema { owner: String },
 }
 
-impl CatalogError {
-    /// The SQLSTATE of a Postgres error behind this one, if any.
-    pub fn code(&self) -> Option<&tokio_postgres::error::SqlState> {
-        match self {
-            CatalogError::Connect(e) | CatalogError::Postgres(e) | CatalogError::Migration { source: e, .. } => {
-                e.code()
-            }
-            _ => None,
-        }
-    }
-}
-
 /// A tokio-postgres error with what it wraps: its own Display says only "db error" or
 /// "error connecting to server".
 pub(crate) fn postgres_text(e: &tokio_postgres::Error) -> String {
