@@ -12,13 +12,17 @@
 //! - [`server`]: listeners, the accept loop, graceful shutdown.
 //! - [`admin`]: the admin calls (`coldwire.tier_table(…)`, …) recognized in SQL text with
 //!   pg_query, and their policy validation.
+//! - [`catalog`]: the `coldwire` schema in Postgres (tiered tables, segments, jobs, the
+//!   `status` view, admin stubs) and its versioned migrations, run at start through the
+//!   service connection.
 //! - [`config`], [`metrics`], [`error`] (the single mapping from coldwire errors to SQLSTATEs).
 //! - [`demo`]: the embedded default, a throwaway local Postgres (also used by the tests).
 //!
-//! The tiering layers of DESIGN.md (`sql/`, `cold/`, `flush/`, `catalog/`, `admin/`) build on
+//! The other tiering layers of DESIGN.md (`sql/`, `cold/`, `flush/`) build on
 //! these; see docs/architecture.md for what exists today.
 
 pub mod admin;
+pub mod catalog;
 pub mod config;
 pub mod demo;
 pub mod error;

@@ -21,8 +21,9 @@ pub struct Config {
     /// port and the default database are used: each session authenticates as its client.
     /// Default `postgres://127.0.0.1:5432/postgres`.
     pub upstream: String,
-    /// DSN for coldwire's own work (catalog, flush). Default: none; the tiering features
-    /// that need it refuse to start without it.
+    /// DSN for coldwire's own work (catalog, flush), a `postgres://` URL or libpq key=value
+    /// string. At start coldwire creates or upgrades its catalog through it and refuses to
+    /// start if it cannot. Default: none (tiering disabled; coldwire only relays).
     pub service_url: Option<String>,
     /// Where cold segments go. Default `file://./coldwire-data`.
     pub cold_store: String,
@@ -37,7 +38,8 @@ pub struct Config {
     /// Largest message a client may send, in bytes; larger frames get 08P01 and the
     /// connection is closed. Default 134217728 (128 MiB).
     pub max_message_bytes: usize,
-    /// How long to wait for the upstream TCP connect, in milliseconds. Default 5000.
+    /// How long to wait for the upstream TCP connect (and the service connection's, unless
+    /// `service_url` sets `connect_timeout`), in milliseconds. Default 5000.
     pub connect_timeout_ms: u64,
     /// After SIGTERM, how long open sessions may run before they are closed, in seconds.
     /// Default 30.
@@ -85,6 +87,7 @@ impl Config {
     /// The first invalid setting, named.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.upstream()?;
+        self.service()?;
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err(ConfigError::Invalid { field: "tls_cert/tls_key", reason: "set both or neither".into() });
         }
@@ -109,6 +112,27 @@ impl Config {
     /// An upstream URL that is not a usable `postgres://` URL.
     pub fn upstream(&self) -> Result<Upstream, ConfigError> {
         Upstream::parse(&self.upstream)
+    }
+
+    /// The parsed `service_url` with coldwire's connect timeout and application name unless
+    /// it sets its own; `None` when unset.
+    ///
+    /// # Errors
+    /// A value that is not a connection string. The message does not repeat the value, which
+    /// may hold a password.
+    pub fn service(&self) -> Result<Option<tokio_postgres::Config>, ConfigError> {
+        let Some(url) = &self.service_url else { return Ok(None) };
+        let mut service: tokio_postgres::Config = url.parse().map_err(|_| ConfigError::Invalid {
+            field: "service_url",
+            reason: "not a postgres://user:password@host:port/dbname URL or key=value connection string".into(),
+        })?;
+        if service.get_connect_timeout().is_none() {
+            service.connect_timeout(self.connect_timeout());
+        }
+        if service.get_application_name().is_none() {
+            service.application_name("coldwire");
+        }
+        Ok(Some(service))
     }
 
     /// `connect_timeout_ms` as a duration.
@@ -147,8 +171,28 @@ mod tests {
         assert!(matches!(c.validate(), Err(ConfigError::Invalid { field: "require_tls", .. })));
         let c = Config { tls_cert: Some("a".into()), ..Config::default() };
         assert!(matches!(c.validate(), Err(ConfigError::Invalid { field: "tls_cert/tls_key", .. })));
+        let c = Config { service_url: Some("postgres://u:s3cret@h:notaport/d".into()), ..Config::default() };
+        let err = c.validate().unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { field: "service_url", .. }));
+        assert!(!err.to_string().contains("s3cret"), "{err}");
         let c = Config { max_message_bytes: 10, ..Config::default() };
         assert!(matches!(c.validate(), Err(ConfigError::Invalid { field: "max_message_bytes", .. })));
         assert!(Config::default().validate().is_ok());
+    }
+
+    #[test]
+    fn service_connection_gets_coldwire_defaults_unless_the_url_sets_them() {
+        assert!(Config::default().service().unwrap().is_none());
+        let c = Config { service_url: Some("postgres://svc@h/app".into()), connect_timeout_ms: 1234, ..Config::default() };
+        let s = c.service().unwrap().unwrap();
+        assert_eq!(s.get_connect_timeout(), Some(&Duration::from_millis(1234)));
+        assert_eq!(s.get_application_name(), Some("coldwire"));
+        let c = Config {
+            service_url: Some("postgres://svc@h/app?connect_timeout=2&application_name=mine".into()),
+            ..Config::default()
+        };
+        let s = c.service().unwrap().unwrap();
+        assert_eq!(s.get_connect_timeout(), Some(&Duration::from_secs(2)));
+        assert_eq!(s.get_application_name(), Some("mine"));
     }
 }

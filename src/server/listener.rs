@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::catalog::{self, CatalogError};
 use crate::config::{Config, ConfigError};
 use crate::session::{self, SessionContext};
 use crate::wire::cancel::CancelRegistry;
@@ -30,6 +31,9 @@ pub enum ServerError {
     Bind { addr: String, source: std::io::Error },
     #[error("cannot install the metrics recorder: {0}")]
     Metrics(String),
+    /// `target` is the service connection without its password ([`catalog::describe`]).
+    #[error("cannot prepare the coldwire catalog through service_url ({target}): {source}")]
+    Catalog { target: String, source: CatalogError },
 }
 
 /// A proxy whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -40,10 +44,12 @@ pub struct Server {
 }
 
 impl Server {
-    /// Validates `config`, loads TLS material and binds the client and metrics listeners.
+    /// Validates `config`, loads TLS material, creates or upgrades the catalog when
+    /// `service_url` is set, and binds the client and metrics listeners.
     ///
     /// # Errors
-    /// Invalid settings, unreadable TLS files, an address already in use.
+    /// Invalid settings, unreadable TLS files, a catalog that cannot be migrated (service
+    /// database unreachable, not UTF8, newer than this binary), an address already in use.
     pub async fn bind(config: Config) -> Result<Self, ServerError> {
         config.validate()?;
         let upstream = config.upstream()?;
@@ -51,6 +57,7 @@ impl Server {
             (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
             _ => None,
         };
+        prepare_catalog(&config).await?;
         let listener = bind(&config.listen).await?;
         let metrics = match &config.metrics_listen {
             Some(addr) => {
@@ -115,6 +122,32 @@ impl Server {
         }
         tracing::info!("shutdown complete");
     }
+}
+
+/// Migrates the catalog through the service connection, or logs that tiering is off.
+async fn prepare_catalog(config: &Config) -> Result<(), ServerError> {
+    let Some(service) = config.service()? else {
+        tracing::info!("service_url is not set: tiering is disabled, coldwire only relays");
+        return Ok(());
+    };
+    let target = catalog::describe(&service);
+    let failed = |source| ServerError::Catalog { target: target.clone(), source };
+    let mut client = catalog::connect(&service).await.map_err(failed)?;
+    let report = catalog::migrate(&mut client).await.map_err(failed)?;
+    if report.applied.is_empty() {
+        tracing::info!(service = %target, version = report.to_version, admin_role = ?report.admin_role, "catalog is current");
+    } else {
+        let applied: Vec<String> = report.applied.iter().map(|m| format!("{} ({})", m.version, m.name)).collect();
+        tracing::info!(
+            service = %target,
+            from_version = report.from_version,
+            to_version = report.to_version,
+            applied = %applied.join(", "),
+            admin_role = ?report.admin_role,
+            "catalog migrated"
+        );
+    }
+    Ok(())
 }
 
 async fn bind(addr: &str) -> Result<TcpListener, ServerError> {

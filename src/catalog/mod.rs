@@ -1,0 +1,12 @@
+//! The coldwire catalog in Postgres (DESIGN §3): the `coldwire` schema, its versioned
+//! migrations, and the service connection they run on.
+
+mod error;
+mod migrate;
+mod service;
+
+pub use error::CatalogError;
+pub use migrate::{
+    latest_version, migrate, AdminRole, Migration, MigrationReport, ADMIN_ROLE, MIGRATIONS, MIGRATION_LOCK_KEY,
+};
+pub use service::{connect, describe};
