@@ -58,6 +58,7 @@ pub fn client_error(e: &SessionError) -> Option<ErrorFields> {
 
 /// The ErrorResponse for an admin call coldwire refuses or could not carry out.
 pub fn admin_error(e: &AdminError) -> ErrorFields {
+    let mut detail = None;
     let (code, hint) = match e {
         AdminError::Misuse | AdminError::ComputedArgument { .. } => (
             SqlState::FEATURE_NOT_SUPPORTED,
@@ -81,12 +82,41 @@ pub fn admin_error(e: &AdminError) -> ErrorFields {
             Some("start coldwire with --service-url (or COLDWIRE_SERVICE_URL) to enable tiering"),
         ),
         AdminError::InFailedTransaction => (SqlState::IN_FAILED_SQL_TRANSACTION, None),
+        AdminError::UndefinedTable(_) => (SqlState::UNDEFINED_TABLE, None),
+        AdminError::NotOwner { .. } => (SqlState::INSUFFICIENT_PRIVILEGE, None),
+        AdminError::AlreadyTiered { .. } => {
+            (SqlState::DUPLICATE_OBJECT, Some("use coldwire.set_policy to change the policy of a tiered table"))
+        }
+        AdminError::NotTiered { .. } => {
+            (SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE, Some("tier it first with coldwire.tier_table"))
+        }
+        AdminError::Refused { reasons, .. } => {
+            detail = Some(reasons.join("\n"));
+            (SqlState::FEATURE_NOT_SUPPORTED, Some("docs/architecture.md lists what tiering supports"))
+        }
+        AdminError::OtherDatabase { .. } => (
+            SqlState::FEATURE_NOT_SUPPORTED,
+            Some("connect to the database of service_url to tier its tables; one proxy tiers one database"),
+        ),
+        AdminError::NotImplemented(_) => (SqlState::FEATURE_NOT_SUPPORTED, None),
+        AdminError::Postgres { code, message, detail, hint } => {
+            return ErrorFields {
+                severity: Severity::Error,
+                code: code.clone(),
+                message: message.clone(),
+                detail: detail.clone(),
+                hint: hint.clone(),
+            }
+        }
+        AdminError::ServiceUnavailable => {
+            (SqlState::CONNECTION_FAILURE, Some("the coldwire log says why; check service_url and Postgres"))
+        }
     };
     ErrorFields {
         severity: Severity::Error,
         code: code.code().to_owned(),
         message: e.to_string(),
-        detail: None,
+        detail,
         hint: hint.map(str::to_owned),
     }
 }

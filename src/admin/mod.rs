@@ -5,10 +5,12 @@ pub mod args;
 pub mod call;
 pub mod executor;
 pub mod policy;
+pub mod tiering;
 
 pub use call::{mentions_coldwire, recognize, AdminCall, AdminFunction, ArgValue};
 pub use executor::{AdminExecutor, AdminRequest, Disabled};
 pub use policy::Policy;
+pub use tiering::Tiering;
 
 /// An admin call coldwire refuses, or could not carry out.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -43,4 +45,22 @@ pub enum AdminError {
     Disabled,
     #[error("current transaction is aborted, commands ignored until end of transaction block")]
     InFailedTransaction,
+    #[error("relation \"{0}\" does not exist")]
+    UndefinedTable(String),
+    #[error("must be the owner of table {table} or a member of coldwire_admin")]
+    NotOwner { table: String },
+    #[error("table {table} is already tiered")]
+    AlreadyTiered { table: String },
+    #[error("table {table} is not tiered")]
+    NotTiered { table: String },
+    #[error("table {table} cannot be tiered: {}", reasons.join("; "))]
+    Refused { table: String, reasons: Vec<String> },
+    #[error("tiering on this proxy is configured for database \"{configured}\" (service_url), not \"{session}\"")]
+    OtherDatabase { configured: String, session: String },
+    #[error("{0} is not implemented yet")]
+    NotImplemented(&'static str),
+    #[error("{message}")]
+    Postgres { code: String, message: String, detail: Option<String>, hint: Option<String> },
+    #[error("coldwire's service connection to Postgres failed")]
+    ServiceUnavailable,
 }

@@ -35,6 +35,9 @@ pub enum CatalogError {
          act as; drop or re-own the schema, or connect service_url as {owner}"
     )]
     ForeignSchema { owner: String },
+    /// A table named in an admin call does not exist.
+    #[error("relation \"{0}\" does not exist")]
+    UndefinedTable(String),
 }
 
 /// A tokio-postgres error with what it wraps: its own Display says only "db error" or

@@ -1,7 +1,9 @@
 //! The coldwire catalog in Postgres (DESIGN §3): the `coldwire` schema, its versioned
 //! migrations, and the service connection they run on.
 
+pub mod capture;
 mod error;
+pub mod inspect;
 mod migrate;
 mod service;
 

@@ -57,7 +57,10 @@ impl Server {
             (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
             _ => None,
         };
-        prepare_catalog(&config).await?;
+        let admin: Arc<dyn crate::admin::AdminExecutor> = match prepare_catalog(&config).await? {
+            Some(service) => Arc::new(crate::admin::Tiering::new(service)),
+            None => Arc::new(crate::admin::Disabled),
+        };
         let listener = bind(&config.listen).await?;
         let metrics = match &config.metrics_listen {
             Some(addr) => {
@@ -72,7 +75,7 @@ impl Server {
             tls,
             cancel_keys: Arc::new(CancelRegistry::default()),
             force_close: CancellationToken::new(),
-            admin: Arc::new(crate::admin::Disabled),
+            admin,
         });
         Ok(Self { ctx, listener, metrics })
     }
@@ -124,11 +127,12 @@ impl Server {
     }
 }
 
-/// Migrates the catalog through the service connection, or logs that tiering is off.
-async fn prepare_catalog(config: &Config) -> Result<(), ServerError> {
+/// Migrates the catalog through the service connection and returns its settings, or logs
+/// that tiering is off.
+async fn prepare_catalog(config: &Config) -> Result<Option<tokio_postgres::Config>, ServerError> {
     let Some(service) = config.service()? else {
         tracing::info!("service_url is not set: tiering is disabled, coldwire only relays");
-        return Ok(());
+        return Ok(None);
     };
     let target = catalog::describe(&service);
     let failed = |source| ServerError::Catalog { target: target.clone(), source };
@@ -147,7 +151,7 @@ async fn prepare_catalog(config: &Config) -> Result<(), ServerError> {
             "catalog migrated"
         );
     }
-    Ok(())
+    Ok(Some(service))
 }
 
 async fn bind(addr: &str) -> Result<TcpListener, ServerError> {

@@ -1,0 +1,223 @@
+//! The admin executor of a proxy with a service connection: `tier_table` and `set_policy`
+//! against the catalog (DESIGN §3, §4, §8). `flush_table` is refused until the flush exists.
+
+use serde_json::{json, Value};
+use tokio_postgres::Client;
+
+use super::args::{Resolved, TableRef};
+use super::executor::{AdminExecutor, AdminFuture, AdminRequest};
+use super::{AdminError, AdminFunction, Policy};
+use crate::catalog::capture::CaptureSpec;
+use crate::catalog::inspect::{self, TableFacts};
+use crate::catalog::{self, CatalogError};
+
+/// How long `tier_table` waits for the table lock its triggers need (writers and readers
+/// of the table queue behind a waiting lock, so do not wait long).
+const TRIGGER_LOCK_TIMEOUT: &str = "5s";
+
+/// Carries out admin calls through the service connection.
+pub struct Tiering {
+    service: tokio_postgres::Config,
+    /// The database the service connection (and so the catalog) is in.
+    database: String,
+}
+
+impl Tiering {
+    /// An executor for the catalog reached through `service`.
+    pub fn new(service: tokio_postgres::Config) -> Self {
+        let database = service.get_dbname().or(service.get_user()).unwrap_or("postgres").to_owned();
+        Self { service, database }
+    }
+}
+
+impl AdminExecutor for Tiering {
+    fn execute(&self, request: AdminRequest) -> AdminFuture<'_> {
+        Box::pin(async move {
+            if request.database != self.database {
+                return Err(AdminError::OtherDatabase {
+                    configured: self.database.clone(),
+                    session: request.database.clone(),
+                });
+            }
+            let mut client = catalog::connect(&self.service).await.map_err(service_error)?;
+            match request.function {
+                AdminFunction::TierTable => tier_table(&mut client, &request).await,
+                AdminFunction::SetPolicy => set_policy(&mut client, &request).await,
+                AdminFunction::FlushTable => Err(AdminError::NotImplemented("coldwire.flush_table")),
+            }
+        })
+    }
+}
+
+async fn tier_table(client: &mut Client, request: &AdminRequest) -> Result<Value, AdminError> {
+    let table = table_arg(request)?;
+    let changes = match request.args.get(1) {
+        Some(Resolved::Json(v)) => v.clone(),
+        _ => json!({}),
+    };
+    let policy = Policy::default().merged(&changes)?;
+    let facts = inspect::table_facts(client, table).await.map_err(service_error)?;
+    check_may_manage(client, &request.user, &facts).await?;
+    if facts.tiered_id.is_some() {
+        return Err(AdminError::AlreadyTiered { table: facts.display_name() });
+    }
+    let reasons = facts.refusals();
+    if !reasons.is_empty() {
+        return Err(AdminError::Refused { table: facts.display_name(), reasons });
+    }
+    let columns: Vec<Value> = facts
+        .columns
+        .iter()
+        .map(|c| json!({"attnum": c.attnum, "name": c.name, "type": c.type_name, "type_oid": c.type_oid, "typmod": c.typmod}))
+        .collect();
+    let pk_names: Vec<&str> = facts.pk_columns().iter().map(|c| c.name.as_str()).collect();
+
+    // 1. Catalog row, mirror, capture function and triggers: one short transaction (the
+    //    triggers lock out writers until it commits).
+    let tx = client.transaction().await.map_err(pg_error)?;
+    tx.batch_execute(&format!("SET LOCAL lock_timeout = '{TRIGGER_LOCK_TIMEOUT}'")).await.map_err(pg_error)?;
+    let prefix = format!("{}.{}", facts.schema, facts.name);
+    let id: i64 = tx
+        .query_one(
+            "INSERT INTO coldwire.tables (relid, schema_name, table_name, pk_attnums, columns, policy, storage_prefix) \
+             VALUES ($1, $2, $3, $4, $5, $6, \
+                     CASE WHEN EXISTS (SELECT 1 FROM coldwire.tables WHERE storage_prefix = $7) \
+                          THEN $7 || '-' || $8 ELSE $7 END) \
+             RETURNING id",
+            &[
+                &facts.oid,
+                &facts.schema,
+                &facts.name,
+                &facts.pk,
+                &Value::Array(columns.clone()),
+                &policy.to_json(),
+                &prefix,
+                &facts.oid.to_string(),
+            ],
+        )
+        .await
+        .map_err(pg_error)?
+        .get(0);
+    let spec = CaptureSpec {
+        id,
+        schema: facts.schema.clone(),
+        table: facts.name.clone(),
+        pk: facts.pk_columns().iter().map(|c| (c.name.clone(), c.type_name.clone())).collect(),
+    };
+    for statement in spec.install() {
+        tx.batch_execute(&statement).await.map_err(pg_error)?;
+    }
+    tx.commit().await.map_err(pg_error)?;
+
+    // 2. Seed the mirror with the rows already there. Rows written from now on are the
+    //    triggers' to record; ON CONFLICT DO NOTHING leaves their newer entries alone.
+    let seeded = async {
+        let tx = client.transaction().await?;
+        let rows = tx.execute(&spec.seed(), &[]).await?;
+        tx.execute("UPDATE coldwire.tables SET state = 'active' WHERE id = $1", &[&id]).await?;
+        tx.batch_execute("NOTIFY coldwire_catalog").await?;
+        tx.commit().await?;
+        Ok::<u64, tokio_postgres::Error>(rows)
+    }
+    .await;
+    let mirror_rows = match seeded {
+        Ok(rows) => rows,
+        Err(e) => {
+            // Leave the table as it was: no triggers, no mirror, no catalog row.
+            let mut undo = spec.uninstall().join("; ");
+            undo.push_str(&format!("; DELETE FROM coldwire.tables WHERE id = {id}"));
+            if let Err(cleanup) = client.batch_execute(&undo).await {
+                tracing::error!(table = %facts.display_name(), error = %cleanup, "tier_table could not undo itself");
+            }
+            return Err(pg_error(e));
+        }
+    };
+    tracing::info!(table = %facts.display_name(), id, mirror_rows, "table tiered");
+    Ok(json!({
+        "table": facts.display_name(),
+        "id": id,
+        "primary_key": pk_names,
+        "columns": columns,
+        "policy": policy.to_json(),
+        "mirror_rows": mirror_rows,
+    }))
+}
+
+async fn set_policy(client: &mut Client, request: &AdminRequest) -> Result<Value, AdminError> {
+    let table = table_arg(request)?;
+    let Some(Resolved::Json(changes)) = request.args.get(1) else {
+        return Err(AdminError::NullArgument { function: "set_policy", name: "policy" });
+    };
+    // Check the keys before looking anything up.
+    Policy::default().merged(changes)?;
+    let facts = inspect::table_facts(client, table).await.map_err(service_error)?;
+    check_may_manage(client, &request.user, &facts).await?;
+    let Some(id) = facts.tiered_id else {
+        return Err(AdminError::NotTiered { table: facts.display_name() });
+    };
+    let tx = client.transaction().await.map_err(pg_error)?;
+    let current: Value = tx
+        .query_one("SELECT policy FROM coldwire.tables WHERE id = $1 FOR UPDATE", &[&id])
+        .await
+        .map_err(pg_error)?
+        .get(0);
+    let policy = Policy::default().merged(&current)?.merged(changes)?;
+    tx.execute("UPDATE coldwire.tables SET policy = $2 WHERE id = $1", &[&id, &policy.to_json()])
+        .await
+        .map_err(pg_error)?;
+    tx.batch_execute("NOTIFY coldwire_catalog").await.map_err(pg_error)?;
+    tx.commit().await.map_err(pg_error)?;
+    Ok(json!({"table": facts.display_name(), "policy": policy.to_json()}))
+}
+
+fn table_arg(request: &AdminRequest) -> Result<&TableRef, AdminError> {
+    match request.args.first() {
+        Some(Resolved::Table(t)) => Ok(t),
+        _ => Err(AdminError::NullArgument { function: request.function.name(), name: "t" }),
+    }
+}
+
+/// DESIGN §8: the table's owner (or a member of the owning role) or a member of
+/// `coldwire_admin`; the session's authenticated user is the one checked.
+async fn check_may_manage(client: &Client, user: &str, facts: &TableFacts) -> Result<(), AdminError> {
+    let allowed: bool = client
+        .query_one(
+            "SELECT pg_has_role($1::text::name, $2::oid, 'USAGE') \
+                 OR EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = 'coldwire_admin' \
+                            AND pg_has_role($1::text::name, r.oid, 'MEMBER'))",
+            &[&user, &facts.oid_owner()],
+        )
+        .await
+        .map_err(pg_error)?
+        .get(0);
+    if allowed {
+        Ok(())
+    } else {
+        Err(AdminError::NotOwner { table: facts.display_name() })
+    }
+}
+
+/// A Postgres error of the service connection, code and text kept (they describe the
+/// user's table or the catalog, not coldwire's internals).
+fn pg_error(e: tokio_postgres::Error) -> AdminError {
+    match e.as_db_error() {
+        Some(db) => AdminError::Postgres {
+            code: db.code().code().to_owned(),
+            message: db.message().to_owned(),
+            detail: db.detail().map(str::to_owned),
+            hint: db.hint().map(str::to_owned),
+        },
+        None => AdminError::ServiceUnavailable,
+    }
+}
+
+fn service_error(e: CatalogError) -> AdminError {
+    match e {
+        CatalogError::UndefinedTable(name) => AdminError::UndefinedTable(name),
+        CatalogError::Postgres(pg) => pg_error(pg),
+        other => {
+            tracing::warn!(error = %other, "service connection failed during an admin call");
+            AdminError::ServiceUnavailable
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! What `tier_table` must know about a table before tiering it, read from the system
+//! catalogs, and the rules that refuse a table (DESIGN §3), each offender named.
+
+use tokio_postgres::Client;
+
+use super::CatalogError;
+use crate::admin::args::TableRef;
+
+/// One column of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnFacts {
+    pub attnum: i16,
+    pub name: String,
+    pub type_oid: u32,
+    pub typmod: i32,
+    /// `format_type(atttypid, atttypmod)`.
+    pub type_name: String,
+    /// The column's collation compares by bytes (or the type has none).
+    pub deterministic: bool,
+    pub generated: bool,
+    pub identity: bool,
+}
+
+/// The facts about a table that decide whether and how it can be tiered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableFacts {
+    pub oid: u32,
+    pub schema: String,
+    pub name: String,
+    pub relkind: String,
+    pub owner: u32,
+    pub row_security: bool,
+    pub is_partition: bool,
+    pub has_children: bool,
+    pub inherits: bool,
+    pub columns: Vec<ColumnFacts>,
+    /// Primary-key attnums in key order, if there is a primary key.
+    pub pk: Option<Vec<i16>>,
+    /// Foreign keys of other tables that reference this one: `constraint on table`.
+    pub inbound_fks: Vec<String>,
+    /// Unique indexes other than the primary key, and exclusion constraints.
+    pub other_unique: Vec<String>,
+    /// Row-level triggers that are not coldwire's.
+    pub row_triggers: Vec<String>,
+    /// coldwire's id, if the table is tiered already.
+    pub tiered_id: Option<i64>,
+}
+
+/// Column types whose values coldwire round-trips exactly (DESIGN §2.8): scalar OIDs and
+/// their one-dimensional array types.
+const SUPPORTED_TYPES: [(u32, u32); 19] = [
+    (21, 1005),   // int2
+    (23, 1007),   // int4
+    (20, 1016),   // int8
+    (700, 1021),  // float4
+    (701, 1022),  // float8
+    (1700, 1231), // numeric
+    (25, 1009),   // text
+    (1043, 1015), // varchar
+    (1042, 1014), // bpchar
+    (16, 1000),   // bool
+    (17, 1001),   // bytea
+    (1082, 1182), // date
+    (1083, 1183), // time
+    (1114, 1115), // timestamp
+    (1184, 1185), // timestamptz
+    (1186, 1187), // interval
+    (2950, 2951), // uuid
+    (114, 199),   // json
+    (3802, 3807), // jsonb
+];
+
+/// Primary-key types whose equality is byte equality (so a key found in cold data is the
+/// key Postgres would match): integers, text and varchar under a deterministic collation,
+/// uuid, bytea, date, time, timestamp, timestamptz, bool.
+const BYTE_EQUAL_KEY_TYPES: [u32; 13] = [21, 23, 20, 25, 1043, 2950, 17, 1082, 1083, 1114, 1184, 16, 19];
+
+fn supported(type_oid: u32) -> bool {
+    SUPPORTED_TYPES.iter().any(|(scalar, array)| *scalar == type_oid || *array == type_oid)
+}
+
+/// Reads the facts about `table`, resolved like a regclass literal under the service
+/// connection's search_path (schema-qualify names to be independent of it).
+///
+/// # Errors
+/// [`CatalogError::UndefinedTable`] when nothing is found; Postgres errors otherwise.
+pub async fn table_facts(client: &Client, table: &TableRef) -> Result<TableFacts, CatalogError> {
+    const RELATION: &str = "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text, c.relowner, \
+        c.relrowsecurity, c.relispartition, c.relhassubclass, \
+        EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid) \
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ";
+    let row = match table {
+        TableRef::Name(name) => client.query_opt(&format!("{RELATION} to_regclass($1)"), &[name]).await?,
+        TableRef::Oid(oid) => client.query_opt(&format!("{RELATION} $1::oid"), &[oid]).await?,
+    };
+    let Some(row) = row else {
+        let shown = match table {
+            TableRef::Name(name) => name.clone(),
+            TableRef::Oid(oid) => format!("with OID {oid}"),
+        };
+        return Err(CatalogError::UndefinedTable(shown));
+    };
+    let oid: u32 = row.get(0);
+    let columns = client
+        .query(
+            "SELECT a.attnum, a.attname::text, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), \
+                    COALESCE(co.collisdeterministic, true), a.attgenerated <> '', a.attidentity <> '' \
+             FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation \
+             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            &[&oid],
+        )
+        .await?
+        .into_iter()
+        .map(|r| ColumnFacts {
+            attnum: r.get(0),
+            name: r.get(1),
+            type_oid: r.get(2),
+            typmod: r.get(3),
+            type_name: r.get(4),
+            deterministic: r.get(5),
+            generated: r.get(6),
+            identity: r.get(7),
+        })
+        .collect();
+    let pk = client
+        .query_opt("SELECT indkey::int2[] FROM pg_index WHERE indrelid = $1 AND indisprimary", &[&oid])
+        .await?
+        .map(|r| r.get::<_, Vec<i16>>(0));
+    let strings = |rows: Vec<tokio_postgres::Row>| rows.into_iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>();
+    let inbound_fks = strings(
+        client
+            .query(
+                "SELECT format('%I on %s', conname, conrelid::regclass) FROM pg_constraint \
+                 WHERE contype = 'f' AND confrelid = $1 ORDER BY 1",
+                &[&oid],
+            )
+            .await?,
+    );
+    let other_unique = strings(
+        client
+            .query(
+                "SELECT format('%I', c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+                 WHERE i.indrelid = $1 AND i.indisunique AND NOT i.indisprimary \
+                 UNION SELECT format('%I', conname) FROM pg_constraint WHERE conrelid = $1 AND contype = 'x' \
+                 ORDER BY 1",
+                &[&oid],
+            )
+            .await?,
+    );
+    let row_triggers = strings(
+        client
+            .query(
+                "SELECT format('%I', tgname) FROM pg_trigger WHERE tgrelid = $1 AND NOT tgisinternal \
+                 AND (tgtype & 1) = 1 ORDER BY 1",
+                &[&oid],
+            )
+            .await?,
+    );
+    let tiered_id = client
+        .query_opt("SELECT id FROM coldwire.tables WHERE relid = $1", &[&oid])
+        .await?
+        .map(|r| r.get::<_, i64>(0));
+    Ok(TableFacts {
+        oid,
+        schema: row.get(1),
+        name: row.get(2),
+        relkind: row.get(3),
+        owner: row.get(4),
+        row_security: row.get(5),
+        is_partition: row.get(6),
+        has_children: row.get(7),
+        inherits: row.get(8),
+        columns,
+        pk,
+        inbound_fks,
+        other_unique,
+        row_triggers,
+        tiered_id,
+    })
+}
+
+impl TableFacts {
+    /// The OID of the owning role.
+    pub fn oid_owner(&self) -> u32 {
+        self.owner
+    }
+
+    /// `schema.table`, quoted where needed, for messages.
+    pub fn display_name(&self) -> String {
+        format!("{}.{}", display_ident(&self.schema), display_ident(&self.name))
+    }
+
+    /// The primary-key columns, in key order.
+    pub fn pk_columns(&self) -> Vec<&ColumnFacts> {
+        self.pk
+            .iter()
+            .flatten()
+            .filter_map(|attnum| self.columns.iter().find(|c| c.attnum == *attnum))
+            .collect()
+    }
+
+    /// Every reason the table cannot be tiered, each naming its offender; empty if none.
+    pub fn refusals(&self) -> Vec<String> {
+        let mut reasons = Vec::new();
+        match self.relkind.as_str() {
+            "r" => {}
+            "p" => reasons.push("it is a partitioned table (not supported yet)".to_owned()),
+            other => reasons.push(format!("it is not an ordinary table (relkind {other})")),
+        }
+        if self.is_partition {
+            reasons.push("it is a partition (not supported yet)".to_owned());
+        }
+        if self.has_children || self.inherits {
+            reasons.push("it takes part in table inheritance (not supported yet)".to_owned());
+        }
+        if self.row_security {
+            reasons.push("row-level security is enabled: coldwire cannot carry its policies to cold rows".to_owned());
+        }
+        if self.pk.is_none() {
+            reasons.push("it has no primary key".to_owned());
+        }
+        for c in self.pk_columns() {
+            if !BYTE_EQUAL_KEY_TYPES.contains(&c.type_oid) {
+                reasons.push(format!(
+                    "primary-key column {} has type {}, whose equality is not byte equality",
+                    display_ident(&c.name),
+                    c.type_name
+                ));
+            } else if !c.deterministic {
+                reasons.push(format!("primary-key column {} has a nondeterministic collation", display_ident(&c.name)));
+            }
+        }
+        for c in &self.columns {
+            if !supported(c.type_oid) {
+                reasons.push(format!(
+                    "column {} has type {}, which coldwire cannot store cold yet",
+                    display_ident(&c.name),
+                    c.type_name
+                ));
+            }
+        }
+        for fk in &self.inbound_fks {
+            reasons.push(format!("foreign key {fk} references it (flushing would fire its actions)"));
+        }
+        for u in &self.other_unique {
+            reasons.push(format!("unique or exclusion constraint {u} cannot be enforced across hot and cold rows"));
+        }
+        for t in &self.row_triggers {
+            reasons.push(format!("row trigger {t} would fire when cold rows are rehydrated"));
+        }
+        reasons
+    }
+}
+
+/// An identifier as Postgres shows it: bare when it is a plain lower-case name.
+fn display_ident(name: &str) -> String {
+    let plain = !name.is_empty()
+        && name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_owned()
+    } else {
+        super::capture::quote_ident(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn column(attnum: i16, name: &str, type_oid: u32, type_name: &str) -> ColumnFacts {
+        ColumnFacts {
+            attnum,
+            name: name.into(),
+            type_oid,
+            typmod: -1,
+            type_name: type_name.into(),
+            deterministic: true,
+            generated: false,
+            identity: false,
+        }
+    }
+
+    fn plain() -> TableFacts {
+        TableFacts {
+            oid: 1,
+            schema: "public".into(),
+            name: "events".into(),
+            relkind: "r".into(),
+            owner: 10,
+            row_security: false,
+            is_partition: false,
+            has_children: false,
+            inherits: false,
+            columns: vec![column(1, "id", 20, "bigint"), column(2, "body", 3802, "jsonb")],
+            pk: Some(vec![1]),
+            inbound_fks: vec![],
+            other_unique: vec![],
+            row_triggers: vec![],
+            tiered_id: None,
+        }
+    }
+
+    #[test]
+    fn a_plain_table_is_accepted() {
+        assert!(plain().refusals().is_empty());
+        assert_eq!(plain().display_name(), "public.events");
+    }
+
+    #[test]
+    fn every_offender_is_named() {
+        let mut t = plain();
+        t.pk = Some(vec![3]);
+        t.columns.push(column(3, "Amount", 1700, "numeric"));
+        t.columns.push(column(4, "Where", 600, "point"));
+        t.row_security = true;
+        t.inbound_fks.push("orders_event_fk on orders".into());
+        t.other_unique.push("events_body_key".into());
+        t.row_triggers.push("audit".into());
+        let reasons = t.refusals().join("\n");
+        for needle in [
+            "\"Amount\" has type numeric, whose equality is not byte equality",
+            "column \"Where\" has type point",
+            "row-level security",
+            "orders_event_fk on orders",
+            "events_body_key",
+            "row trigger audit",
+        ] {
+            assert!(reasons.contains(needle), "missing {needle:?} in\n{reasons}");
+        }
+        let mut t = plain();
+        t.pk = None;
+        t.relkind = "p".into();
+        let reasons = t.refusals().join("\n");
+        assert!(reasons.contains("no primary key") && reasons.contains("partitioned"));
+        let mut t = plain();
+        t.columns[0].deterministic = false;
+        t.columns[0].type_oid = 25;
+        assert!(t.refusals()[0].contains("nondeterministic collation"));
+    }
+}
