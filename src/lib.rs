@@ -26,6 +26,7 @@ pub mod catalog;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod flush;
 pub mod metrics;
 pub mod server;
 pub mod session;

@@ -1,0 +1,4 @@
+//! The flush (DESIGN §5): how many rows to take, and the durable job queue that runs it.
+
+pub mod jobs;
+pub mod select;
