@@ -2,3 +2,4 @@
 
 pub mod jobs;
 pub mod select;
+pub mod store;
