@@ -10,6 +10,10 @@
 //!   startup), the upstream connection, the two-way relay, and the [`session::SessionState`]
 //!   (transaction phase, server parameters, prepared statement names) learnt on the way.
 //! - [`server`]: listeners, the accept loop, graceful shutdown.
+//! - [`cold`]: cold values, sans-IO: which column types can go cold ([`cold::ColdType`]),
+//!   a streaming decoder of binary COPY output into Arrow record batches
+//!   ([`cold::CopyDecoder`]) and the way back to binary COPY and binary parameters, exact
+//!   to the byte.
 //! - [`admin`]: the admin calls (`coldwire.tier_table(…)`, …) recognized in SQL text with
 //!   pg_query, and their policy validation.
 //! - [`config`], [`metrics`], [`error`] (the single mapping from coldwire errors to SQLSTATEs).
@@ -19,6 +23,7 @@
 //! these; see docs/architecture.md for what exists today.
 
 pub mod admin;
+pub mod cold;
 pub mod config;
 pub mod demo;
 pub mod error;
