@@ -14,7 +14,10 @@ fn columns() -> Vec<ColdColumn> {
         ColdColumn::new("id", ColdType::Scalar(ScalarType::Int4)),
         ColdColumn::new("name", ColdType::Scalar(ScalarType::Text(TextKind::Text))),
         ColdColumn::new("tags", ColdType::Array(ScalarType::Int4)),
-        ColdColumn::new("amount", ColdType::Scalar(ScalarType::Numeric(NumericRepr::Decimal { precision: 5, scale: 2 }))),
+        ColdColumn::new(
+            "amount",
+            ColdType::Scalar(ScalarType::Numeric(NumericRepr::Decimal { precision: 5, scale: 2 })),
+        ),
     ]
 }
 
@@ -215,7 +218,10 @@ fn field_length_overruns_and_garbage() {
     }
     s.extend_from_slice(&(-1_i16).to_be_bytes());
     let e = decode_chunks(&[&s], 2).unwrap_err();
-    assert!(matches!(&e, ColdError::Value { column, row: 0, source: ValueError::Malformed { .. } } if column == "id"), "{e}");
+    assert!(
+        matches!(&e, ColdError::Value { column, row: 0, source: ValueError::Malformed { .. } } if column == "id"),
+        "{e}"
+    );
     // an array element that overruns its array
     let mut arr = int4_array(&[Some(1)], 1);
     let n = arr.len();

@@ -42,8 +42,11 @@ pub fn encode_batch(columns: &[ColdColumn], batch: &RecordBatch, out: &mut Bytes
     for row in 0..batch.num_rows() {
         out.put_i16(field_count);
         for (column, view) in columns.iter().zip(&views) {
-            write_field(out, |out| view.write(row, out))
-                .map_err(|source| ColdError::Value { column: column.name.clone(), row: row as u64, source })?;
+            write_field(out, |out| view.write(row, out)).map_err(|source| ColdError::Value {
+                column: column.name.clone(),
+                row: row as u64,
+                source,
+            })?;
         }
     }
     Ok(())

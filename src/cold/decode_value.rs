@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, FixedSizeBinaryBuilder,
-    Float32Builder, Float64Builder, Int16Builder, Int32Builder, Int64Builder, ListArray, StringBuilder,
-    StructArray, Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
-};
 use arrow::array::NullBufferBuilder;
+use arrow::array::{
+    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, FixedSizeBinaryBuilder, Float32Builder,
+    Float64Builder, Int16Builder, Int32Builder, Int64Builder, ListArray, StringBuilder, StructArray,
+    Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
+};
 use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field};
 use arrow::error::ArrowError;
@@ -39,7 +39,13 @@ enum Values {
     Float4(Float32Builder),
     Float8(Float64Builder),
     /// numeric(p, s): the decimal, the special's text, and the struct's validity.
-    Decimal { value: Decimal128Builder, special: StringBuilder, nulls: NullBufferBuilder, precision: u8, scale: i8 },
+    Decimal {
+        value: Decimal128Builder,
+        special: StringBuilder,
+        nulls: NullBufferBuilder,
+        precision: u8,
+        scale: i8,
+    },
     /// text, varchar, bpchar, json, jsonb, unconstrained numeric.
     Utf8(StringBuilder),
     Bool(BooleanBuilder),
@@ -47,7 +53,12 @@ enum Values {
     Date(Date32Builder),
     Time(Time64MicrosecondBuilder),
     Timestamp(TimestampMicrosecondBuilder),
-    Interval { months: Int32Builder, days: Int32Builder, micros: Int64Builder, nulls: NullBufferBuilder },
+    Interval {
+        months: Int32Builder,
+        days: Int32Builder,
+        micros: Int64Builder,
+        nulls: NullBufferBuilder,
+    },
     Uuid(FixedSizeBinaryBuilder),
 }
 
@@ -131,10 +142,9 @@ impl ScalarBuilder {
                 precision,
                 scale,
             },
-            ScalarType::Numeric(NumericRepr::Text)
-            | ScalarType::Text(_)
-            | ScalarType::Json
-            | ScalarType::Jsonb => Values::Utf8(StringBuilder::with_capacity(capacity, capacity * 16)),
+            ScalarType::Numeric(NumericRepr::Text) | ScalarType::Text(_) | ScalarType::Json | ScalarType::Jsonb => {
+                Values::Utf8(StringBuilder::with_capacity(capacity, capacity * 16))
+            }
             ScalarType::Bool => Values::Bool(BooleanBuilder::with_capacity(capacity)),
             ScalarType::Bytea => Values::Bytea(BinaryBuilder::with_capacity(capacity, capacity * 16)),
             ScalarType::Date => Values::Date(Date32Builder::with_capacity(capacity)),
@@ -269,7 +279,11 @@ impl ScalarBuilder {
                 let DataType::Struct(fields) = self.ty.data_type() else {
                     return Err(ArrowError::SchemaError("numeric without a struct type".into()));
                 };
-                Arc::new(StructArray::try_new(fields, vec![Arc::new(value.finish()), Arc::new(special.finish())], nulls.finish())?)
+                Arc::new(StructArray::try_new(
+                    fields,
+                    vec![Arc::new(value.finish()), Arc::new(special.finish())],
+                    nulls.finish(),
+                )?)
             }
             Values::Utf8(b) => Arc::new(b.finish()),
             Values::Bool(b) => Arc::new(b.finish()),
@@ -281,7 +295,8 @@ impl ScalarBuilder {
                 let DataType::Struct(fields) = self.ty.data_type() else {
                     return Err(ArrowError::SchemaError("interval without a struct type".into()));
                 };
-                let children: Vec<ArrayRef> = vec![Arc::new(months.finish()), Arc::new(days.finish()), Arc::new(micros.finish())];
+                let children: Vec<ArrayRef> =
+                    vec![Arc::new(months.finish()), Arc::new(days.finish()), Arc::new(micros.finish())];
                 Arc::new(StructArray::try_new(fields, children, nulls.finish())?)
             }
             Values::Uuid(b) => Arc::new(b.finish()),
@@ -350,7 +365,10 @@ impl ListBuilder {
                 len as usize
             }
             n if n > 1 => {
-                return Err(ValueError::unrepresentable(ty, format!("{n}-dimensional array (only one-dimensional arrays are stored)")));
+                return Err(ValueError::unrepresentable(
+                    ty,
+                    format!("{n}-dimensional array (only one-dimensional arrays are stored)"),
+                ));
             }
             n => return Err(ValueError::malformed(ty, format!("invalid number of dimensions {n}"))),
         };
@@ -359,7 +377,10 @@ impl ListBuilder {
             let element = match len {
                 -1 => None,
                 n if n >= 0 => Some(r.take(n as usize).ok_or_else(|| {
-                    ValueError::malformed(ty, format!("element {} declares {n} bytes, more than the value holds", i + 1))
+                    ValueError::malformed(
+                        ty,
+                        format!("element {} declares {n} bytes, more than the value holds", i + 1),
+                    )
                 })?),
                 n => return Err(ValueError::malformed(ty, format!("element {} has length {n}", i + 1))),
             };
@@ -369,9 +390,10 @@ impl ListBuilder {
             return Err(ValueError::malformed(ty, format!("{} bytes after the last element", r.bytes.len())));
         }
         let last = self.offsets.last().copied().unwrap_or(0);
-        let next = i32::try_from(count).ok().and_then(|c| last.checked_add(c)).ok_or_else(|| {
-            ValueError::unrepresentable(ty, "more than 2^31 elements in one batch")
-        })?;
+        let next = i32::try_from(count)
+            .ok()
+            .and_then(|c| last.checked_add(c))
+            .ok_or_else(|| ValueError::unrepresentable(ty, "more than 2^31 elements in one batch"))?;
         self.offsets.push(next);
         self.nulls.append_non_null();
         Ok(())
@@ -388,7 +410,9 @@ impl ListBuilder {
 /// Names the array element an error is about.
 fn in_element(e: ValueError, index: usize) -> ValueError {
     match e {
-        ValueError::Malformed { ty, detail } => ValueError::Malformed { ty, detail: format!("array element {index}: {detail}") },
+        ValueError::Malformed { ty, detail } => {
+            ValueError::Malformed { ty, detail: format!("array element {index}: {detail}") }
+        }
         ValueError::Unrepresentable { ty, detail } => {
             ValueError::Unrepresentable { ty, detail: format!("array element {index}: {detail}") }
         }

@@ -2,8 +2,8 @@
 //! what binary COPY FROM and binary bind parameters take.
 
 use arrow::array::{
-    Array, BinaryArray, BooleanArray, Date32Array, Decimal128Array, FixedSizeBinaryArray, Float32Array,
-    Float64Array, Int16Array, Int32Array, Int64Array, ListArray, StringArray, StructArray, Time64MicrosecondArray,
+    Array, BinaryArray, BooleanArray, Date32Array, Decimal128Array, FixedSizeBinaryArray, Float32Array, Float64Array,
+    Int16Array, Int32Array, Int64Array, ListArray, StringArray, StructArray, Time64MicrosecondArray,
     TimestampMicrosecondArray,
 };
 use bytes::{BufMut, BytesMut};
@@ -147,10 +147,9 @@ impl<'a> ScalarView<'a> {
                 let s = downcast::<StructArray>(array, what)?;
                 ValuesView::Decimal { array: s, value: child(s, 0, what)?, special: child(s, 1, what)?, scale }
             }
-            ScalarType::Numeric(NumericRepr::Text)
-            | ScalarType::Text(_)
-            | ScalarType::Json
-            | ScalarType::Jsonb => ValuesView::Utf8(downcast(array, what)?),
+            ScalarType::Numeric(NumericRepr::Text) | ScalarType::Text(_) | ScalarType::Json | ScalarType::Jsonb => {
+                ValuesView::Utf8(downcast(array, what)?)
+            }
             ScalarType::Bool => ValuesView::Bool(downcast(array, what)?),
             ScalarType::Bytea => ValuesView::Bytea(downcast(array, what)?),
             ScalarType::Date => ValuesView::Date(downcast(array, what)?),
@@ -158,7 +157,12 @@ impl<'a> ScalarView<'a> {
             ScalarType::Timestamp | ScalarType::Timestamptz => ValuesView::Timestamp(downcast(array, what)?),
             ScalarType::Interval => {
                 let s = downcast::<StructArray>(array, what)?;
-                ValuesView::Interval { array: s, months: child(s, 0, what)?, days: child(s, 1, what)?, micros: child(s, 2, what)? }
+                ValuesView::Interval {
+                    array: s,
+                    months: child(s, 0, what)?,
+                    days: child(s, 1, what)?,
+                    micros: child(s, 2, what)?,
+                }
             }
             ScalarType::Uuid => ValuesView::Uuid(downcast(array, what)?),
         };
@@ -248,14 +252,21 @@ impl<'a> ScalarView<'a> {
 /// # Errors
 /// [`ColdError::Schema`] when the array is not of the column's cold type,
 /// [`ColdError::Value`] when the value maps to no Postgres value.
-pub fn encode_value(column: &ColdColumn, array: &dyn Array, row: usize, out: &mut BytesMut) -> Result<Option<usize>, ColdError> {
+pub fn encode_value(
+    column: &ColdColumn,
+    array: &dyn Array,
+    row: usize,
+    out: &mut BytesMut,
+) -> Result<Option<usize>, ColdError> {
     if row >= array.len() {
         return Err(ColdError::Schema(format!("row {row} of an array of {} values", array.len())));
     }
     let view = ColumnView::new(column, array)?;
     let at = out.len();
-    let written = view
-        .write(row, out)
-        .map_err(|source| ColdError::Value { column: column.name.clone(), row: row as u64, source })?;
+    let written = view.write(row, out).map_err(|source| ColdError::Value {
+        column: column.name.clone(),
+        row: row as u64,
+        source,
+    })?;
     Ok(written.then(|| out.len() - at))
 }

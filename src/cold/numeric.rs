@@ -18,6 +18,9 @@ const SIGN_NEG: u16 = 0x4000;
 const SIGN_NAN: u16 = 0xC000;
 const SIGN_PINF: u16 = 0xD000;
 const SIGN_NINF: u16 = 0xF000;
+/// NUMERIC_SHORT_DSCALE_MASK and _SHIFT of Postgres's numeric.c.
+const SHORT_DSCALE_MASK: u16 = 0x1F80;
+const SHORT_DSCALE_SHIFT: u16 = 7;
 /// numeric_recv refuses display scales outside this mask.
 const DSCALE_MASK: u16 = 0x3FFF;
 
@@ -55,6 +58,13 @@ impl Special {
             Special::PosInf => SIGN_PINF,
             Special::NegInf => SIGN_NINF,
         }
+    }
+
+    /// The display scale numeric_send reports for a special: it reads NUMERIC_DSCALE off
+    /// the special's header as if it were a short numeric, so bits 7-12 of the sign word
+    /// show through (0 for NaN, 32 for ±Infinity). numeric_recv ignores it.
+    fn dscale(self) -> u16 {
+        (self.sign() & SHORT_DSCALE_MASK) >> SHORT_DSCALE_SHIFT
     }
 }
 
@@ -100,8 +110,8 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed<'_>, ValueError> {
         other => return Err(ValueError::malformed(TY, format!("invalid sign 0x{other:04x}"))),
     };
     if let Some(special) = special {
-        if ndigits != 0 || weight != 0 || dscale != 0 {
-            return Err(ValueError::malformed(TY, "a special value with digits, weight or scale"));
+        if ndigits != 0 || weight != 0 || dscale != special.dscale() {
+            return Err(ValueError::malformed(TY, "a special value with digits, weight or an unexpected scale"));
         }
         return Ok(Parsed::Special(special));
     }
@@ -171,7 +181,8 @@ impl Numeric<'_> {
                 format!("display scale {} differs from the column's scale {scale}", self.dscale),
             ));
         }
-        let out_of_range = || ValueError::unrepresentable(TY, format!("value does not fit numeric({precision},{scale})"));
+        let out_of_range =
+            || ValueError::unrepresentable(TY, format!("value does not fit numeric({precision},{scale})"));
         let mut unscaled: i128 = 0;
         for i in 0..self.ndigits() {
             let d = i128::from(self.digit(i));
@@ -236,12 +247,18 @@ pub fn write_special(special: Special, out: &mut BytesMut) {
     out.put_i16(0);
     out.put_i16(0);
     out.put_u16(special.sign());
-    out.put_u16(0);
+    out.put_u16(special.dscale());
 }
 
 /// Writes finite digit groups (most significant first, may hold leading/trailing zeros)
 /// in the stored form: stripped, zero as weight 0 and positive.
-fn write_groups(negative: bool, mut weight: i32, groups: &[i16], dscale: u16, out: &mut BytesMut) -> Result<(), ValueError> {
+fn write_groups(
+    negative: bool,
+    mut weight: i32,
+    groups: &[i16],
+    dscale: u16,
+    out: &mut BytesMut,
+) -> Result<(), ValueError> {
     let first = groups.iter().position(|&d| d != 0);
     let (sign, digits) = match first {
         None => {
@@ -321,7 +338,11 @@ pub fn write_text_as_binary(text: &str, out: &mut BytesMut) -> Result<(), ValueE
         None => (unsigned, ""),
     };
     let digits_only = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if int_text.is_empty() || !digits_only(int_text) || !digits_only(frac_text) || (int_text.len() > 1 && int_text.starts_with('0')) {
+    if int_text.is_empty()
+        || !digits_only(int_text)
+        || !digits_only(frac_text)
+        || (int_text.len() > 1 && int_text.starts_with('0'))
+    {
         return Err(bad());
     }
     let dscale = u16::try_from(frac_text.len()).ok().filter(|d| d & DSCALE_MASK == *d).ok_or_else(bad)?;
@@ -397,8 +418,8 @@ mod tests {
             (bin(1, 2, SIGN_POS, 1, &[1]), "100000000.0"),
             (bin(3, 0, SIGN_NEG, 9, &[7, 1234, 5670]), "-7.123456700"),
             (bin(0, 0, SIGN_NAN, 0, &[]), "NaN"),
-            (bin(0, 0, SIGN_PINF, 0, &[]), "Infinity"),
-            (bin(0, 0, SIGN_NINF, 0, &[]), "-Infinity"),
+            (bin(0, 0, SIGN_PINF, 32, &[]), "Infinity"),
+            (bin(0, 0, SIGN_NINF, 32, &[]), "-Infinity"),
         ]
     }
 
@@ -454,6 +475,7 @@ mod tests {
         assert!(parse(&bin(1, 0, SIGN_POS, 0, &[10_000])).is_err());
         assert!(parse(&bin(0, 0, 0x1234, 0, &[])).is_err());
         assert!(parse(&bin(0, 1, SIGN_NAN, 0, &[])).is_err());
+        assert!(parse(&bin(0, 0, SIGN_PINF, 0, &[])).is_err()); // Postgres sends dscale 32
         assert!(parse(&bin(2, 0, SIGN_POS, 0, &[1])).is_err()); // declared 2, one present
         assert!(parse(&[0, 0, 0]).is_err());
         for bad in ["", "-", "1.", ".5", "01", "-0", "1e5", "+1", " 1", "1.2.3", "nan"] {

@@ -248,10 +248,7 @@ impl ScalarType {
             (ScalarType::Numeric(_), ScalarType::Numeric(_)) => true,
             _ => a == b,
         };
-        BUILTINS
-            .iter()
-            .find(|(_, _, s)| same(s, self))
-            .map_or((0, 0), |(oid, array_oid, _)| (*oid, *array_oid))
+        BUILTINS.iter().find(|(_, _, s)| same(s, self)).map_or((0, 0), |(oid, array_oid, _)| (*oid, *array_oid))
     }
 
     /// The Postgres name, for error messages.
@@ -288,10 +285,9 @@ impl ScalarType {
             ScalarType::Float4 => DataType::Float32,
             ScalarType::Float8 => DataType::Float64,
             ScalarType::Numeric(NumericRepr::Decimal { .. }) => DataType::Struct(numeric_fields(self)),
-            ScalarType::Numeric(NumericRepr::Text)
-            | ScalarType::Text(_)
-            | ScalarType::Json
-            | ScalarType::Jsonb => DataType::Utf8,
+            ScalarType::Numeric(NumericRepr::Text) | ScalarType::Text(_) | ScalarType::Json | ScalarType::Jsonb => {
+                DataType::Utf8
+            }
             ScalarType::Bool => DataType::Boolean,
             ScalarType::Bytea => DataType::Binary,
             ScalarType::Date => DataType::Date32,
@@ -307,7 +303,9 @@ impl ScalarType {
     pub fn field(&self, name: &str) -> Field {
         let field = Field::new(name, self.data_type(), true);
         match self {
-            ScalarType::Uuid => field.with_metadata(HashMap::from([(EXTENSION_NAME_KEY.to_owned(), "arrow.uuid".to_owned())])),
+            ScalarType::Uuid => {
+                field.with_metadata(HashMap::from([(EXTENSION_NAME_KEY.to_owned(), "arrow.uuid".to_owned())]))
+            }
             ScalarType::Json | ScalarType::Jsonb => field.with_metadata(HashMap::from([
                 (EXTENSION_NAME_KEY.to_owned(), "arrow.json".to_owned()),
                 (EXTENSION_METADATA_KEY.to_owned(), String::new()),
@@ -328,7 +326,7 @@ impl NumericRepr {
         // Postgres 15+ stores the scale as an 11-bit signed field (negative scales allowed).
         let scale = ((t & 0x7ff) ^ 1024) - 1024;
         match (u8::try_from(precision), i8::try_from(scale)) {
-            (Ok(p), Ok(s)) if p >= 1 && p <= DECIMAL128_MAX_PRECISION && s >= 0 && i32::from(s) <= i32::from(p) => {
+            (Ok(p), Ok(s)) if (1..=DECIMAL128_MAX_PRECISION).contains(&p) && s >= 0 && i32::from(s) <= i32::from(p) => {
                 NumericRepr::Decimal { precision: p, scale: s }
             }
             _ => NumericRepr::Text,
