@@ -7,6 +7,8 @@ mod common;
 
 use std::error::Error as _;
 
+use arrow::array::AsArray;
+use arrow::datatypes::Float64Type;
 use arrow::record_batch::RecordBatch;
 use bytes::{BufMut, Bytes, BytesMut};
 use coldwire::cold::{
@@ -43,6 +45,7 @@ fn columns() -> Vec<(&'static str, &'static str, Vec<String>)> {
                 "'3.4028235e38'",
                 "'-1.17549435e-38'",
                 "'0.1'",
+                "-('NaN'::float4)",
             ]),
         ),
         (
@@ -57,6 +60,7 @@ fn columns() -> Vec<(&'static str, &'static str, Vec<String>)> {
                 "'1.7976931348623157e308'",
                 "'0.1'",
                 "'-2.2250738585072014e-308'",
+                "-('NaN'::float8)",
             ]),
         ),
         (
@@ -70,6 +74,7 @@ fn columns() -> Vec<(&'static str, &'static str, Vec<String>)> {
                 "'0.0000000001'",
                 "'-0.0000000001'",
                 "'12345.6789'",
+                "1::numeric / 3",
             ]),
         ),
         ("num5", "numeric(5,2)", s(&["'999.99'", "'-999.99'", "'0'", "'0.01'", "'NaN'", "'1.5'"])),
@@ -87,6 +92,14 @@ fn columns() -> Vec<(&'static str, &'static str, Vec<String>)> {
                 "'1e-100'",
                 "'-0.5'",
                 "'123456789012345678901234567890.123456789'",
+                "1::numeric / 3",
+                "sqrt(2::numeric)",
+                "exp(1::numeric)",
+                "ln(10::numeric)",
+                "power(2::numeric, 100)",
+                "round(123.456, -1)",
+                "'2.5e20'",
+                "SELECT avg(x) FROM (VALUES (1.10), (2.205), (7)) v(x)",
             ]),
         ),
         (
@@ -380,6 +393,15 @@ async fn every_type_round_trips_byte_identically_through_arrow_and_parquet() {
     }
     let sizes: Vec<usize> = batches.iter().map(RecordBatch::num_rows).collect();
     assert_eq!(sizes, vec![7, 7, 7, 7, 2]);
+    // float NaN keeps its sign bit, -0.0 stays -0.0
+    let float8 = columns.iter().position(|c| c.name == "s_float8").unwrap();
+    let bits: Vec<u64> = batches
+        .iter()
+        .flat_map(|b| b.column(float8).as_primitive::<Float64Type>().values().to_vec())
+        .map(f64::to_bits)
+        .collect();
+    assert!(bits.iter().any(|b| f64::from_bits(*b).is_nan() && b >> 63 == 1), "a negative NaN");
+    assert!(bits.contains(&(-0.0_f64).to_bits()));
     // Arrow → binary COPY alone is already byte-identical
     assert_eq!(encode(&columns, &batches), original_bytes);
 
