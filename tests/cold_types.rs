@@ -12,7 +12,8 @@ use arrow::datatypes::Float64Type;
 use arrow::record_batch::RecordBatch;
 use bytes::{BufMut, Bytes, BytesMut};
 use coldwire::cold::{
-    encode_batch, encode_header, encode_trailer, encode_value, ColdColumn, ColdError, ColdType, CopyDecoder, ValueError,
+    encode_batch, encode_header, encode_trailer, encode_value, ColdColumn, ColdError, ColdType, ColumnEncoder,
+    CopyDecoder, ValueError,
 };
 use futures_util::{pin_mut, SinkExt, StreamExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -451,11 +452,14 @@ async fn every_type_round_trips_byte_identically_through_arrow_and_parquet() {
         let stmt = client.prepare_typed(sql, &[ty]).await.unwrap();
         let mut row_index = 0;
         for batch in &read {
+            let array = batch.column(column_index).as_ref();
+            let encoder = ColumnEncoder::new(column, array).unwrap();
+            assert!(matches!(encoder.encode(batch.num_rows(), &mut BytesMut::new()), Err(ColdError::Schema(_))));
             for row in 0..batch.num_rows() {
                 let mut out = BytesMut::new();
-                let param = encode_value(column, batch.column(column_index).as_ref(), row, &mut out)
-                    .unwrap()
-                    .map(|_| out.to_vec());
+                let param = encoder.encode(row, &mut out).unwrap().map(|_| out.to_vec());
+                let mut single = BytesMut::new();
+                assert_eq!(encode_value(column, array, row, &mut single).unwrap().map(|_| single.to_vec()), param);
                 let got: Option<String> = client.query_one(&stmt, &[&RawBinary(param)]).await.unwrap().get(0);
                 assert_eq!(got, text[row_index][column_index], "{} row {row_index}", column.name);
                 row_index += 1;

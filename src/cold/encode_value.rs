@@ -245,28 +245,63 @@ impl<'a> ScalarView<'a> {
     }
 }
 
-/// Appends value `row` of `array` (a column `column` of a cold batch) to `out` in Postgres's
-/// binary format, as a bind parameter takes it; returns the bytes written, or `None` for
-/// NULL (nothing written).
+/// Encodes the values of one column of a cold batch to Postgres's binary format, as bind
+/// parameters take them; the array's type is checked once, at construction.
+pub struct ColumnEncoder<'a> {
+    column: &'a ColdColumn,
+    len: usize,
+    view: ColumnView<'a>,
+}
+
+impl<'a> ColumnEncoder<'a> {
+    /// An encoder for `array`, which must hold column `column`.
+    ///
+    /// # Errors
+    /// [`ColdError::Schema`] when the array is not of the column's cold type.
+    pub fn new(column: &'a ColdColumn, array: &'a dyn Array) -> Result<Self, ColdError> {
+        Ok(Self { column, len: array.len(), view: ColumnView::new(column, array)? })
+    }
+
+    /// Number of values in the column.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the column holds no values.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends value `row` to `out`; returns the bytes written, or `None` for NULL (nothing
+    /// written).
+    ///
+    /// # Errors
+    /// [`ColdError::Schema`] for a row past the end, [`ColdError::Value`] when the value
+    /// maps to no Postgres value (corrupt cold data).
+    pub fn encode(&self, row: usize, out: &mut BytesMut) -> Result<Option<usize>, ColdError> {
+        if row >= self.len {
+            return Err(ColdError::Schema(format!("row {row} of a column of {} values", self.len)));
+        }
+        let at = out.len();
+        let written = self.view.write(row, out).map_err(|source| ColdError::Value {
+            column: self.column.name.clone(),
+            row: row as u64,
+            source,
+        })?;
+        Ok(written.then(|| out.len() - at))
+    }
+}
+
+/// Appends value `row` of `array` (column `column` of a cold batch) to `out` in binary
+/// format; see [`ColumnEncoder`], which checks the array once for many values.
 ///
 /// # Errors
-/// [`ColdError::Schema`] when the array is not of the column's cold type,
-/// [`ColdError::Value`] when the value maps to no Postgres value.
+/// As [`ColumnEncoder::new`] and [`ColumnEncoder::encode`].
 pub fn encode_value(
     column: &ColdColumn,
     array: &dyn Array,
     row: usize,
     out: &mut BytesMut,
 ) -> Result<Option<usize>, ColdError> {
-    if row >= array.len() {
-        return Err(ColdError::Schema(format!("row {row} of an array of {} values", array.len())));
-    }
-    let view = ColumnView::new(column, array)?;
-    let at = out.len();
-    let written = view.write(row, out).map_err(|source| ColdError::Value {
-        column: column.name.clone(),
-        row: row as u64,
-        source,
-    })?;
-    Ok(written.then(|| out.len() - at))
+    ColumnEncoder::new(column, array)?.encode(row, out)
 }
