@@ -5,6 +5,7 @@
 use tokio_postgres::error::SqlState;
 
 use crate::admin::AdminError;
+use crate::cold::{ColdError, ValueError};
 use crate::session::SessionError;
 use crate::wire::messages::{ErrorFields, Severity};
 use crate::wire::WireError;
@@ -121,6 +122,30 @@ pub fn admin_error(e: &AdminError) -> ErrorFields {
     }
 }
 
+/// The ErrorResponse for a cold-value error (a flush that cannot store a value, a cold
+/// segment that does not decode).
+pub fn cold_error(e: &ColdError) -> ErrorFields {
+    let (code, hint) = match e {
+        ColdError::Unsupported(_) => (SqlState::FEATURE_NOT_SUPPORTED, None),
+        ColdError::Value { source: ValueError::Unrepresentable { .. }, .. } => (
+            SqlState::FEATURE_NOT_SUPPORTED,
+            Some("coldwire refuses values it could not give back exactly; change or delete the value to flush the row"),
+        ),
+        ColdError::Value { source: ValueError::Malformed { .. }, .. } | ColdError::Stream(_) | ColdError::Truncated(_) => {
+            (SqlState::INVALID_BINARY_REPRESENTATION, None)
+        }
+        ColdError::Schema(_) => (SqlState::DATA_CORRUPTED, None),
+        ColdError::Arrow(_) | ColdError::Failed => (SqlState::INTERNAL_ERROR, None),
+    };
+    ErrorFields {
+        severity: Severity::Error,
+        code: code.code().to_owned(),
+        message: e.to_string(),
+        detail: None,
+        hint: hint.map(str::to_owned),
+    }
+}
+
 /// What a session is told when the shutdown grace period ends.
 pub fn shutdown_notice() -> ErrorFields {
     ErrorFields {
@@ -145,6 +170,19 @@ mod tests {
         let f = client_error(&e).unwrap();
         assert_eq!(f.code, "08001");
         assert!(!f.message.contains("10.1.2.3"));
+    }
+
+    #[test]
+    fn cold_refusals_map_to_0a000_and_corruption_to_22p03() {
+        let refused = ColdError::Value {
+            column: "ts".into(),
+            row: 3,
+            source: ValueError::Unrepresentable { ty: "timestamp", detail: "far".into() },
+        };
+        let f = cold_error(&refused);
+        assert_eq!(f.code, "0A000");
+        assert!(f.message.contains("\"ts\"") && f.hint.is_some());
+        assert_eq!(cold_error(&ColdError::Truncated("a tuple")).code, "22P03");
     }
 
     #[test]

@@ -10,6 +10,10 @@
 //!   startup), the upstream connection, the two-way relay, and the [`session::SessionState`]
 //!   (transaction phase, server parameters, prepared statement names) learnt on the way.
 //! - [`server`]: listeners, the accept loop, graceful shutdown.
+//! - [`cold`]: cold values, sans-IO: which column types can go cold ([`cold::ColdType`]),
+//!   a streaming decoder of binary COPY output into Arrow record batches
+//!   ([`cold::CopyDecoder`]) and the way back to binary COPY and binary parameters, exact
+//!   to the byte.
 //! - [`admin`]: the admin calls (`coldwire.tier_table(…)`, …) recognized in SQL text with
 //!   pg_query, and their policy validation.
 //! - [`catalog`]: the `coldwire` schema in Postgres (tiered tables, segments, jobs, the
@@ -18,11 +22,13 @@
 //! - [`config`], [`metrics`], [`error`] (the single mapping from coldwire errors to SQLSTATEs).
 //! - [`demo`]: the embedded default, a throwaway local Postgres (also used by the tests).
 //!
-//! The other tiering layers of DESIGN.md (`sql/`, `cold/`, `flush/`) build on
+//! [`cold`] converts Postgres values to Arrow and back exactly; [`flush`] holds the flush's
+//! selection, job queue and cold store. The read and write rewrites (`sql/`) build on
 //! these; see docs/architecture.md for what exists today.
 
 pub mod admin;
 pub mod catalog;
+pub mod cold;
 pub mod config;
 pub mod demo;
 pub mod error;
