@@ -243,8 +243,8 @@ async fn policies_are_validated_stored_and_merged() {
 
     let e = admin(&c, r#"SELECT coldwire.set_policy('plain', '{"hot_row_limit": 1}')"#).await.unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE));
-    let e = admin(&c, "SELECT coldwire.flush_table('p')").await.unwrap_err();
-    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
+    let e = admin(&c, "SELECT coldwire.flush_table('plain')").await.unwrap_err();
+    assert_eq!(e.code(), Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE));
 
     // A session on another database cannot tier through this proxy's catalog.
     let other = create_db("policy_other");

@@ -43,7 +43,7 @@ impl AdminExecutor for Tiering {
             match request.function {
                 AdminFunction::TierTable => tier_table(&mut client, &request).await,
                 AdminFunction::SetPolicy => set_policy(&mut client, &request).await,
-                AdminFunction::FlushTable => Err(AdminError::NotImplemented("coldwire.flush_table")),
+                AdminFunction::FlushTable => flush_table(&mut client, &request).await,
             }
         })
     }
@@ -169,6 +169,29 @@ async fn set_policy(client: &mut Client, request: &AdminRequest) -> Result<Value
     tx.commit().await.map_err(pg_error)?;
     Ok(json!({"table": facts.display_name(), "policy": policy.to_json()}))
 }
+
+/// Enqueues a flush (or finds the active one); with `wait => true`, waits for it to end.
+async fn flush_table(client: &mut Client, request: &AdminRequest) -> Result<Value, AdminError> {
+    let table = table_arg(request)?;
+    let flag = |i: usize| matches!(request.args.get(i), Some(Resolved::Bool(true)));
+    let (wait, drain) = (flag(1), flag(2));
+    let facts = inspect::table_facts(client, table).await.map_err(service_error)?;
+    check_may_manage(client, &request.user, &facts).await?;
+    let Some(id) = facts.tiered_id else {
+        return Err(AdminError::NotTiered { table: facts.display_name() });
+    };
+    let mut job = crate::flush::jobs::enqueue_flush(client, id, drain).await.map_err(pg_error)?;
+    while wait && matches!(job.state.as_str(), "pending" | "running") {
+        tokio::time::sleep(FLUSH_POLL).await;
+        job = crate::flush::jobs::get(client, job.id).await.map_err(pg_error)?;
+    }
+    let mut result = job.to_json();
+    result["table"] = Value::String(facts.display_name());
+    Ok(result)
+}
+
+/// How often `flush_table(wait => true)` looks at its job.
+const FLUSH_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn table_arg(request: &AdminRequest) -> Result<&TableRef, AdminError> {
     match request.args.first() {

@@ -5,6 +5,7 @@ use tokio_postgres::Client;
 
 use super::CatalogError;
 use crate::admin::args::TableRef;
+use crate::cold::ColdType;
 
 /// One column of a table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,38 +47,11 @@ pub struct TableFacts {
     pub tiered_id: Option<i64>,
 }
 
-/// Column types whose values coldwire round-trips exactly (DESIGN §2.8): scalar OIDs and
-/// their one-dimensional array types.
-const SUPPORTED_TYPES: [(u32, u32); 19] = [
-    (21, 1005),   // int2
-    (23, 1007),   // int4
-    (20, 1016),   // int8
-    (700, 1021),  // float4
-    (701, 1022),  // float8
-    (1700, 1231), // numeric
-    (25, 1009),   // text
-    (1043, 1015), // varchar
-    (1042, 1014), // bpchar
-    (16, 1000),   // bool
-    (17, 1001),   // bytea
-    (1082, 1182), // date
-    (1083, 1183), // time
-    (1114, 1115), // timestamp
-    (1184, 1185), // timestamptz
-    (1186, 1187), // interval
-    (2950, 2951), // uuid
-    (114, 199),   // json
-    (3802, 3807), // jsonb
-];
-
 /// Primary-key types whose equality is byte equality (so a key found in cold data is the
 /// key Postgres would match): integers, text and varchar under a deterministic collation,
 /// uuid, bytea, date, time, timestamp, timestamptz, bool.
 const BYTE_EQUAL_KEY_TYPES: [u32; 13] = [21, 23, 20, 25, 1043, 2950, 17, 1082, 1083, 1114, 1184, 16, 19];
 
-fn supported(type_oid: u32) -> bool {
-    SUPPORTED_TYPES.iter().any(|(scalar, array)| *scalar == type_oid || *array == type_oid)
-}
 
 /// Reads the facts about `table`, resolved like a regclass literal under the service
 /// connection's search_path (schema-qualify names to be independent of it).
@@ -231,11 +205,12 @@ impl TableFacts {
             }
         }
         for c in &self.columns {
-            if !supported(c.type_oid) {
+            if let Err(e) = ColdType::for_column(c.type_oid, c.typmod) {
                 reasons.push(format!(
-                    "column {} has type {}, which coldwire cannot store cold yet",
+                    "column {} has type {}, which coldwire cannot store cold ({})",
                     display_ident(&c.name),
-                    c.type_name
+                    c.type_name,
+                    e.reason
                 ));
             }
         }

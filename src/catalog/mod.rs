@@ -8,6 +8,7 @@ mod migrate;
 mod service;
 
 pub use error::CatalogError;
+pub(crate) use error::postgres_text;
 pub use migrate::{
     latest_version, migrate, AdminRole, Migration, MigrationReport, ADMIN_ROLE, MIGRATIONS, MIGRATION_LOCK_KEY,
 };

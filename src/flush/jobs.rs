@@ -2,8 +2,6 @@
 //! `FOR UPDATE SKIP LOCKED` plus a per-table advisory lock, heartbeat, fencing by attempt,
 //! reclaim of jobs whose heartbeat expired.
 
-use std::time::Duration;
-
 use tokio_postgres::{Client, Row};
 
 /// Advisory-lock class (first int4 key) held by the executor running a table's job, so
@@ -109,30 +107,35 @@ pub async fn get(client: &Client, id: i64) -> Result<Job, tokio_postgres::Error>
     Ok(Job::from_row(&row))
 }
 
-/// Claims the oldest claimable job: pending, or running with a heartbeat older than
-/// `stale_after` (a reclaim). The claim increments `attempt` and takes the table's flush
-/// lock on this connection (session level; [`release`] gives it back). `None` when there
-/// is nothing to do, or the table's lock is held by another executor.
+/// Claims the oldest claimable job: a pending one, else a running one whose executor is
+/// gone. Liveness is the table's flush lock: an executor holds it (session level) for as
+/// long as it runs the job, and Postgres releases it when that executor's connection ends,
+/// so a crashed executor's job is reclaimed at once, and a slow but live one never is.
+/// The claim increments `attempt` (fencing the old one out) and takes the lock on this
+/// connection ([`release`] gives it back). `None` when there is nothing to do.
 ///
 /// # Errors
 /// Postgres errors.
-pub async fn claim(client: &mut Client, worker: &str, stale_after: Duration) -> Result<Option<Job>, tokio_postgres::Error> {
+pub async fn claim(client: &mut Client, worker: &str) -> Result<Option<Job>, tokio_postgres::Error> {
     let tx = client.transaction().await?;
-    let stale_secs = stale_after.as_secs_f64();
     let claimed = tx
         .query_opt(
             &format!(
                 "WITH next AS ( \
                    SELECT id FROM coldwire.jobs \
-                   WHERE state = 'pending' \
-                      OR (state = 'running' AND heartbeat_at < now() - make_interval(secs => $2)) \
-                   ORDER BY created_at, id FOR UPDATE SKIP LOCKED LIMIT 1) \
+                   WHERE state IN ('pending', 'running') \
+                     AND (state = 'pending' OR NOT EXISTS ( \
+                           SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+                             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                             AND l.classid = {class}::oid AND l.objid = table_id::oid AND l.objsubid = 2)) \
+                   ORDER BY state = 'running', created_at, id FOR UPDATE SKIP LOCKED LIMIT 1) \
                  UPDATE coldwire.jobs j SET state = 'running', attempt = j.attempt + 1, claimed_by = $1, \
                         heartbeat_at = now(), started_at = coalesce(j.started_at, now()) \
                  FROM next WHERE j.id = next.id RETURNING {}",
-                COLUMNS.split(", ").map(|c| format!("j.{c}")).collect::<Vec<_>>().join(", ")
+                COLUMNS.split(", ").map(|c| format!("j.{c}")).collect::<Vec<_>>().join(", "),
+                class = FLUSH_LOCK_CLASS,
             ),
-            &[&worker, &stale_secs],
+            &[&worker],
         )
         .await?;
     let Some(row) = claimed else { return Ok(None) };

@@ -1,5 +1,8 @@
 //! The flush (DESIGN §5): how many rows to take, and the durable job queue that runs it.
 
+pub mod executor;
+pub mod failpoint;
 pub mod jobs;
+pub mod run;
 pub mod select;
 pub mod store;

@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::catalog::{self, CatalogError};
 use crate::config::{Config, ConfigError};
+use crate::flush::store::{ColdStore, StoreError};
 use crate::session::{self, SessionContext};
 use crate::wire::cancel::CancelRegistry;
 use crate::wire::tls::{self, TlsError};
@@ -29,6 +30,8 @@ pub enum ServerError {
     Tls(#[from] TlsError),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: String, source: std::io::Error },
+    #[error("cold_store: {0}")]
+    ColdStore(#[from] StoreError),
     #[error("cannot install the metrics recorder: {0}")]
     Metrics(String),
     /// `target` is the service connection without its password ([`catalog::describe`]).
@@ -41,6 +44,8 @@ pub struct Server {
     ctx: Arc<SessionContext>,
     listener: TcpListener,
     metrics: Option<(TcpListener, metrics_exporter_prometheus::PrometheusHandle)>,
+    /// The service connection settings and cold store the flush executor works with.
+    flush: Option<(tokio_postgres::Config, ColdStore)>,
 }
 
 impl Server {
@@ -57,7 +62,12 @@ impl Server {
             (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
             _ => None,
         };
-        let admin: Arc<dyn crate::admin::AdminExecutor> = match prepare_catalog(&config).await? {
+        let service = prepare_catalog(&config).await?;
+        let flush = match &service {
+            Some(service) => Some((service.clone(), ColdStore::open(&config.cold_store)?)),
+            None => None,
+        };
+        let admin: Arc<dyn crate::admin::AdminExecutor> = match service {
             Some(service) => Arc::new(crate::admin::Tiering::new(service)),
             None => Arc::new(crate::admin::Disabled),
         };
@@ -77,7 +87,7 @@ impl Server {
             force_close: CancellationToken::new(),
             admin,
         });
-        Ok(Self { ctx, listener, metrics })
+        Ok(Self { ctx, listener, metrics, flush })
     }
 
     /// The address clients connect to (useful with port 0).
@@ -92,7 +102,10 @@ impl Server {
 
     /// Serves clients until `shutdown` fires, then drains sessions as configured.
     pub async fn run(self, shutdown: CancellationToken) {
-        let Server { ctx, listener, metrics } = self;
+        let Server { ctx, listener, metrics, flush } = self;
+        if let Some((service, store)) = flush {
+            tokio::spawn(crate::flush::executor::run(service, store, shutdown.clone()));
+        }
         if let Some((metrics_listener, handle)) = metrics {
             tokio::spawn(crate::metrics::serve(metrics_listener, handle, shutdown.clone()));
         }

@@ -123,8 +123,18 @@ impl Proxy {
         Self::start_with_upstream(&upstream, extra).await
     }
 
+    /// Starts coldwire in front of the test cluster with extra flags and environment.
+    pub async fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Proxy {
+        let upstream = format!("postgres://127.0.0.1:{}/postgres", cluster().port());
+        Self::spawn(&upstream, extra, env).await
+    }
+
     /// Starts coldwire in front of `upstream` with extra flags.
     pub async fn start_with_upstream(upstream: &str, extra: &[&str]) -> Proxy {
+        Self::spawn(upstream, extra, &[]).await
+    }
+
+    async fn spawn(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Proxy {
         let log = cluster().root().join(format!("coldwire-{}.log", NEXT_DB.fetch_add(1, Ordering::Relaxed)));
         let log_file = std::fs::File::create(&log).expect("proxy log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_coldwire"));
@@ -132,6 +142,7 @@ impl Proxy {
             .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
             .args(extra)
             .env("RUST_LOG", "coldwire=debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file)

@@ -1,0 +1,119 @@
+//! The background worker of every proxy with a service connection: schedules flushes
+//! for tables over their policy, claims jobs from the shared queue and runs them.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Client;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::jobs;
+use super::run::{self, FlushError};
+use super::select::rows_to_flush;
+use super::store::ColdStore;
+use crate::admin::Policy;
+
+/// How often an idle executor looks for work.
+const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// Pause after losing the service connection.
+const RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// Runs until `shutdown` fires.
+pub async fn run(service: tokio_postgres::Config, store: ColdStore, shutdown: CancellationToken) {
+    let worker = format!("{}:{}", hostname(), std::process::id());
+    let mut last_check: HashMap<i64, Instant> = HashMap::new();
+    while !shutdown.is_cancelled() {
+        let mut client = match crate::catalog::connect(&service).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "flush executor cannot reach the service database");
+                tokio::select! { _ = shutdown.cancelled() => return, _ = tokio::time::sleep(RECONNECT_DELAY) => continue }
+            }
+        };
+        loop {
+            if let Err(e) = schedule(&client, &mut last_check).await {
+                tracing::warn!(error = %crate::catalog::postgres_text(&e), "flush scheduling failed");
+                break;
+            }
+            match jobs::claim(&mut client, &worker).await {
+                Ok(Some(job)) => {
+                    let span = tracing::info_span!("flush", job_id = job.id, table_id = job.table_id, attempt = job.attempt);
+                    execute(&mut client, &store, &job).instrument(span).await;
+                    if client.is_closed() {
+                        break;
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %crate::catalog::postgres_text(&e), "claiming a flush job failed");
+                    break;
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(POLL_INTERVAL) => {}
+            }
+        }
+        tokio::time::sleep(RECONNECT_DELAY).await;
+    }
+}
+
+async fn execute(client: &mut Client, store: &ColdStore, job: &jobs::Job) {
+    let started = Instant::now();
+    match run::run(client, store, job).await {
+        Ok(outcome) => tracing::info!(
+            rows = outcome.rows,
+            segments = outcome.segments,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "flush completed"
+        ),
+        Err(FlushError::Fenced(..)) => tracing::warn!("flush abandoned: the job was reclaimed by another executor"),
+        Err(e) => {
+            tracing::error!(error = %e, "flush failed");
+            let _ = client.batch_execute("ROLLBACK").await;
+            if let Err(e) = jobs::fail(client, job, &e.to_string()).await {
+                tracing::warn!(error = %crate::catalog::postgres_text(&e), "cannot mark the job failed");
+            }
+        }
+    }
+    let _ = jobs::release(client, job).await;
+}
+
+/// Enqueues a flush for every active table with `auto_flush` whose mirror is over its
+/// hot_row_limit, looking at each table at most once per `check_interval`. The mirror size
+/// comes from statistics estimates; the exact count is taken only when one looks due.
+async fn schedule(client: &Client, last_check: &mut HashMap<i64, Instant>) -> Result<(), tokio_postgres::Error> {
+    let tables = client
+        .query(
+            "SELECT t.id, t.policy, coalesce(s.n_live_tup, 0) FROM coldwire.tables t \
+             LEFT JOIN pg_stat_user_tables s ON s.schemaname = 'coldwire' AND s.relname = 'm_' || t.id \
+             WHERE t.state = 'active' \
+               AND NOT EXISTS (SELECT 1 FROM coldwire.jobs j WHERE j.table_id = t.id AND j.state IN ('pending', 'running'))",
+            &[],
+        )
+        .await?;
+    for row in tables {
+        let id: i64 = row.get(0);
+        let Ok(policy) = Policy::default().merged(&row.get::<_, serde_json::Value>(1)) else { continue };
+        if !policy.auto_flush || last_check.get(&id).is_some_and(|t| t.elapsed() < policy.check_interval) {
+            continue;
+        }
+        last_check.insert(id, Instant::now());
+        let estimate: i64 = row.get(2);
+        if estimate <= policy.hot_row_limit {
+            continue;
+        }
+        let exact: i64 = client.query_one(&format!("SELECT count(*) FROM coldwire.m_{id}"), &[]).await?.get(0);
+        if rows_to_flush(exact, &policy, false) > 0 {
+            let job = jobs::enqueue_flush(client, id, false).await?;
+            tracing::info!(table_id = id, job_id = job.id, mirror_rows = exact, "auto flush queued");
+        }
+    }
+    Ok(())
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "coldwire".into())
+}
