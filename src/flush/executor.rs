@@ -62,15 +62,24 @@ pub async fn run(service: tokio_postgres::Config, store: ColdStore, shutdown: Ca
 
 async fn execute(client: &mut Client, store: &ColdStore, job: &jobs::Job) {
     let started = Instant::now();
+    let outcome = |o: &'static str| metrics::counter!(crate::metrics::FLUSH_JOBS_TOTAL, "outcome" => o).increment(1);
     match run::run(client, store, job).await {
-        Ok(outcome) => tracing::info!(
-            rows = outcome.rows,
-            segments = outcome.segments,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "flush completed"
-        ),
-        Err(FlushError::Fenced(..)) => tracing::warn!("flush abandoned: the job was reclaimed by another executor"),
+        Ok(done) => {
+            outcome("completed");
+            metrics::counter!(crate::metrics::FLUSH_ROWS_TOTAL).increment(done.rows.max(0) as u64);
+            tracing::info!(
+                rows = done.rows,
+                segments = done.segments,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "flush completed"
+            );
+        }
+        Err(FlushError::Fenced(..)) => {
+            outcome("fenced");
+            tracing::warn!("flush abandoned: the job was reclaimed by another executor");
+        }
         Err(e) => {
+            outcome("failed");
             tracing::error!(error = %e, "flush failed");
             let _ = client.batch_execute("ROLLBACK").await;
             if let Err(e) = jobs::fail(client, job, &e.to_string()).await {

@@ -16,6 +16,13 @@ pub const ERRORS_TOTAL: &str = "coldwire_errors_total";
 /// Counter: CancelRequests received, label `outcome` = `forwarded` | `unknown_key` | `failed`.
 pub const CANCEL_REQUESTS_TOTAL: &str = "coldwire_cancel_requests_total";
 
+/// Counter: rows moved to the cold tier by completed flushes.
+pub const FLUSH_ROWS_TOTAL: &str = "coldwire_flush_rows_total";
+/// Counter: flush jobs run by this process, label `outcome` = `completed` | `failed` | `fenced`.
+pub const FLUSH_JOBS_TOTAL: &str = "coldwire_flush_jobs_total";
+/// Counter: admin calls answered, label `function`, `outcome` = `ok` | `error`.
+pub const ADMIN_CALLS_TOTAL: &str = "coldwire_admin_calls_total";
+
 /// Installs the process-wide Prometheus recorder and describes every metric.
 ///
 /// # Errors
@@ -27,5 +34,8 @@ pub fn install() -> Result<metrics_exporter_prometheus::PrometheusHandle, metric
     metrics::describe_counter!(BYTES_RELAYED_TOTAL, "Bytes relayed between clients and Postgres");
     metrics::describe_counter!(ERRORS_TOTAL, "Sessions ended by an error, by kind");
     metrics::describe_counter!(CANCEL_REQUESTS_TOTAL, "CancelRequests received, by outcome");
+    metrics::describe_counter!(FLUSH_ROWS_TOTAL, "Rows moved to the cold tier by completed flushes");
+    metrics::describe_counter!(FLUSH_JOBS_TOTAL, "Flush jobs run by this process, by outcome");
+    metrics::describe_counter!(ADMIN_CALLS_TOTAL, "Admin calls answered, by function and outcome");
     Ok(handle)
 }

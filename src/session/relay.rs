@@ -212,6 +212,10 @@ async fn answer_admin(answer: Answer, admin: &mut AdminSession, shared: &Shared<
     };
     let (phase, status) = status;
     let simple = matches!(answer, Answer::Fail { simple: true, .. } | Answer::Run { simple: true, .. });
+    let function_name = match &answer {
+        Answer::Run { call, .. } => Some(call.function.name()),
+        _ => None,
+    };
     let mut out = BytesMut::new();
     let result = if phase == Phase::FailedTransaction {
         Err(AdminError::InFailedTransaction)
@@ -248,8 +252,11 @@ async fn answer_admin(answer: Answer, admin: &mut AdminSession, shared: &Shared<
             }
         }
     };
+    let function = function_name.unwrap_or("unknown");
+    metrics::counter!(crate::metrics::ADMIN_CALLS_TOTAL, "function" => function, "outcome" => if result.is_ok() { "ok" } else { "error" })
+        .increment(1);
     if let Err(error) = result {
-        tracing::info!(%error, "admin call refused");
+        tracing::info!(%error, function, "admin call refused");
         out.extend_from_slice(&crate::error::admin_error(&error).encode());
         if !simple {
             admin.failed();
