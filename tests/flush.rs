@@ -13,18 +13,10 @@ use bytes::Bytes;
 use common::{cluster, connect_direct, create_db, Proxy};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::Value;
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio_postgres::Client;
 
 async fn admin(c: &Client, sql: &str) -> Value {
-    let msgs = c.simple_query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e:?}"));
-    let text = msgs
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .expect("one row");
-    serde_json::from_str(&text).unwrap()
+    common::admin_call(c, sql).await.unwrap_or_else(|e| panic!("{sql}: {e:?}"))
 }
 
 async fn proxy_for(db: &str, store: &Path, env: &[(&str, &str)]) -> Proxy {

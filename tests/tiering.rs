@@ -9,24 +9,15 @@ use common::{cluster, connect_direct, create_db, psql_admin, Proxy};
 use serde_json::{json, Value};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio_postgres::Client;
 
 /// A proxy whose service connection is the test database's superuser.
 async fn tiering_proxy(db: &str) -> Proxy {
     Proxy::start(&["--service-url", &cluster().url(db)]).await
 }
 
-/// The jsonb an admin call returns, through the simple protocol.
 async fn admin(c: &Client, sql: &str) -> Result<Value, tokio_postgres::Error> {
-    let msgs = c.simple_query(sql).await?;
-    let text = msgs
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .expect("one row");
-    Ok(serde_json::from_str(&text).unwrap())
+    common::admin_call(c, sql).await
 }
 
 /// key → op of every mirror row.

@@ -229,12 +229,7 @@ impl AdminSession {
 mod tests {
     use super::*;
 
-    fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
-        let mut v = vec![tag];
-        v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-        v.extend_from_slice(body);
-        v
-    }
+    use crate::wire::test_frame as frame;
     fn parse(name: &str, sql: &str) -> Vec<u8> {
         frame(b'P', &[name.as_bytes(), b"\0", sql.as_bytes(), b"\0\0\0"].concat())
     }

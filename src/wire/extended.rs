@@ -204,12 +204,7 @@ pub fn command_complete(out: &mut BytesMut, tag: &str) {
 mod tests {
     use super::*;
 
-    fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
-        let mut v = vec![tag];
-        v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-        v.extend_from_slice(body);
-        v
-    }
+    use crate::wire::test_frame as frame;
 
     #[test]
     fn parse_and_bind_decode() {

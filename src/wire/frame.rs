@@ -155,12 +155,7 @@ impl FrameScanner {
 mod tests {
     use super::*;
 
-    fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
-        let mut v = vec![tag];
-        v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-        v.extend_from_slice(body);
-        v
-    }
+    use crate::wire::test_frame as frame;
 
     #[test]
     fn streams_uninspected_frames_as_bytes_arrive() {

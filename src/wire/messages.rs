@@ -248,12 +248,7 @@ fn patch_len(out: &mut BytesMut) {
 mod tests {
     use super::*;
 
-    fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
-        let mut v = vec![tag];
-        v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-        v.extend_from_slice(body);
-        v
-    }
+    use crate::wire::test_frame as frame;
 
     #[test]
     fn error_response_round_trips() {

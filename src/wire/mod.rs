@@ -33,3 +33,12 @@ fn tag_name(tag: u8) -> String {
         format!("0x{tag:02x}")
     }
 }
+
+/// A whole frame (tag, length, body), for unit tests of the codec and its users.
+#[cfg(test)]
+pub(crate) fn test_frame(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![tag];
+    v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}

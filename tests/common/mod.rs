@@ -221,3 +221,16 @@ impl Proxy {
 pub fn pg_bin(name: &str) -> PathBuf {
     cluster().bin_dir().join(name)
 }
+
+/// The jsonb an admin call returns, sent as a simple Query.
+pub async fn admin_call(c: &tokio_postgres::Client, sql: &str) -> Result<serde_json::Value, tokio_postgres::Error> {
+    let msgs = c.simple_query(sql).await?;
+    let text = msgs
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .expect("one row");
+    Ok(serde_json::from_str(&text).expect("jsonb"))
+}
