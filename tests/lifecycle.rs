@@ -126,14 +126,7 @@ async fn config_file_settings_are_used() {
     )
     .unwrap();
     // Not the harness's Proxy: its --upstream flag would override the file.
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_coldwire"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config", file.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut child, mut lines) = spawn_coldwire(&["serve", "--listen", "127.0.0.1:0", "--config", file.to_str().unwrap()]);
     let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line()).await.unwrap().unwrap().unwrap();
     let addr = line.strip_prefix("coldwire listening on ").unwrap();
     // No database in the client's startup: the upstream URL's database is used.
@@ -159,14 +152,7 @@ async fn config_file_settings_are_used() {
 async fn demo_runs_postgres_and_the_proxy_then_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("demo");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_coldwire"))
-        .args(["demo", "--listen", "127.0.0.1:0", "--dir", root.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut child, mut lines) = spawn_coldwire(&["demo", "--listen", "127.0.0.1:0", "--dir", root.to_str().unwrap()]);
     let mut printed = String::new();
     let mut psql_url = None;
     while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await {
@@ -188,4 +174,18 @@ async fn demo_runs_postgres_and_the_proxy_then_cleans_up() {
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
     assert!(status.success());
     assert!(!root.exists(), "the demo removes its directory");
+}
+
+/// Runs the coldwire binary with `args` (not through the harness, whose flags would
+/// override what these tests set), returning it and the lines of its stdout.
+fn spawn_coldwire(args: &[&str]) -> (tokio::process::Child, tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_coldwire"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
 }
