@@ -32,6 +32,15 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// `l."a" = r."a" AND l."b" = r."b"` over the key columns `pk`: the join condition
+/// between two relations holding the same key.
+pub fn pk_equal<'a>(pk: impl IntoIterator<Item = &'a str>, left: &str, right: &str) -> String {
+    pk.into_iter()
+        .map(|n| format!("{left}.{q} = {right}.{q}", q = quote_ident(n)))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
 impl CaptureSpec {
     /// `"schema"."table"`.
     pub fn qualified_table(&self) -> String {
@@ -53,11 +62,7 @@ impl CaptureSpec {
     }
 
     fn pk_match(&self, left: &str, right: &str) -> String {
-        self.pk
-            .iter()
-            .map(|(n, _)| format!("{left}.{q} = {right}.{q}", q = quote_ident(n)))
-            .collect::<Vec<_>>()
-            .join(" AND ")
+        pk_equal(self.pk.iter().map(|(n, _)| n.as_str()), left, right)
     }
 
     /// Statements that create the mirror, the capture function and the triggers; run in

@@ -15,7 +15,7 @@ use super::jobs::{self, Job};
 use super::select::rows_to_flush;
 use super::store::ColdStore;
 use crate::admin::Policy;
-use crate::catalog::capture::quote_ident;
+use crate::catalog::capture::{pk_equal, quote_ident};
 use crate::cold::{arrow_schema, ColdColumn, ColdType, CopyDecoder};
 
 /// Rows decoded per Arrow batch.
@@ -109,9 +109,6 @@ pub async fn run(client: &mut Client, store: &ColdStore, job: &Job) -> Result<Fl
         .await?
         .get(0);
     let pk_list = table.pk.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
-    let matches = |l: &str, r: &str| {
-        table.pk.iter().map(|c| format!("{l}.{q} = {r}.{q}", q = quote_ident(c))).collect::<Vec<_>>().join(" AND ")
-    };
     client
         .batch_execute(&format!(
             "BEGIN ISOLATION LEVEL REPEATABLE READ; \
@@ -133,7 +130,7 @@ pub async fn run(client: &mut Client, store: &ColdStore, job: &Job) -> Result<Fl
          FROM pg_temp.cw_pairs p LEFT JOIN ONLY {table} h ON {on} {tombstones} ORDER BY {p_pk}) TO STDOUT (FORMAT binary)",
         cols = select_columns.join(", "),
         table = table.qualified,
-        on = matches("h", "p"),
+        on = table.pk_equal("h", "p"),
         p_pk = table.pk.iter().map(|c| format!("p.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
     );
     let mut cold_columns: Vec<ColdColumn> =
@@ -200,6 +197,13 @@ pub async fn run(client: &mut Client, store: &ColdStore, job: &Job) -> Result<Fl
 
     finalize(client, job, &table, total, segments).await?;
     Ok(FlushOutcome { rows: total, segments })
+}
+
+impl Tiered {
+    /// The join condition on the primary key between relations aliased `left` and `right`.
+    fn pk_equal(&self, left: &str, right: &str) -> String {
+        pk_equal(self.pk.iter().map(String::as_str), left, right)
+    }
 }
 
 /// Reads the table's catalog row and current name.
@@ -349,9 +353,6 @@ async fn clean_stale_attempts(client: &Client, store: &ColdStore, job: &Job, tab
 /// The finalize transaction: activate this attempt's segments and prune exactly the
 /// flushed (pk, seq) pairs from the mirror and their rows from the heap.
 async fn finalize(client: &mut Client, job: &Job, table: &Tiered, rows: i64, segments: i32) -> Result<(), FlushError> {
-    let on = |l: &str, r: &str| {
-        table.pk.iter().map(|c| format!("{l}.{q} = {r}.{q}", q = quote_ident(c))).collect::<Vec<_>>().join(" AND ")
-    };
     let returning = table.pk.iter().map(|c| format!("m.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
     super::failpoint::hit("before_finalize");
     let tx = client.transaction().await?;
@@ -384,9 +385,9 @@ async fn finalize(client: &mut Client, job: &Job, table: &Tiered, rows: i64, seg
         "WITH gone AS (DELETE FROM coldwire.m_{id} m USING pg_temp.cw_pairs p WHERE {m_p} AND m.seq = p.seq RETURNING {returning}) \
          DELETE FROM ONLY {table} h USING gone WHERE {h_gone}",
         id = table.id,
-        m_p = on("m", "p"),
+        m_p = table.pk_equal("m", "p"),
         table = table.qualified,
-        h_gone = on("h", "gone"),
+        h_gone = table.pk_equal("h", "gone"),
     ))
     .await?;
     tx.execute(

@@ -17,7 +17,7 @@ use crate::admin::call::oid;
 use crate::admin::{AdminError, AdminRequest};
 use crate::wire::cancel::CancelRegistration;
 use crate::wire::extended as ext;
-use crate::wire::messages::{self as msg, CloseTarget};
+use crate::wire::messages as msg;
 use crate::wire::startup::CancelKey;
 use crate::wire::{FrameScanner, WireError};
 
@@ -320,10 +320,10 @@ async fn read_more<R: AsyncRead + Unpin>(rx: &mut R, input: &mut BytesMut) -> st
 fn track_client_frame(tag: u8, frame: &[u8], state: &Mutex<SessionState>) -> Result<(), WireError> {
     let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
     match tag {
-        msg::PARSE => state.parse_sent(msg::parse_statement_name(frame).ok_or(WireError::Malformed("Parse"))?),
-        msg::CLOSE => match msg::close_target(frame).ok_or(WireError::Malformed("Close"))? {
-            CloseTarget::Statement(name) => state.close_sent(Some(name)),
-            CloseTarget::Portal(_) => state.close_sent(None),
+        msg::PARSE => state.parse_sent(ext::Parse::decode(frame)?.statement),
+        msg::CLOSE => match ext::target(frame, msg::CLOSE)? {
+            ext::Target::Statement(name) => state.close_sent(Some(name)),
+            ext::Target::Portal(_) => state.close_sent(None),
         },
         msg::SYNC | msg::QUERY | msg::FUNCTION_CALL => state.sync_sent(),
         _ => {}

@@ -214,6 +214,8 @@ mod tests {
         let f = frame(b'P', &p);
         assert_eq!(Parse::decode(&f).unwrap(), Parse { statement: "s1", query: "SELECT $1", param_types: vec![2205] });
         assert!(Parse::decode(&f[..f.len() - 1]).is_err());
+        assert_eq!(Parse::decode(&frame(b'P', b"\0select 1\0\0\0")).unwrap().statement, "");
+        assert!(Parse::decode(&frame(b'P', b"no-terminator")).is_err());
 
         let mut b = b"p\0s1\0".to_vec();
         b.extend_from_slice(&1i16.to_be_bytes());

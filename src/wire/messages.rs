@@ -208,29 +208,6 @@ pub fn sasl_without_channel_binding(frame: &[u8]) -> Option<BytesMut> {
     Some(out)
 }
 
-/// The statement name of a Parse frame (empty for the unnamed statement).
-pub fn parse_statement_name(frame: &[u8]) -> Option<&str> {
-    split_cstr(body(frame, PARSE)?).map(|(name, _)| name)
-}
-
-/// What a Close frame closes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseTarget<'a> {
-    Statement(&'a str),
-    Portal(&'a str),
-}
-
-/// The target of a Close frame.
-pub fn close_target(frame: &[u8]) -> Option<CloseTarget<'_>> {
-    let (&kind, rest) = body(frame, CLOSE)?.split_first()?;
-    let (name, _) = split_cstr(rest)?;
-    match kind {
-        b'S' => Some(CloseTarget::Statement(name)),
-        b'P' => Some(CloseTarget::Portal(name)),
-        _ => None,
-    }
-}
-
 /// The body of a whole frame whose tag is `tag`.
 fn body(frame: &[u8], tag: u8) -> Option<&[u8]> {
     let (&t, rest) = frame.split_first()?;
@@ -299,14 +276,5 @@ mod tests {
         // nothing to strip, or not a SASL request: relayed as is
         assert!(sasl_without_channel_binding(&frame(b'R', &expected)).is_none());
         assert!(sasl_without_channel_binding(&frame(b'R', &0i32.to_be_bytes())).is_none());
-    }
-
-    #[test]
-    fn statement_names() {
-        assert_eq!(parse_statement_name(&frame(b'P', b"s1\0select 1\0\0\0")), Some("s1"));
-        assert_eq!(parse_statement_name(&frame(b'P', b"\0select 1\0\0\0")), Some(""));
-        assert_eq!(close_target(&frame(b'C', b"Ss1\0")), Some(CloseTarget::Statement("s1")));
-        assert_eq!(close_target(&frame(b'C', b"Pp\0")), Some(CloseTarget::Portal("p")));
-        assert_eq!(close_target(&frame(b'C', b"Xp\0")), None);
     }
 }
