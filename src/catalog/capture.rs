@@ -24,8 +24,12 @@ pub mod op {
 }
 
 /// Names of the capture triggers, one per event (transition tables allow one event each).
-pub const TRIGGERS: [&str; 4] =
-    ["coldwire_capture_insert", "coldwire_capture_update", "coldwire_capture_delete", "coldwire_capture_truncate"];
+pub const TRIGGERS: [&str; 4] = [
+    "coldwire_capture_insert",
+    "coldwire_capture_update",
+    "coldwire_capture_delete",
+    "coldwire_capture_truncate",
+];
 
 /// `"name"`, with embedded quotes doubled: safe for any identifier.
 pub fn quote_ident(name: &str) -> String {
@@ -58,7 +62,11 @@ impl CaptureSpec {
     }
 
     fn pk_list(&self, prefix: &str) -> String {
-        self.pk.iter().map(|(n, _)| format!("{prefix}{}", quote_ident(n))).collect::<Vec<_>>().join(", ")
+        self.pk
+            .iter()
+            .map(|(n, _)| format!("{prefix}{}", quote_ident(n)))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn pk_match(&self, left: &str, right: &str) -> String {
@@ -71,7 +79,11 @@ impl CaptureSpec {
         let mirror = self.mirror();
         let function = self.capture_function();
         let table = self.qualified_table();
-        let columns: Vec<String> = self.pk.iter().map(|(n, t)| format!("{} {t} NOT NULL", quote_ident(n))).collect();
+        let columns: Vec<String> = self
+            .pk
+            .iter()
+            .map(|(n, t)| format!("{} {t} NOT NULL", quote_ident(n)))
+            .collect();
         let mut sql = vec![
             format!(
                 "CREATE TABLE {mirror} ({}, seq bigint NOT NULL, op smallint NOT NULL, \
@@ -86,7 +98,10 @@ impl CaptureSpec {
         ];
         let events = [
             ("INSERT", "REFERENCING NEW TABLE AS coldwire_new"),
-            ("UPDATE", "REFERENCING OLD TABLE AS coldwire_old NEW TABLE AS coldwire_new"),
+            (
+                "UPDATE",
+                "REFERENCING OLD TABLE AS coldwire_old NEW TABLE AS coldwire_new",
+            ),
             ("DELETE", "REFERENCING OLD TABLE AS coldwire_old"),
             ("TRUNCATE", ""),
         ];
@@ -116,8 +131,14 @@ impl CaptureSpec {
     /// Statements that remove what [`CaptureSpec::install`] created.
     pub fn uninstall(&self) -> Vec<String> {
         let table = self.qualified_table();
-        let mut sql: Vec<String> = TRIGGERS.iter().map(|t| format!("DROP TRIGGER IF EXISTS {t} ON {table}")).collect();
-        sql.push(format!("DROP FUNCTION IF EXISTS {}()", self.capture_function()));
+        let mut sql: Vec<String> = TRIGGERS
+            .iter()
+            .map(|t| format!("DROP TRIGGER IF EXISTS {t} ON {table}"))
+            .collect();
+        sql.push(format!(
+            "DROP FUNCTION IF EXISTS {}()",
+            self.capture_function()
+        ));
         sql.push(format!("DROP TABLE IF EXISTS {}", self.mirror()));
         sql
     }
@@ -178,7 +199,10 @@ mod tests {
             id: 7,
             schema: "app".into(),
             table: "Odd \"name\"".into(),
-            pk: vec![("tenant".into(), "integer".into()), ("id".into(), "bigint".into())],
+            pk: vec![
+                ("tenant".into(), "integer".into()),
+                ("id".into(), "bigint".into()),
+            ],
         }
     }
 
@@ -186,8 +210,16 @@ mod tests {
     fn identifiers_are_quoted_everywhere() {
         let s = spec();
         assert_eq!(s.qualified_table(), r#""app"."Odd ""name""""#);
-        for stmt in s.install().iter().chain(s.uninstall().iter()).chain(std::iter::once(&s.seed())) {
-            assert!(!stmt.contains("Odd \"name\" "), "unquoted table name in {stmt}");
+        for stmt in s
+            .install()
+            .iter()
+            .chain(s.uninstall().iter())
+            .chain(std::iter::once(&s.seed()))
+        {
+            assert!(
+                !stmt.contains("Odd \"name\" "),
+                "unquoted table name in {stmt}"
+            );
         }
         assert!(s.install()[0].contains(r#""tenant" integer NOT NULL, "id" bigint NOT NULL"#));
         assert!(s.install()[0].contains(r#"PRIMARY KEY ("tenant", "id")"#));
@@ -196,7 +228,12 @@ mod tests {
     #[test]
     fn every_event_has_a_statement_trigger_enabled_always() {
         let sql = spec().install().join("\n");
-        for event in ["AFTER INSERT", "AFTER UPDATE", "AFTER DELETE", "AFTER TRUNCATE"] {
+        for event in [
+            "AFTER INSERT",
+            "AFTER UPDATE",
+            "AFTER DELETE",
+            "AFTER TRUNCATE",
+        ] {
             assert!(sql.contains(event), "{event}");
         }
         assert_eq!(sql.matches("FOR EACH STATEMENT").count(), 4);
