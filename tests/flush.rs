@@ -323,6 +323,160 @@ async fn a_proxy_killed_mid_flush_leaves_a_job_the_next_one_finishes() {
     }
 }
 
+/// The key encoding of a bigint in segment bounds and stats (order-preserving).
+fn ordered_int(v: i64) -> Vec<u8> {
+    ((v as u64) ^ (1 << 63)).to_be_bytes().to_vec()
+}
+
+#[tokio::test]
+async fn segments_record_pk_bounds_and_footer_stats_per_row_group() {
+    let db = create_db("stats");
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    // 200k rows: more than one decoded batch per segment, segments of 150k rows (two row
+    // groups: 131072 + 18928) and 50k rows.
+    direct
+        .batch_execute(
+            "CREATE TABLE m(id bigint PRIMARY KEY, f float8, n numeric(10,2), t text, b bool, j jsonb, c char(3));
+             INSERT INTO m SELECT g,
+                 CASE WHEN g % 1000 = 0 THEN 'NaN' ELSE g * 0.5 END,
+                 CASE WHEN g % 5000 = 0 THEN 'NaN' ELSE g / 100.0 END,
+                 CASE WHEN g % 7 = 0 THEN NULL ELSE 'v' || lpad(g::text, 7, '0') END,
+                 g % 2 = 0, jsonb_build_object('g', g), 'abc'
+             FROM generate_series(1, 200000) g;",
+        )
+        .await
+        .unwrap();
+    let proxy = proxy_for(&db, store.path(), &[]).await;
+    let c = proxy.connect(&db).await;
+    let tiered = admin(
+        &c,
+        r#"SELECT coldwire.tier_table('m', '{"max_rows_per_file": 150000, "auto_flush": false}')"#,
+    )
+    .await;
+    let id = tiered["id"].as_i64().unwrap();
+    let job = admin(
+        &c,
+        "SELECT coldwire.flush_table('m', wait => true, drain => true)",
+    )
+    .await;
+    assert_eq!(job["state"], "completed", "{job}");
+    assert_eq!(job["segments"], 2, "{job}");
+    let progress: i64 = direct
+        .query_one("SELECT rows_done FROM coldwire.jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(progress, 200_000);
+
+    let segments = direct
+        .query("SELECT segment_id, row_count, min_pk, max_pk, min_seq, max_seq FROM coldwire.segments WHERE table_id = $1 ORDER BY min_pk", &[&id])
+        .await
+        .unwrap();
+    let ranges: Vec<(i64, i64)> = vec![(1, 150_000), (150_001, 200_000)];
+    for (row, (lo, hi)) in segments.iter().zip(&ranges) {
+        assert_eq!(row.get::<_, i64>(1), hi - lo + 1);
+        assert_eq!(row.get::<_, Vec<u8>>(2), ordered_int(*lo), "min_pk");
+        assert_eq!(row.get::<_, Vec<u8>>(3), ordered_int(*hi), "max_pk");
+        assert!(row.get::<_, i64>(4) <= row.get::<_, i64>(5));
+    }
+    let stats = |segment: uuid::Uuid, column: &'static str| {
+        let direct = &direct;
+        async move {
+            direct
+                .query_one(
+                    "SELECT s.min_value, s.max_value, s.null_count, s.nan_count, s.rg_min, s.rg_max, s.rg_null_count, s.rg_nan_count \
+                     FROM coldwire.segment_stats s JOIN pg_attribute a ON a.attnum = s.attnum AND a.attrelid = 'm'::regclass \
+                     WHERE s.segment_id = $1 AND a.attname = $2",
+                    &[&segment, &column],
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let first: uuid::Uuid = segments[0].get(0);
+    let second: uuid::Uuid = segments[1].get(0);
+    let per_column: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM coldwire.segment_stats WHERE segment_id = $1",
+            &[&first],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(per_column, 7, "one stats row per column");
+
+    // The pk: exact bounds per row group.
+    let s = stats(first, "id").await;
+    assert_eq!(
+        s.get::<_, Vec<Option<Vec<u8>>>>(4),
+        vec![Some(ordered_int(1)), Some(ordered_int(131_073))]
+    );
+    assert_eq!(
+        s.get::<_, Vec<Option<Vec<u8>>>>(5),
+        vec![Some(ordered_int(131_072)), Some(ordered_int(150_000))]
+    );
+    assert_eq!((s.get::<_, i64>(2), s.get::<_, i64>(3)), (0, 0));
+
+    // Floats: NaN counted apart from the bounds, per row group.
+    let s = stats(first, "f").await;
+    assert_eq!(
+        s.get::<_, Vec<i64>>(7),
+        vec![131, 19],
+        "NaN in 1..=131072 and 131073..=150000"
+    );
+    let float = |v: f64| (v.to_bits() | (1 << 63)).to_be_bytes().to_vec();
+    assert_eq!(s.get::<_, Option<Vec<u8>>>(0), Some(float(0.5)));
+    assert_eq!(
+        s.get::<_, Option<Vec<u8>>>(1),
+        Some(float(149_999.0 * 0.5)),
+        "the max skips the NaN at 150000"
+    );
+
+    // numeric(10,2): NaN counted apart; bounds are unscaled decimals.
+    let s = stats(second, "n").await;
+    assert_eq!(
+        s.get::<_, i64>(3),
+        10,
+        "NaN at every 5000th key of 150001..=200000"
+    );
+    let decimal = |v: i128| ((v as u128) ^ (1 << 127)).to_be_bytes().to_vec();
+    assert_eq!(s.get::<_, Option<Vec<u8>>>(0), Some(decimal(150_001)));
+    assert_eq!(s.get::<_, Option<Vec<u8>>>(1), Some(decimal(199_999)));
+
+    // Text: NULLs counted; bounds in byte order.
+    let s = stats(second, "t").await;
+    assert_eq!(
+        s.get::<_, i64>(2),
+        (150_001..=200_000).filter(|g| g % 7 == 0).count() as i64
+    );
+    assert_eq!(s.get::<_, Option<Vec<u8>>>(0), Some(b"v0150001".to_vec()));
+    assert_eq!(s.get::<_, Option<Vec<u8>>>(1), Some(b"v0200000".to_vec()));
+    let s = stats(second, "b").await;
+    assert_eq!(
+        (
+            s.get::<_, Option<Vec<u8>>>(0),
+            s.get::<_, Option<Vec<u8>>>(1)
+        ),
+        (Some(vec![0]), Some(vec![1]))
+    );
+
+    // Types without a byte order: counts only.
+    for column in ["j", "c"] {
+        let s = stats(second, column).await;
+        assert_eq!(
+            (
+                s.get::<_, Option<Vec<u8>>>(0),
+                s.get::<_, Option<Vec<u8>>>(1)
+            ),
+            (None, None),
+            "{column}"
+        );
+        assert_eq!(s.get::<_, i64>(2), 0, "{column}");
+    }
+    assert_eq!(cold_rows(&direct, store.path()).await.len(), 200_000);
+}
+
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {

@@ -8,6 +8,7 @@ mod decode_value;
 pub mod encode_value;
 pub mod error;
 pub mod numeric;
+pub mod ordered;
 pub mod temporal;
 pub mod types;
 

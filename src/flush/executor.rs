@@ -44,7 +44,9 @@ pub async fn run(service: tokio_postgres::Config, store: ColdStore, shutdown: Ca
                         table_id = job.table_id,
                         attempt = job.attempt
                     );
-                    execute(&mut client, &store, &job).instrument(span).await;
+                    execute(&mut client, &service, &store, &job)
+                        .instrument(span)
+                        .await;
                     if client.is_closed() {
                         break;
                     }
@@ -65,12 +67,21 @@ pub async fn run(service: tokio_postgres::Config, store: ColdStore, shutdown: Ca
     }
 }
 
-async fn execute(client: &mut Client, store: &ColdStore, job: &jobs::Job) {
+async fn execute(
+    client: &mut Client,
+    service: &tokio_postgres::Config,
+    store: &ColdStore,
+    job: &jobs::Job,
+) {
     let started = Instant::now();
     let outcome = |o: &'static str| {
         metrics::counter!(crate::metrics::FLUSH_JOBS_TOTAL, "outcome" => o).increment(1)
     };
-    match run::run(client, store, job).await {
+    let result = match crate::catalog::connect(service).await {
+        Ok(side) => run::run(client, &side, store, job).await,
+        Err(e) => Err(FlushError::Side(e.to_string())),
+    };
+    match result {
         Ok(done) => {
             outcome("completed");
             metrics::counter!(crate::metrics::FLUSH_ROWS_TOTAL).increment(done.rows.max(0) as u64);

@@ -4,5 +4,6 @@ pub mod executor;
 pub mod failpoint;
 pub mod jobs;
 pub mod run;
+pub mod segment;
 pub mod select;
 pub mod store;

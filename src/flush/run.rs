@@ -2,9 +2,7 @@
 //! joined to their heap rows out of Postgres by binary COPY into Arrow, write and publish
 //! Parquet segments, record them pending, then finalize in one transaction.
 
-use bytes::Bytes;
 use futures_util::{pin_mut, TryStreamExt};
-use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::SortingColumn;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -12,11 +10,12 @@ use parquet::schema::types::ColumnPath;
 use tokio_postgres::Client;
 
 use super::jobs::{self, Job};
+use super::segment::{SegmentColumn, SegmentFacts, SegmentWriter};
 use super::select::rows_to_flush;
 use super::store::ColdStore;
 use crate::admin::Policy;
 use crate::catalog::capture::{pk_equal, quote_ident};
-use crate::cold::{arrow_schema, ColdColumn, ColdType, CopyDecoder};
+use crate::cold::{arrow_schema, ColdColumn, ColdType, CopyDecoder, ScalarType};
 
 /// Rows decoded per Arrow batch.
 const BATCH_ROWS: usize = 65_536;
@@ -45,6 +44,8 @@ pub enum FlushError {
     Store(#[from] super::store::StoreError),
     #[error("table {0} cannot be flushed: {1}")]
     Table(i64, String),
+    #[error("cannot open a second service connection for the flush: {0}")]
+    Side(String),
     #[error("job {0} was reclaimed by another executor (attempt {1} is stale)")]
     Fenced(i64, i32),
 }
@@ -55,8 +56,8 @@ struct Tiered {
     qualified: String,
     prefix: String,
     policy: Policy,
-    /// All columns by attnum, with whether each is a pk column.
-    columns: Vec<(String, ColdType, bool)>,
+    /// All columns by attnum.
+    columns: Vec<SegmentColumn>,
     pk: Vec<String>,
 }
 
@@ -68,12 +69,16 @@ pub struct FlushOutcome {
 }
 
 /// Runs `job` on `client` (whose session holds the job's table lock), publishing to `store`.
+/// `side` is a second service connection for what must commit while `client` streams the
+/// rows inside its snapshot transaction: heartbeats with progress, and pending segments.
+/// (A query on `client` itself would queue behind the COPY stream.)
 ///
 /// # Errors
 /// Postgres, encoding, Parquet or store failures; [`FlushError::Fenced`] when the job was
 /// reclaimed meanwhile. Nothing this attempt did is visible until the finalize commits.
 pub async fn run(
     client: &mut Client,
+    side: &Client,
     store: &ColdStore,
     job: &Job,
 ) -> Result<FlushOutcome, FlushError> {
@@ -144,7 +149,13 @@ pub async fn run(
     let select_columns: Vec<String> = table
         .columns
         .iter()
-        .map(|(name, _, is_pk)| format!("{}.{}", if *is_pk { "p" } else { "h" }, quote_ident(name)))
+        .map(|c| {
+            format!(
+                "{}.{}",
+                if table.pk.contains(&c.name) { "p" } else { "h" },
+                quote_ident(&c.name)
+            )
+        })
         .collect();
     let first_pk = quote_ident(&table.pk[0]);
     // Deleted keys become tombstones only where older cold versions may exist.
@@ -164,15 +175,16 @@ pub async fn run(
     let mut cold_columns: Vec<ColdColumn> = table
         .columns
         .iter()
-        .map(|(name, ty, _)| ColdColumn::new(name.clone(), *ty))
+        .map(|c| ColdColumn::new(c.name.clone(), c.ty))
         .collect();
+    let seq_position = cold_columns.len();
     cold_columns.push(ColdColumn::new(
         SEQ_COLUMN,
-        ColdType::for_column(20, -1).map_err(|e| FlushError::Table(table.id, e.to_string()))?,
+        ColdType::Scalar(ScalarType::Int8),
     ));
     cold_columns.push(ColdColumn::new(
         OP_COLUMN,
-        ColdType::for_column(21, -1).map_err(|e| FlushError::Table(table.id, e.to_string()))?,
+        ColdType::Scalar(ScalarType::Int2),
     ));
     let schema = std::sync::Arc::new(arrow_schema(&cold_columns));
     let mut decoder = CopyDecoder::new(cold_columns, BATCH_ROWS)?;
@@ -180,6 +192,22 @@ pub async fn run(
     let max_rows = usize::try_from(table.policy.max_rows_per_file)
         .unwrap_or(usize::MAX)
         .max(1);
+    let segment_columns: std::sync::Arc<[SegmentColumn]> = table.columns.clone().into();
+    let pk_positions: std::sync::Arc<[usize]> = table
+        .pk
+        .iter()
+        .filter_map(|pk| table.columns.iter().position(|c| &c.name == pk))
+        .collect::<Vec<_>>()
+        .into();
+    let new_segment = || {
+        SegmentWriter::new(
+            schema.clone(),
+            props.clone(),
+            segment_columns.clone(),
+            pk_positions.clone(),
+            seq_position,
+        )
+    };
 
     let mut segment_number: i64 = client
         .query_one(
@@ -190,7 +218,7 @@ pub async fn run(
         .get(0);
     let mut segments = 0i32;
     let mut rows_done = 0i64;
-    let mut current: Option<(ArrowWriter<Vec<u8>>, usize, i64, i64)> = None;
+    let mut current: Option<SegmentWriter> = None;
 
     let stream = client.copy_out(copy.as_str()).await?;
     pin_mut!(stream);
@@ -202,32 +230,20 @@ pub async fn run(
         }
         while let Some(mut batch) = decoder.next_batch() {
             while batch.num_rows() > 0 {
-                let (writer, rows, _, _) = match &mut current {
-                    Some(c) => c,
-                    None => current.insert((
-                        ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props.clone()))?,
-                        0,
-                        i64::MAX,
-                        i64::MIN,
-                    )),
+                let writer = match &mut current {
+                    Some(w) => w,
+                    None => current.insert(new_segment()?),
                 };
-                let take = batch.num_rows().min(max_rows - *rows);
-                let part = batch.slice(0, take);
-                writer.write(&part)?;
-                *rows += take;
-                let (min, max) = seq_range(&part);
-                if let Some(c) = current.as_mut() {
-                    c.2 = c.2.min(min);
-                    c.3 = c.3.max(max);
-                }
+                let take = batch.num_rows().min(max_rows - writer.rows());
+                writer.write(&batch.slice(0, take))?;
                 batch = batch.slice(take, batch.num_rows() - take);
-                if current.as_ref().is_some_and(|c| c.1 >= max_rows) {
-                    let done = current.take().expect("checked above");
+                if writer.rows() >= max_rows {
+                    let done = current.take().expect("written above");
                     segment_number += 1;
-                    rows_done += done.1 as i64;
-                    publish(client, store, job, &table, done, segment_number).await?;
+                    rows_done += done.rows() as i64;
+                    publish(side, store, job, &table, done, segment_number).await?;
                     segments += 1;
-                    jobs::heartbeat(client, job, rows_done).await?;
+                    jobs::heartbeat(side, job, rows_done).await?;
                 }
             }
         }
@@ -236,9 +252,9 @@ pub async fn run(
         }
     }
     if let Some(done) = current.take() {
-        if done.1 > 0 {
+        if done.rows() > 0 {
             segment_number += 1;
-            publish(client, store, job, &table, done, segment_number).await?;
+            publish(side, store, job, &table, done, segment_number).await?;
             segments += 1;
         }
     }
@@ -283,11 +299,16 @@ async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
             c["typmod"].as_i64().unwrap_or(-1) as i32,
         )
         .map_err(|e| FlushError::Table(table_id, e.to_string()))?;
-        columns.push((name, ty, pk_attnums.contains(&attnum), attnum));
+        columns.push(SegmentColumn { name, attnum, ty });
     }
     let pk = pk_attnums
         .iter()
-        .filter_map(|a| columns.iter().find(|c| c.3 == *a).map(|c| c.0.clone()))
+        .filter_map(|a| {
+            columns
+                .iter()
+                .find(|c| c.attnum == *a)
+                .map(|c| c.name.clone())
+        })
         .collect::<Vec<_>>();
     if pk.is_empty() {
         return Err(FlushError::Table(
@@ -300,7 +321,7 @@ async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
         qualified: row.get(0),
         prefix: row.get(1),
         policy,
-        columns: columns.into_iter().map(|(n, t, p, _)| (n, t, p)).collect(),
+        columns,
         pk,
     })
 }
@@ -329,31 +350,16 @@ fn writer_properties(
     Ok(builder.set_sorting_columns(Some(sorting)).build())
 }
 
-fn seq_range(batch: &arrow::array::RecordBatch) -> (i64, i64) {
-    use arrow::array::Array;
-    let Some(col) = batch.column_by_name(SEQ_COLUMN) else {
-        return (i64::MAX, i64::MIN);
-    };
-    let Some(seqs) = col.as_any().downcast_ref::<arrow::array::Int64Array>() else {
-        return (i64::MAX, i64::MIN);
-    };
-    let mut range = (i64::MAX, i64::MIN);
-    for v in seqs.iter().flatten() {
-        range = (range.0.min(v), range.1.max(v));
-    }
-    range
-}
-
-/// Closes a segment, publishes it create-if-absent, and records it pending.
+/// Closes a segment, publishes it create-if-absent, and records it pending with its stats.
 async fn publish(
     client: &Client,
     store: &ColdStore,
     job: &Job,
     table: &Tiered,
-    (writer, rows, min_seq, max_seq): (ArrowWriter<Vec<u8>>, usize, i64, i64),
+    writer: SegmentWriter,
     number: i64,
 ) -> Result<(), FlushError> {
-    let bytes = Bytes::from(writer.into_inner()?);
+    let (bytes, facts) = writer.finish()?;
     let segment_id = uuid::Uuid::new_v4();
     let key = format!(
         "{}/{:03}/segment-{:06}-{}.parquet",
@@ -364,19 +370,38 @@ async fn publish(
     );
     let published = store.publish(&key, bytes).await?;
     super::failpoint::hit("after_publish");
+    record_pending(client, job, table, segment_id, &key, &published, &facts).await?;
+    super::failpoint::hit("after_pending_insert");
+    Ok(())
+}
+
+/// The segment's catalog rows: `pending`, with its footer-derived stats, in one transaction
+/// (a segment row never exists without its stats).
+async fn record_pending(
+    client: &Client,
+    job: &Job,
+    table: &Tiered,
+    segment_id: uuid::Uuid,
+    key: &str,
+    published: &super::store::Published,
+    facts: &SegmentFacts,
+) -> Result<(), FlushError> {
+    client.batch_execute("BEGIN").await?;
     client
         .execute(
             "INSERT INTO coldwire.segments (segment_id, table_id, path, status, row_count, byte_size, min_seq, max_seq, \
-                                            sha256, etag, schema_version, job_id, attempt) \
-             VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7, $8, $9, 1, $10, $11)",
+                                            min_pk, max_pk, sha256, etag, schema_version, job_id, attempt) \
+             VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13)",
             &[
                 &segment_id,
                 &table.id,
                 &key,
-                &(rows as i64),
+                &facts.rows,
                 &(published.size as i64),
-                &min_seq,
-                &max_seq,
+                &facts.min_seq,
+                &facts.max_seq,
+                &facts.min_pk,
+                &facts.max_pk,
                 &published.sha256,
                 &published.etag,
                 &job.id,
@@ -384,7 +409,33 @@ async fn publish(
             ],
         )
         .await?;
-    super::failpoint::hit("after_pending_insert");
+    let insert = client
+        .prepare(
+            "INSERT INTO coldwire.segment_stats (segment_id, attnum, min_value, max_value, null_count, nan_count, \
+                                                 rg_min, rg_max, rg_null_count, rg_nan_count) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .await?;
+    for s in &facts.stats {
+        client
+            .execute(
+                &insert,
+                &[
+                    &segment_id,
+                    &s.attnum,
+                    &s.min,
+                    &s.max,
+                    &s.null_count,
+                    &s.nan_count,
+                    &s.rg_min,
+                    &s.rg_max,
+                    &s.rg_null_count,
+                    &s.rg_nan_count,
+                ],
+            )
+            .await?;
+    }
+    client.batch_execute("COMMIT").await?;
     Ok(())
 }
 
