@@ -137,8 +137,9 @@ async fn flush_moves_the_oldest_rows_to_parquet_exactly_once() {
     assert!(cold_ids.is_disjoint(&hot));
     assert_eq!(cold_ids.union(&hot).count(), 1000, "nothing lost");
     // Segments cover disjoint pk ranges in pk order, and no object is unaccounted for.
-    let files: Vec<_> = walk(store.path());
+    let files = segment_files(store.path());
     assert_eq!(files.len(), 3, "{files:?}");
+    assert_manifest_lists_the_active_segments(&direct, store.path(), id).await;
     let generation: i64 = direct
         .query_one(
             "SELECT generation FROM coldwire.tables WHERE id = $1",
@@ -178,6 +179,68 @@ async fn flush_moves_the_oldest_rows_to_parquet_exactly_once() {
         .map(|(k, _)| *k)
         .collect();
     assert_eq!(live, (1..=990).collect());
+    assert_manifest_lists_the_active_segments(&direct, store.path(), id).await;
+}
+
+/// The manifest's root names content-addressed shards that exist with their sha256, and
+/// together they list exactly the active segments, with their checksums.
+async fn assert_manifest_lists_the_active_segments(direct: &Client, store: &Path, table_id: i64) {
+    let prefix: String = direct
+        .query_one(
+            "SELECT storage_prefix FROM coldwire.tables WHERE id = $1",
+            &[&table_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let root: Value = serde_json::from_slice(
+        &std::fs::read(store.join(&prefix).join("_manifest/root.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(root["format"], "coldwire-manifest");
+    let generation: i64 = direct
+        .query_one(
+            "SELECT generation FROM coldwire.tables WHERE id = $1",
+            &[&table_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(root["generation"], generation);
+    let mut listed = BTreeSet::new();
+    for shard in root["shards"].as_array().unwrap() {
+        let bytes = std::fs::read(store.join(shard["key"].as_str().unwrap())).unwrap();
+        let sha = coldwire::flush::store::hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+        assert_eq!(shard["sha256"], sha.as_str());
+        assert!(
+            shard["key"].as_str().unwrap().contains(&sha[..16]),
+            "content-addressed: {shard}"
+        );
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        for segment in body["segments"].as_array().unwrap() {
+            listed.insert((
+                segment["path"].as_str().unwrap().to_owned(),
+                segment["sha256"].as_str().unwrap().to_owned(),
+            ));
+        }
+    }
+    let active: BTreeSet<(String, String)> = direct
+        .query(
+            "SELECT path, sha256 FROM coldwire.segments WHERE table_id = $1 AND status = 'active'",
+            &[&table_id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(listed, active);
+    let shards_on_disk = walk(&store.join(&prefix).join("_manifest/shards")).len();
+    assert_eq!(
+        shards_on_disk,
+        root["shards"].as_array().unwrap().len(),
+        "no stale shard left"
+    );
 }
 
 #[tokio::test]
@@ -310,7 +373,7 @@ async fn a_proxy_killed_mid_flush_leaves_a_job_the_next_one_finishes() {
             .unwrap()
             .get(0);
         assert_eq!(
-            walk(store.path()).len() as i64,
+            segment_files(store.path()).len() as i64,
             active,
             "{failpoint}: no orphan object left"
         );
@@ -475,6 +538,14 @@ async fn segments_record_pk_bounds_and_footer_stats_per_row_group() {
         assert_eq!(s.get::<_, i64>(2), 0, "{column}");
     }
     assert_eq!(cold_rows(&direct, store.path()).await.len(), 200_000);
+}
+
+/// The Parquet segment objects under `dir`.
+fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    walk(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect()
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -42,6 +42,8 @@ pub enum FlushError {
     Parquet(#[from] parquet::errors::ParquetError),
     #[error(transparent)]
     Store(#[from] super::store::StoreError),
+    #[error("manifest export: {0}")]
+    Manifest(#[from] super::manifest::ManifestError),
     #[error("table {0} cannot be flushed: {1}")]
     Table(i64, String),
     #[error("cannot open a second service connection for the flush: {0}")]
@@ -260,6 +262,24 @@ pub async fn run(
     }
     client.batch_execute("COMMIT").await?;
 
+    // 5. The manifest as it will be once this job's segments are active.
+    let generation: i64 = side
+        .query_one(
+            "SELECT generation FROM coldwire.tables WHERE id = $1",
+            &[&table.id],
+        )
+        .await?
+        .get(0);
+    super::manifest::export(
+        side,
+        store,
+        table.id,
+        Some((job.id, job.attempt)),
+        generation + 1,
+    )
+    .await?;
+    super::failpoint::hit("after_manifest");
+
     finalize(client, job, &table, total, segments).await?;
     Ok(FlushOutcome {
         rows: total,
@@ -441,8 +461,8 @@ async fn record_pending(
 
 /// Removes what earlier attempts of this job left: pending segments and their objects,
 /// and objects under the table's prefix that no segment names (an attempt that died
-/// between publishing and recording). Safe because only the holder of the table's flush
-/// lock, which we are, writes under that prefix.
+/// between publishing and recording); the manifest folder is left to the export. Safe
+/// because only the holder of the table's flush lock, which we are, writes under that prefix.
 async fn clean_stale_attempts(
     client: &Client,
     store: &ColdStore,
@@ -474,8 +494,9 @@ async fn clean_stale_attempts(
         .into_iter()
         .map(|r| r.get(0))
         .collect();
+    let manifest = format!("{}/", super::manifest::folder(&table.prefix));
     for key in store.list(&table.prefix).await? {
-        if !known.contains(&key) {
+        if !known.contains(&key) && !key.starts_with(&manifest) {
             tracing::info!(key, "collecting an orphan object of an earlier attempt");
             store.delete(&key).await?;
         }

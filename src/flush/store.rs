@@ -143,6 +143,18 @@ impl ColdStore {
         })
     }
 
+    /// Writes `bytes` at `key`, replacing what is there (for the manifest root, the one
+    /// object coldwire rewrites in place).
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn put(&self, key: &str, bytes: Bytes) -> Result<(), StoreError> {
+        self.store
+            .put(&Path::from(key), PutPayload::from(bytes))
+            .await?;
+        Ok(())
+    }
+
     /// The whole object at `key`.
     ///
     /// # Errors
