@@ -386,6 +386,89 @@ async fn a_proxy_killed_mid_flush_leaves_a_job_the_next_one_finishes() {
     }
 }
 
+#[tokio::test]
+async fn a_key_flushed_again_gets_an_override_naming_its_newest_cold_version() {
+    let db = create_db("overrides");
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute("CREATE TABLE t(id bigint PRIMARY KEY, v text); INSERT INTO t SELECT g, 'old' FROM generate_series(1, 999, 2) g;")
+        .await
+        .unwrap();
+    let proxy = proxy_for(&db, store.path(), &[]).await;
+    let c = proxy.connect(&db).await;
+    let id = admin(
+        &c,
+        r#"SELECT coldwire.tier_table('t', '{"auto_flush": false}')"#,
+    )
+    .await["id"]
+        .as_i64()
+        .unwrap();
+    admin(
+        &c,
+        "SELECT coldwire.flush_table('t', wait => true, drain => true)",
+    )
+    .await;
+    let overrides = format!("SELECT id, seq FROM coldwire.overrides_{id} ORDER BY id");
+    assert!(
+        direct.query(&overrides, &[]).await.unwrap().is_empty(),
+        "first versions need no override"
+    );
+
+    // New versions of cold keys 1, 3, .., 19 (the heap no longer has them), keys between
+    // them that were never cold, and keys beyond every segment's range.
+    c.batch_execute("INSERT INTO t SELECT g, 'new' FROM generate_series(1, 20) g; INSERT INTO t SELECT g, 'new' FROM generate_series(2001, 2100) g;")
+        .await
+        .unwrap();
+    let newest: std::collections::BTreeMap<i64, i64> = direct
+        .query(&format!("SELECT id, seq FROM coldwire.m_{id}"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    admin(
+        &c,
+        "SELECT coldwire.flush_table('t', wait => true, drain => true)",
+    )
+    .await;
+
+    let rows: Vec<(i64, i64)> = direct
+        .query(&overrides, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let keys: BTreeSet<i64> = rows.iter().map(|(k, _)| *k).collect();
+    let twice: BTreeSet<i64> = (1..20).step_by(2).collect();
+    assert!(
+        twice.is_subset(&keys),
+        "every key with two cold versions: {keys:?}"
+    );
+    assert!(
+        keys.iter().all(|k| *k <= 20),
+        "keys outside every segment's pk range are never probed as cold: {keys:?}"
+    );
+    assert!(
+        keys.len() <= twice.len() + 3,
+        "bloom false positives stay rare: {keys:?}"
+    );
+    for (key, seq) in rows {
+        assert_eq!(
+            Some(&seq),
+            newest.get(&key),
+            "override of {key} names the version just flushed"
+        );
+    }
+    let cold = cold_rows(&direct, store.path()).await;
+    assert_eq!(
+        cold.len(),
+        500 + 120,
+        "both versions of the re-inserted keys are cold"
+    );
+}
+
 /// The key encoding of a bigint in segment bounds and stats (order-preserving).
 fn ordered_int(v: i64) -> Vec<u8> {
     ((v as u64) ^ (1 << 63)).to_be_bytes().to_vec()

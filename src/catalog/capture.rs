@@ -56,6 +56,12 @@ impl CaptureSpec {
         format!("coldwire.m_{}", self.id)
     }
 
+    /// `coldwire.overrides_<id>`: keys with more than one cold version, with the newest
+    /// cold seq (DESIGN §3).
+    pub fn overrides(&self) -> String {
+        format!("coldwire.overrides_{}", self.id)
+    }
+
     /// `coldwire.capture_<id>`.
     pub fn capture_function(&self) -> String {
         format!("coldwire.capture_{}", self.id)
@@ -93,6 +99,13 @@ impl CaptureSpec {
             ),
             format!("CREATE INDEX m_{}_seq ON {mirror} (seq)", self.id),
             format!("REVOKE ALL ON {mirror} FROM PUBLIC"),
+            format!(
+                "CREATE TABLE {} ({}, seq bigint NOT NULL, PRIMARY KEY ({}))",
+                self.overrides(),
+                columns.join(", "),
+                self.pk_list("")
+            ),
+            format!("REVOKE ALL ON {} FROM PUBLIC", self.overrides()),
             self.capture_function_sql(),
             format!("REVOKE ALL ON FUNCTION {function}() FROM PUBLIC"),
         ];
@@ -140,6 +153,7 @@ impl CaptureSpec {
             self.capture_function()
         ));
         sql.push(format!("DROP TABLE IF EXISTS {}", self.mirror()));
+        sql.push(format!("DROP TABLE IF EXISTS {}", self.overrides()));
         sql
     }
 
@@ -174,6 +188,7 @@ impl CaptureSpec {
              ELSIF TG_OP = 'DELETE' THEN\n{delete}\n\
              ELSE\n\
              DELETE FROM {mirror};\n\
+             DELETE FROM {overrides};\n\
              UPDATE coldwire.segments SET status = 'retired', retired_xid = pg_current_xact_id() \
              WHERE table_id = {id} AND status IN ('pending', 'active');\n\
              UPDATE coldwire.tables SET generation = generation + 1 WHERE id = {id};\n\
@@ -185,6 +200,7 @@ impl CaptureSpec {
             update = upsert(&format!("SELECT {pk} FROM coldwire_new UNION SELECT {pk} FROM coldwire_old")),
             delete = upsert(&format!("SELECT DISTINCT {pk} FROM coldwire_old")),
             mirror = self.mirror(),
+            overrides = self.overrides(),
             id = self.id,
         )
     }

@@ -4,6 +4,7 @@ pub mod executor;
 pub mod failpoint;
 pub mod jobs;
 pub mod manifest;
+pub mod probe;
 pub mod run;
 pub mod segment;
 pub mod select;

@@ -10,12 +10,20 @@ use parquet::schema::types::ColumnPath;
 use tokio_postgres::Client;
 
 use super::jobs::{self, Job};
+use super::probe::ColdKeyProbe;
 use super::segment::{SegmentColumn, SegmentFacts, SegmentWriter};
 use super::select::rows_to_flush;
 use super::store::ColdStore;
 use crate::admin::Policy;
 use crate::catalog::capture::{pk_equal, quote_ident};
-use crate::cold::{arrow_schema, ColdColumn, ColdType, CopyDecoder, ScalarType};
+use crate::cold::{
+    arrow_schema, encode_batch, encode_header, encode_trailer, ColdColumn, ColdType, CopyDecoder,
+    ScalarType,
+};
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::take;
+use bytes::BytesMut;
+use futures_util::SinkExt;
 
 /// Rows decoded per Arrow batch.
 const BATCH_ROWS: usize = 65_536;
@@ -38,6 +46,8 @@ pub enum FlushError {
     Postgres(#[from] tokio_postgres::Error),
     #[error(transparent)]
     Cold(#[from] crate::cold::ColdError),
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
     #[error("parquet: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),
     #[error(transparent)]
@@ -201,6 +211,14 @@ pub async fn run(
         .filter_map(|pk| table.columns.iter().position(|c| &c.name == pk))
         .collect::<Vec<_>>()
         .into();
+    // Keys that may already have a cold version get an override at finalize (§5 step 6).
+    let mut probe = ColdKeyProbe::load(side, table.id, table.pk.clone()).await?;
+    let pk_cold_columns: Vec<ColdColumn> = pk_positions
+        .iter()
+        .map(|&p| ColdColumn::new(table.columns[p].name.clone(), table.columns[p].ty))
+        .collect();
+    let pk_schema = std::sync::Arc::new(arrow_schema(&pk_cold_columns));
+    let mut maybe_cold: Vec<RecordBatch> = Vec::new();
     let new_segment = || {
         SegmentWriter::new(
             schema.clone(),
@@ -231,6 +249,15 @@ pub async fn run(
             None => decoder.finish()?,
         }
         while let Some(mut batch) = decoder.next_batch() {
+            let rows = probe.maybe_cold(store, &batch, &pk_positions).await?;
+            if !rows.is_empty() {
+                let rows = UInt32Array::from(rows);
+                let keys = pk_positions
+                    .iter()
+                    .map(|&p| take(batch.column(p), &rows, None))
+                    .collect::<Result<Vec<_>, _>>()?;
+                maybe_cold.push(RecordBatch::try_new(pk_schema.clone(), keys)?);
+            }
             while batch.num_rows() > 0 {
                 let writer = match &mut current {
                     Some(w) => w,
@@ -260,6 +287,10 @@ pub async fn run(
             segments += 1;
         }
     }
+    let overrides = !maybe_cold.is_empty();
+    if overrides {
+        load_maybe_cold(client, &table, &pk_cold_columns, &maybe_cold).await?;
+    }
     client.batch_execute("COMMIT").await?;
 
     // 5. The manifest as it will be once this job's segments are active.
@@ -280,7 +311,7 @@ pub async fn run(
     .await?;
     super::failpoint::hit("after_manifest");
 
-    finalize(client, job, &table, total, segments).await?;
+    finalize(client, job, &table, total, segments, overrides).await?;
     Ok(FlushOutcome {
         rows: total,
         segments,
@@ -365,7 +396,10 @@ fn writer_properties(
                 nulls_first: false,
             });
         }
-        builder = builder.set_column_bloom_filter_enabled(ColumnPath::from(pk.as_str()), true);
+        // Sized for one row group of distinct keys.
+        builder = builder
+            .set_column_bloom_filter_enabled(ColumnPath::from(pk.as_str()), true)
+            .set_column_bloom_filter_max_ndv(ColumnPath::from(pk.as_str()), ROW_GROUP_ROWS as u64);
     }
     Ok(builder.set_sorting_columns(Some(sorting)).build())
 }
@@ -512,6 +546,7 @@ async fn finalize(
     table: &Tiered,
     rows: i64,
     segments: i32,
+    overrides: bool,
 ) -> Result<(), FlushError> {
     let returning = table
         .pk
@@ -550,6 +585,30 @@ async fn finalize(
         &[&job.id, &job.attempt, &generation],
     )
     .await?;
+    if overrides {
+        // Every flushed key that may have an older cold version: its newest cold seq is now
+        // the one just flushed.
+        let pk = table
+            .pk
+            .iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ");
+        tx.batch_execute(&format!(
+            "INSERT INTO coldwire.overrides_{id} AS o ({pk}, seq) \
+             SELECT {p_pk}, p.seq FROM pg_temp.cw_pairs p JOIN pg_temp.cw_maybe_cold c ON {p_c} \
+             ON CONFLICT ({pk}) DO UPDATE SET seq = greatest(o.seq, EXCLUDED.seq)",
+            id = table.id,
+            p_pk = table
+                .pk
+                .iter()
+                .map(|c| format!("p.{}", quote_ident(c)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            p_c = table.pk_equal("p", "c"),
+        ))
+        .await?;
+    }
     tx.batch_execute(&format!(
         "WITH gone AS (DELETE FROM coldwire.m_{id} m USING pg_temp.cw_pairs p WHERE {m_p} AND m.seq = p.seq RETURNING {returning}) \
          DELETE FROM ONLY {table} h USING gone WHERE {h_gone}",
@@ -569,8 +628,48 @@ async fn finalize(
     super::failpoint::hit("before_finalize_commit");
     tx.commit().await?;
     client
-        .batch_execute("DROP TABLE IF EXISTS pg_temp.cw_pairs")
+        .batch_execute(
+            "DROP TABLE IF EXISTS pg_temp.cw_pairs; DROP TABLE IF EXISTS pg_temp.cw_maybe_cold",
+        )
         .await?;
+    Ok(())
+}
+
+/// Loads the keys the probe flagged into `pg_temp.cw_maybe_cold` by binary COPY (values
+/// only as data, never as SQL text).
+async fn load_maybe_cold(
+    client: &Client,
+    table: &Tiered,
+    columns: &[ColdColumn],
+    batches: &[RecordBatch],
+) -> Result<(), FlushError> {
+    let pk = table
+        .pk
+        .iter()
+        .map(|c| quote_ident(c))
+        .collect::<Vec<_>>()
+        .join(", ");
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS pg_temp.cw_maybe_cold; \
+             CREATE TEMP TABLE cw_maybe_cold AS SELECT {pk} FROM coldwire.m_{id} WITH NO DATA;",
+            id = table.id
+        ))
+        .await?;
+    let mut buf = BytesMut::new();
+    encode_header(&mut buf);
+    for batch in batches {
+        encode_batch(columns, batch, &mut buf)?;
+    }
+    encode_trailer(&mut buf);
+    let sink = client
+        .copy_in(&format!(
+            "COPY pg_temp.cw_maybe_cold ({pk}) FROM STDIN (FORMAT binary)"
+        ))
+        .await?;
+    pin_mut!(sink);
+    sink.send(buf.freeze()).await?;
+    sink.finish().await?;
     Ok(())
 }
 

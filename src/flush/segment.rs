@@ -221,7 +221,7 @@ impl SegmentWriter {
 
 /// Appends the key encoding of `array[row]` to `out`; false for a NULL or a type keys
 /// cannot have.
-fn push_key_component(out: &mut Vec<u8>, array: &dyn Array, row: usize) -> bool {
+pub(super) fn push_key_component(out: &mut Vec<u8>, array: &dyn Array, row: usize) -> bool {
     if array.is_null(row) {
         return false;
     }

@@ -163,6 +163,26 @@ impl ColdStore {
         Ok(self.store.get(&Path::from(key)).await?.bytes().await?)
     }
 
+    /// The size of the object at `key`.
+    ///
+    /// # Errors
+    /// Store failures, including a missing object.
+    pub async fn size(&self, key: &str) -> Result<u64, StoreError> {
+        Ok(self.store.head(&Path::from(key)).await?.size)
+    }
+
+    /// Bytes `range` of the object at `key`.
+    ///
+    /// # Errors
+    /// Store failures, including a missing object or a range past its end.
+    pub async fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, StoreError> {
+        Ok(self.store.get_range(&Path::from(key), range).await?)
+    }
+
     /// Removes `key`; a missing object is not an error.
     ///
     /// # Errors
