@@ -193,10 +193,9 @@ async fn assert_manifest_lists_the_active_segments(direct: &Client, store: &Path
         .await
         .unwrap()
         .get(0);
-    let root: Value = serde_json::from_slice(
-        &std::fs::read(store.join(&prefix).join("_manifest/root.json")).unwrap(),
-    )
-    .unwrap();
+    let root: Value =
+        serde_json::from_slice(&std::fs::read(store.join(&prefix).join("manifest.json")).unwrap())
+            .unwrap();
     assert_eq!(root["format"], "coldwire-manifest");
     let generation: i64 = direct
         .query_one(
@@ -235,7 +234,7 @@ async fn assert_manifest_lists_the_active_segments(direct: &Client, store: &Path
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(listed, active);
-    let shards_on_disk = walk(&store.join(&prefix).join("_manifest/shards")).len();
+    let shards_on_disk = walk(&store.join(&prefix).join("manifest")).len();
     assert_eq!(
         shards_on_disk,
         root["shards"].as_array().unwrap().len(),

@@ -2,10 +2,10 @@
 //! step 5). The catalog stays the authority; the manifest can always be rebuilt from it.
 //!
 //! Layout under the table's storage prefix:
-//! - `_manifest/shards/{folder}-{sha256 of the shard, 16 hex}.json`: one content-addressed
+//! - `manifest/{folder}-{sha256 of the shard, 16 hex}.json`: one content-addressed
 //!   shard per segment folder, listing that folder's segments (an unchanged folder keeps its
 //!   shard object);
-//! - `_manifest/root.json`: the thin root, naming each shard with its sha256, the table's
+//! - `manifest.json`: the thin root, naming each shard with its sha256, the table's
 //!   columns, primary key and generation, and the rules a reader must apply. Written after
 //!   its shards, so a reader following the root always finds them.
 
@@ -33,9 +33,22 @@ pub enum ManifestError {
     Unknown(i64),
 }
 
-/// The folder of the manifest under a table's prefix.
-pub fn folder(prefix: &str) -> String {
-    format!("{prefix}/_manifest")
+/// The folder of the manifest's shards under a table's prefix.
+pub fn shard_folder(prefix: &str) -> String {
+    format!("{prefix}/manifest")
+}
+
+/// The key of the manifest's root.
+pub fn root_key(prefix: &str) -> String {
+    format!("{prefix}/manifest.json")
+}
+
+/// Whether `key` is part of the manifest of the table under `prefix`.
+pub fn is_manifest_key(prefix: &str, key: &str) -> bool {
+    key == root_key(prefix)
+        || key
+            .strip_prefix(&shard_folder(prefix))
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// What an export wrote.
@@ -98,7 +111,7 @@ pub async fn export(
         }));
     }
 
-    let base = folder(&prefix);
+    let base = shard_folder(&prefix);
     let mut shards = Vec::new();
     for (name, segments) in &folders {
         let body = Bytes::from(
@@ -106,7 +119,7 @@ pub async fn export(
                 .expect("json values serialize"),
         );
         let sha256 = hex(&Sha256::digest(&body));
-        let key = format!("{base}/shards/{name}-{}.json", &sha256[..16]);
+        let key = format!("{base}/{name}-{}.json", &sha256[..16]);
         store.publish(&key, body).await?;
         let rows: i64 = segments
             .iter()
@@ -129,7 +142,7 @@ pub async fn export(
         ],
         "shards": shards,
     });
-    let root_key = format!("{base}/root.json");
+    let root_key = root_key(&prefix);
     store
         .put(
             &root_key,
@@ -140,7 +153,7 @@ pub async fn export(
     // Shards the new root no longer names.
     let named: std::collections::HashSet<&str> =
         shards.iter().filter_map(|s| s["key"].as_str()).collect();
-    for key in store.list(&format!("{base}/shards")).await? {
+    for key in store.list(&base).await? {
         if !named.contains(key.as_str()) {
             store.delete(&key).await?;
         }

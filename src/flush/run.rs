@@ -495,7 +495,7 @@ async fn record_pending(
 
 /// Removes what earlier attempts of this job left: pending segments and their objects,
 /// and objects under the table's prefix that no segment names (an attempt that died
-/// between publishing and recording); the manifest folder is left to the export. Safe
+/// between publishing and recording); the manifest is left to the export. Safe
 /// because only the holder of the table's flush lock, which we are, writes under that prefix.
 async fn clean_stale_attempts(
     client: &Client,
@@ -528,9 +528,8 @@ async fn clean_stale_attempts(
         .into_iter()
         .map(|r| r.get(0))
         .collect();
-    let manifest = format!("{}/", super::manifest::folder(&table.prefix));
     for key in store.list(&table.prefix).await? {
-        if !known.contains(&key) && !key.starts_with(&manifest) {
+        if !known.contains(&key) && !super::manifest::is_manifest_key(&table.prefix, &key) {
             tracing::info!(key, "collecting an orphan object of an earlier attempt");
             store.delete(&key).await?;
         }
