@@ -9,6 +9,7 @@ pub mod encode_value;
 pub mod error;
 pub mod numeric;
 pub mod ordered;
+pub mod prune;
 pub mod temporal;
 pub mod types;
 

@@ -1,0 +1,309 @@
+//! Cold pruning (DESIGN §6.3), sans-IO: which segments and row groups may hold rows that
+//! satisfy a conjunction of simple predicates, judged by the stats the flush recorded
+//! (`coldwire.segment_stats`, in the order-preserving encoding of [`super::ordered`]).
+//!
+//! Pruning only ever over-selects (invariant 7): a predicate coldwire cannot judge keeps
+//! everything, and Postgres re-applies the whole query to the rows that come back. The
+//! caller builds predicates only where the byte order is the comparison's order (text only
+//! under the C collation, no TimeZone- or DateStyle-dependent constants).
+
+use std::cmp::Ordering;
+
+/// A comparison of one column with constants, all values in the order-preserving encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Predicate {
+    /// `col = v`
+    Eq(i16, Vec<u8>),
+    /// `col < v`, `col <= v` (inclusive when true)
+    Below(i16, Vec<u8>, bool),
+    /// `col > v`, `col >= v` (inclusive when true)
+    Above(i16, Vec<u8>, bool),
+    /// `col IN (v, …)` / `col = ANY(…)`
+    In(i16, Vec<Vec<u8>>),
+    /// `col IS NULL`
+    IsNull(i16),
+    /// `col IS NOT NULL`
+    IsNotNull(i16),
+}
+
+impl Predicate {
+    /// The column (attnum) the predicate constrains.
+    pub fn attnum(&self) -> i16 {
+        match self {
+            Predicate::Eq(a, _)
+            | Predicate::Below(a, ..)
+            | Predicate::Above(a, ..)
+            | Predicate::In(a, _)
+            | Predicate::IsNull(a)
+            | Predicate::IsNotNull(a) => *a,
+        }
+    }
+
+    /// Whether a column whose values in some range of rows are described by `stats` may
+    /// satisfy the predicate there.
+    pub fn may_match(&self, stats: &RangeStats<'_>) -> bool {
+        let ordered = stats.rows - stats.nulls - stats.unordered;
+        let within = |v: &[u8]| match (stats.min, stats.max) {
+            (Some(min), Some(max)) => min <= v && v <= max,
+            _ => ordered > 0,
+        };
+        match self {
+            Predicate::IsNull(_) => stats.nulls > 0,
+            Predicate::IsNotNull(_) => stats.rows > stats.nulls,
+            // NaN-like values equal no constant with an encoding.
+            Predicate::Eq(_, v) => ordered > 0 && within(v),
+            Predicate::In(_, vs) => ordered > 0 && vs.iter().any(|v| within(v)),
+            // NaN sorts above every number: `x > c` holds for it, `x < c` never.
+            Predicate::Below(_, v, inclusive) => {
+                ordered > 0
+                    && stats.min.is_none_or(|min| match min.cmp(v.as_slice()) {
+                        Ordering::Less => true,
+                        Ordering::Equal => *inclusive,
+                        Ordering::Greater => false,
+                    })
+            }
+            Predicate::Above(_, v, inclusive) => {
+                stats.unordered > 0
+                    || (ordered > 0
+                        && stats.max.is_none_or(|max| match max.cmp(v.as_slice()) {
+                            Ordering::Greater => true,
+                            Ordering::Equal => *inclusive,
+                            Ordering::Less => false,
+                        }))
+            }
+        }
+    }
+
+    /// Whether a single value (`None`: NULL; `Some(None)`: a value without an encoding,
+    /// such as NaN; `Some(Some(bytes))`: an encoded value) satisfies the predicate.
+    pub fn matches(&self, value: Option<Option<&[u8]>>) -> bool {
+        match (self, value) {
+            (Predicate::IsNull(_), v) => v.is_none(),
+            (Predicate::IsNotNull(_), v) => v.is_some(),
+            (_, None) => false,
+            (Predicate::Above(..), Some(None)) => true,
+            (_, Some(None)) => false,
+            (Predicate::Eq(_, c), Some(Some(v))) => v == c.as_slice(),
+            (Predicate::In(_, cs), Some(Some(v))) => cs.iter().any(|c| v == c.as_slice()),
+            (Predicate::Below(_, c, inclusive), Some(Some(v))) => {
+                v < c.as_slice() || (*inclusive && v == c.as_slice())
+            }
+            (Predicate::Above(_, c, inclusive), Some(Some(v))) => {
+                v > c.as_slice() || (*inclusive && v == c.as_slice())
+            }
+        }
+    }
+}
+
+/// What the stats say about one column over some rows (a row group or a segment).
+#[derive(Debug, Clone, Copy)]
+pub struct RangeStats<'a> {
+    pub rows: i64,
+    pub nulls: i64,
+    /// Non-NULL values without an encoding (NaN).
+    pub unordered: i64,
+    /// Bounds of the encoded values; `None` when unknown.
+    pub min: Option<&'a [u8]>,
+    pub max: Option<&'a [u8]>,
+}
+
+/// Stats of one column of one segment, as recorded: for the whole segment and per row
+/// group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ColumnStats {
+    pub attnum: i16,
+    pub min: Option<Vec<u8>>,
+    pub max: Option<Vec<u8>>,
+    pub null_count: i64,
+    pub nan_count: i64,
+    pub rg_min: Vec<Option<Vec<u8>>>,
+    pub rg_max: Vec<Option<Vec<u8>>>,
+    pub rg_null_count: Vec<i64>,
+    pub rg_nan_count: Vec<i64>,
+}
+
+/// A segment as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentMeta {
+    pub segment_id: uuid::Uuid,
+    pub path: String,
+    pub rows: i64,
+    pub columns: Vec<ColumnStats>,
+}
+
+impl SegmentMeta {
+    /// Whether the segment may hold rows satisfying every predicate.
+    pub fn may_match(&self, predicates: &[Predicate]) -> bool {
+        predicates.iter().all(|p| {
+            let Some(c) = self.columns.iter().find(|c| c.attnum == p.attnum()) else {
+                return true;
+            };
+            p.may_match(&RangeStats {
+                rows: self.rows,
+                nulls: c.null_count,
+                unordered: c.nan_count,
+                min: c.min.as_deref(),
+                max: c.max.as_deref(),
+            })
+        })
+    }
+
+    /// Row groups (whose row counts the footer gives) that may hold rows satisfying every
+    /// predicate. Stats that do not line up with the footer keep every row group.
+    pub fn row_groups_to_read(
+        &self,
+        predicates: &[Predicate],
+        row_group_rows: &[i64],
+    ) -> Vec<usize> {
+        (0..row_group_rows.len())
+            .filter(|&g| {
+                predicates.iter().all(|p| {
+                    let Some(c) = self.columns.iter().find(|c| c.attnum == p.attnum()) else {
+                        return true;
+                    };
+                    if c.rg_null_count.len() != row_group_rows.len() {
+                        return true;
+                    }
+                    p.may_match(&RangeStats {
+                        rows: row_group_rows[g],
+                        nulls: c.rg_null_count[g],
+                        unordered: c.rg_nan_count.get(g).copied().unwrap_or(0),
+                        min: c.rg_min.get(g).and_then(|v| v.as_deref()),
+                        max: c.rg_max.get(g).and_then(|v| v.as_deref()),
+                    })
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ordered::int;
+    use super::*;
+
+    fn stats<'a>(min: &'a [u8], max: &'a [u8]) -> RangeStats<'a> {
+        RangeStats {
+            rows: 10,
+            nulls: 0,
+            unordered: 0,
+            min: Some(min),
+            max: Some(max),
+        }
+    }
+
+    #[test]
+    fn ranges_prune_what_cannot_match_and_nothing_else() {
+        let (lo, hi) = (int(10), int(20));
+        let s = stats(&lo, &hi);
+        assert!(Predicate::Eq(1, int(10).to_vec()).may_match(&s));
+        assert!(Predicate::Eq(1, int(20).to_vec()).may_match(&s));
+        assert!(!Predicate::Eq(1, int(21).to_vec()).may_match(&s));
+        assert!(!Predicate::Eq(1, int(-5).to_vec()).may_match(&s));
+        assert!(Predicate::In(1, vec![int(1).to_vec(), int(15).to_vec()]).may_match(&s));
+        assert!(!Predicate::In(1, vec![int(1).to_vec(), int(25).to_vec()]).may_match(&s));
+        assert!(!Predicate::Below(1, int(10).to_vec(), false).may_match(&s));
+        assert!(Predicate::Below(1, int(10).to_vec(), true).may_match(&s));
+        assert!(!Predicate::Above(1, int(20).to_vec(), false).may_match(&s));
+        assert!(Predicate::Above(1, int(20).to_vec(), true).may_match(&s));
+        assert!(!Predicate::IsNull(1).may_match(&s));
+        assert!(Predicate::IsNotNull(1).may_match(&s));
+    }
+
+    #[test]
+    fn nan_keeps_greater_than_and_nulls_keep_is_null() {
+        let (lo, hi) = (int(10), int(20));
+        let s = RangeStats {
+            unordered: 1,
+            nulls: 2,
+            ..stats(&lo, &hi)
+        };
+        assert!(
+            Predicate::Above(1, int(100).to_vec(), false).may_match(&s),
+            "NaN > 100"
+        );
+        assert!(!Predicate::Below(1, int(5).to_vec(), false).may_match(&s));
+        assert!(Predicate::IsNull(1).may_match(&s));
+        let all_null = RangeStats {
+            rows: 3,
+            nulls: 3,
+            unordered: 0,
+            min: None,
+            max: None,
+        };
+        assert!(!Predicate::Eq(1, int(1).to_vec()).may_match(&all_null));
+        assert!(!Predicate::IsNotNull(1).may_match(&all_null));
+    }
+
+    #[test]
+    fn unknown_bounds_keep_everything_with_values() {
+        let s = RangeStats {
+            rows: 3,
+            nulls: 0,
+            unordered: 0,
+            min: None,
+            max: None,
+        };
+        for p in [
+            Predicate::Eq(1, vec![1]),
+            Predicate::Below(1, vec![0], false),
+            Predicate::Above(1, vec![255], false),
+        ] {
+            assert!(p.may_match(&s), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn single_values_follow_sql_three_valued_logic() {
+        let ten = int(10);
+        let p = Predicate::Below(1, int(20).to_vec(), false);
+        assert!(p.matches(Some(Some(&ten))));
+        assert!(!p.matches(None), "NULL < 20 is not true");
+        assert!(!p.matches(Some(None)), "NaN < 20 is false");
+        assert!(
+            Predicate::Above(1, int(20).to_vec(), false).matches(Some(None)),
+            "NaN > 20"
+        );
+        assert!(Predicate::IsNull(1).matches(None));
+    }
+
+    #[test]
+    fn row_groups_are_chosen_per_predicate_column() {
+        let seg = SegmentMeta {
+            segment_id: uuid::Uuid::nil(),
+            path: "p".into(),
+            rows: 20,
+            columns: vec![ColumnStats {
+                attnum: 1,
+                min: Some(int(1).to_vec()),
+                max: Some(int(20).to_vec()),
+                null_count: 0,
+                nan_count: 0,
+                rg_min: vec![Some(int(1).to_vec()), Some(int(11).to_vec())],
+                rg_max: vec![Some(int(10).to_vec()), Some(int(20).to_vec())],
+                rg_null_count: vec![0, 0],
+                rg_nan_count: vec![0, 0],
+            }],
+        };
+        let groups = [10, 10];
+        assert_eq!(
+            seg.row_groups_to_read(&[Predicate::Eq(1, int(12).to_vec())], &groups),
+            vec![1]
+        );
+        assert_eq!(
+            seg.row_groups_to_read(&[Predicate::Eq(2, int(12).to_vec())], &groups),
+            vec![0, 1],
+            "no stats: keep"
+        );
+        assert!(seg
+            .row_groups_to_read(&[Predicate::Eq(1, int(99).to_vec())], &groups)
+            .is_empty());
+        assert!(seg.may_match(&[Predicate::Eq(1, int(12).to_vec())]));
+        assert!(!seg.may_match(&[Predicate::Eq(1, int(99).to_vec())]));
+        assert_eq!(
+            seg.row_groups_to_read(&[Predicate::Eq(1, int(12).to_vec())], &[20]),
+            vec![0],
+            "misaligned stats keep all"
+        );
+    }
+}
