@@ -10,6 +10,8 @@ pub mod error;
 pub mod numeric;
 pub mod ordered;
 pub mod prune;
+pub mod scan;
+pub mod segment_file;
 pub mod temporal;
 pub mod types;
 

@@ -19,6 +19,12 @@
 //! components; variable-length components are escaped (0x00 → 0x00 0xFF) and terminated by
 //! 0x00 0x01, so no component is a prefix of another and the order stays column by column.
 
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{
+    DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
+    Int64Type, Time64MicrosecondType, TimeUnit, TimestampMicrosecondType,
+};
+
 use super::types::{NumericRepr, ScalarType, TextKind};
 
 /// Whether stats of a column of type `scalar` are meaningful in this encoding.
@@ -98,6 +104,77 @@ pub fn i128_from_be(bytes: &[u8]) -> Option<i128> {
     let mut buf = [fill; 16];
     buf[16 - bytes.len()..].copy_from_slice(bytes);
     Some(i128::from_be_bytes(buf))
+}
+
+/// Appends the composite-key encoding of `array[row]` (one key column) to `out`; false for
+/// a NULL or a type keys cannot have.
+pub fn push_key_component(out: &mut Vec<u8>, array: &dyn Array, row: usize) -> bool {
+    if array.is_null(row) {
+        return false;
+    }
+    match array.data_type() {
+        DataType::Utf8 => push_bytes_component(out, array.as_string::<i32>().value(row).as_bytes()),
+        DataType::Binary => push_bytes_component(out, array.as_binary::<i32>().value(row)),
+        _ => match cell(array, row) {
+            Cell::Value(bytes) => out.extend_from_slice(&bytes),
+            Cell::Null | Cell::Unordered | Cell::Unknown => return false,
+        },
+    }
+    true
+}
+
+/// One stored value as a predicate sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cell {
+    Null,
+    /// A value outside the order: float or numeric NaN.
+    Unordered,
+    /// A value of a type without a byte order: no predicate can judge it.
+    Unknown,
+    /// The value's order-preserving encoding.
+    Value(Vec<u8>),
+}
+
+/// The encoding of `array[row]` as stored cold (the Arrow type of the column decides).
+pub fn cell(array: &dyn Array, row: usize) -> Cell {
+    if array.is_null(row) {
+        return Cell::Null;
+    }
+    let value = |b: &[u8]| Cell::Value(b.to_vec());
+    match array.data_type() {
+        DataType::Int16 => value(&int(array.as_primitive::<Int16Type>().value(row).into())),
+        DataType::Int32 => value(&int(array.as_primitive::<Int32Type>().value(row).into())),
+        DataType::Int64 => value(&int(array.as_primitive::<Int64Type>().value(row))),
+        DataType::Date32 => value(&int(array.as_primitive::<Date32Type>().value(row).into())),
+        DataType::Time64(TimeUnit::Microsecond) => value(&int(array
+            .as_primitive::<Time64MicrosecondType>()
+            .value(row))),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => value(&int(array
+            .as_primitive::<TimestampMicrosecondType>()
+            .value(row))),
+        DataType::Float32 => float(array.as_primitive::<Float32Type>().value(row).into())
+            .map_or(Cell::Unordered, |b| value(&b)),
+        DataType::Float64 => float(array.as_primitive::<Float64Type>().value(row))
+            .map_or(Cell::Unordered, |b| value(&b)),
+        DataType::Boolean => value(&boolean(array.as_boolean().value(row))),
+        DataType::Utf8 => value(array.as_string::<i32>().value(row).as_bytes()),
+        DataType::Binary => value(array.as_binary::<i32>().value(row)),
+        DataType::FixedSizeBinary(_) => value(array.as_fixed_size_binary().value(row)),
+        DataType::Struct(fields)
+            if fields.len() == 2 && matches!(fields[0].data_type(), DataType::Decimal128(..)) =>
+        {
+            // numeric(p, s): {value, special}; a set `special` is NaN.
+            let parts = array.as_struct();
+            if parts.column(1).is_valid(row) {
+                Cell::Unordered
+            } else {
+                value(&decimal(
+                    parts.column(0).as_primitive::<Decimal128Type>().value(row),
+                ))
+            }
+        }
+        _ => Cell::Unknown,
+    }
 }
 
 #[cfg(test)]

@@ -11,14 +11,10 @@ use std::ops::Range;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use parquet::bloom_filter::Sbbf;
-use parquet::file::metadata::ParquetMetaDataReader;
 use tokio_postgres::Client;
 
 use super::run::FlushError;
 use super::store::ColdStore;
-
-/// Parquet's footer tail: metadata length (4 bytes LE) and the magic `PAR1`.
-const FOOTER_TAIL: u64 = 8;
 
 /// An active segment the flushed keys may collide with.
 struct Candidate {
@@ -93,10 +89,9 @@ impl ColdKeyProbe {
         for row in 0..batch.num_rows() {
             self.key.clear();
             let key = &mut self.key;
-            if !pk_positions
-                .iter()
-                .all(|&p| super::segment::push_key_component(key, batch.column(p).as_ref(), row))
-            {
+            if !pk_positions.iter().all(|&p| {
+                crate::cold::ordered::push_key_component(key, batch.column(p).as_ref(), row)
+            }) {
                 continue;
             }
             for i in 0..self.candidates.len() {
@@ -137,23 +132,7 @@ async fn load_blooms(
     path: &str,
     pk_names: &[String],
 ) -> Result<Vec<Vec<Option<Sbbf>>>, FlushError> {
-    let size = store.size(path).await?;
-    let bad_footer = || {
-        FlushError::Parquet(parquet::errors::ParquetError::General(format!(
-            "segment {path} has no valid Parquet footer"
-        )))
-    };
-    if size < FOOTER_TAIL {
-        return Err(bad_footer());
-    }
-    let tail = store.get_range(path, size - FOOTER_TAIL..size).await?;
-    let metadata_len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
-    let start = size
-        .checked_sub(FOOTER_TAIL + metadata_len)
-        .ok_or_else(bad_footer)?;
-    let metadata = ParquetMetaDataReader::decode_metadata(
-        &store.get_range(path, start..size - FOOTER_TAIL).await?,
-    )?;
+    let metadata = crate::cold::segment_file::footer(store, path).await?;
     let mut groups = Vec::new();
     for rg in metadata.row_groups() {
         let mut columns = Vec::new();

@@ -46,6 +46,8 @@ pub enum FlushError {
     Postgres(#[from] tokio_postgres::Error),
     #[error(transparent)]
     Cold(#[from] crate::cold::ColdError),
+    #[error(transparent)]
+    SegmentRead(#[from] crate::cold::segment_file::SegmentReadError),
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
     #[error("parquet: {0}")]
@@ -340,18 +342,8 @@ async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
         .merged(&row.get::<_, serde_json::Value>(2))
         .map_err(|e| FlushError::Table(table_id, e.to_string()))?;
     let pk_attnums: Vec<i16> = row.get(4);
-    let mut columns = Vec::new();
-    let columns_json: serde_json::Value = row.get(3);
-    for c in columns_json.as_array().into_iter().flatten() {
-        let name = c["name"].as_str().unwrap_or_default().to_owned();
-        let attnum = c["attnum"].as_i64().unwrap_or_default() as i16;
-        let ty = ColdType::for_column(
-            c["type_oid"].as_u64().unwrap_or_default() as u32,
-            c["typmod"].as_i64().unwrap_or(-1) as i32,
-        )
+    let columns = SegmentColumn::from_catalog(&row.get::<_, serde_json::Value>(3))
         .map_err(|e| FlushError::Table(table_id, e.to_string()))?;
-        columns.push(SegmentColumn { name, attnum, ty });
-    }
     let pk = pk_attnums
         .iter()
         .filter_map(|a| {

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Float32Type, Float64Type, Int64Type, SchemaRef, TimeUnit};
+use arrow::datatypes::{Float32Type, Float64Type, Int64Type, SchemaRef};
 use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::ParquetMetaData;
@@ -28,6 +28,31 @@ pub struct SegmentColumn {
     pub name: String,
     pub attnum: i16,
     pub ty: ColdType,
+}
+
+impl SegmentColumn {
+    /// The columns recorded in `coldwire.tables.columns` (by attnum: name, type oid, typmod).
+    ///
+    /// # Errors
+    /// A column type that cannot be stored cold (the catalog was written by a build that
+    /// knew more types, or edited by hand).
+    pub fn from_catalog(
+        columns: &serde_json::Value,
+    ) -> Result<Vec<Self>, crate::cold::UnsupportedType> {
+        let mut out = Vec::new();
+        for c in columns.as_array().into_iter().flatten() {
+            let ty = ColdType::for_column(
+                c["type_oid"].as_u64().unwrap_or_default() as u32,
+                c["typmod"].as_i64().unwrap_or(-1) as i32,
+            )?;
+            out.push(SegmentColumn {
+                name: c["name"].as_str().unwrap_or_default().to_owned(),
+                attnum: c["attnum"].as_i64().unwrap_or_default() as i16,
+                ty,
+            });
+        }
+        Ok(out)
+    }
 }
 
 /// Statistics of one column of one segment. `None` bounds mean "no bound known": the
@@ -142,10 +167,9 @@ impl SegmentWriter {
         }
         for row in 0..batch.num_rows() {
             self.key.clear();
-            let complete = self
-                .pk_positions
-                .iter()
-                .all(|&p| push_key_component(&mut self.key, batch.column(p).as_ref(), row));
+            let complete = self.pk_positions.iter().all(|&p| {
+                ordered::push_key_component(&mut self.key, batch.column(p).as_ref(), row)
+            });
             if !complete {
                 continue;
             }
@@ -217,59 +241,6 @@ impl SegmentWriter {
         };
         Ok((bytes, facts))
     }
-}
-
-/// Appends the key encoding of `array[row]` to `out`; false for a NULL or a type keys
-/// cannot have.
-pub(super) fn push_key_component(out: &mut Vec<u8>, array: &dyn Array, row: usize) -> bool {
-    if array.is_null(row) {
-        return false;
-    }
-    match array.data_type() {
-        DataType::Int16 => out.extend_from_slice(&ordered::int(
-            array
-                .as_primitive::<arrow::datatypes::Int16Type>()
-                .value(row)
-                .into(),
-        )),
-        DataType::Int32 => out.extend_from_slice(&ordered::int(
-            array
-                .as_primitive::<arrow::datatypes::Int32Type>()
-                .value(row)
-                .into(),
-        )),
-        DataType::Int64 => {
-            out.extend_from_slice(&ordered::int(array.as_primitive::<Int64Type>().value(row)))
-        }
-        DataType::Date32 => out.extend_from_slice(&ordered::int(
-            array
-                .as_primitive::<arrow::datatypes::Date32Type>()
-                .value(row)
-                .into(),
-        )),
-        DataType::Time64(TimeUnit::Microsecond) => out.extend_from_slice(&ordered::int(
-            array
-                .as_primitive::<arrow::datatypes::Time64MicrosecondType>()
-                .value(row),
-        )),
-        DataType::Timestamp(TimeUnit::Microsecond, _) => out.extend_from_slice(&ordered::int(
-            array
-                .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
-                .value(row),
-        )),
-        DataType::Boolean => {
-            out.extend_from_slice(&ordered::boolean(array.as_boolean().value(row)))
-        }
-        DataType::Utf8 => {
-            ordered::push_bytes_component(out, array.as_string::<i32>().value(row).as_bytes())
-        }
-        DataType::Binary => ordered::push_bytes_component(out, array.as_binary::<i32>().value(row)),
-        DataType::FixedSizeBinary(_) => {
-            out.extend_from_slice(array.as_fixed_size_binary().value(row))
-        }
-        _ => return false,
-    }
-    true
 }
 
 /// Non-NULL values of `array` that have no place in the min/max order: float NaN, and

@@ -1,0 +1,435 @@
+//! The cold side of a read (DESIGN §6.3): from a table's catalog state and a conjunction
+//! of simple predicates, the newest cold version of every key that may satisfy them.
+//!
+//! Segments are pruned by their recorded stats, row groups by the per-row-group stats,
+//! equality lookups on pk columns by the row groups' bloom filters; the surviving row
+//! groups are read by ranged GETs. Rows are filtered by the predicates where their
+//! encoding allows it (a superset otherwise: Postgres re-applies the whole query), then
+//! reduced to one version per key: the highest `_cw_seq`, dropped when it is a tombstone
+//! or when `coldwire.overrides_<id>` names a newer cold version that was pruned or
+//! filtered away. Memory: the rows kept plus one decoded batch.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::compute::{filter_record_batch, interleave};
+use arrow::datatypes::{DataType, Int16Type, Int64Type, TimeUnit};
+use futures_util::{pin_mut, TryStreamExt};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
+use parquet::bloom_filter::Sbbf;
+use tokio_postgres::Client;
+
+use super::ordered::{self, Cell};
+use super::prune::{ColumnStats, Predicate, SegmentMeta};
+use super::segment_file::{footer, SegmentFile, SegmentReadError};
+use super::{arrow_schema, ColdColumn, ColdType, CopyDecoder, ScalarType};
+use crate::flush::segment::SegmentColumn;
+use crate::flush::store::ColdStore;
+
+/// Rows per decoded batch while scanning.
+const SCAN_BATCH_ROWS: usize = 8192;
+/// Op code of a tombstone (DESIGN §3).
+const OP_DELETED: i16 = 3;
+
+/// Why a cold scan failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("{}", crate::catalog::postgres_text(.0))]
+    Postgres(#[from] tokio_postgres::Error),
+    #[error(transparent)]
+    Segment(#[from] SegmentReadError),
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    #[error(transparent)]
+    Cold(#[from] super::ColdError),
+    #[error("table {0} is not an active tiered table")]
+    NotTiered(i64),
+    #[error("the query would read more than {cap} cold rows of table {table}")]
+    TooManyRows { table: String, cap: usize },
+}
+
+/// A tiered table's cold state at one generation: what a scan needs from the catalog.
+#[derive(Debug, Clone)]
+pub struct ColdTable {
+    pub id: i64,
+    /// `schema.table` as last seen by coldwire, for messages.
+    pub name: String,
+    pub generation: i64,
+    pub columns: Vec<SegmentColumn>,
+    /// Positions in `columns` of the pk, in key order.
+    pub pk_positions: Vec<usize>,
+    pub segments: Vec<SegmentMeta>,
+    /// Keys (composite-key encoding) with more than one cold version: the newest cold seq.
+    pub overrides: HashMap<Vec<u8>, i64>,
+}
+
+impl ColdTable {
+    /// Reads the table's active segments, their stats and its overrides in one snapshot.
+    ///
+    /// # Errors
+    /// Catalog failures; [`ScanError::NotTiered`].
+    pub async fn load(client: &mut Client, table_id: i64) -> Result<Self, ScanError> {
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        let row = tx
+            .query_opt(
+                "SELECT schema_name || '.' || table_name, generation, columns, pk_attnums FROM coldwire.tables \
+                 WHERE id = $1 AND state = 'active'",
+                &[&table_id],
+            )
+            .await?
+            .ok_or(ScanError::NotTiered(table_id))?;
+        let columns = SegmentColumn::from_catalog(&row.get::<_, serde_json::Value>(2))
+            .map_err(|e| ScanError::Cold(super::ColdError::Schema(e.to_string())))?;
+        let pk_attnums: Vec<i16> = row.get(3);
+        let pk_positions: Vec<usize> = pk_attnums
+            .iter()
+            .filter_map(|a| columns.iter().position(|c| c.attnum == *a))
+            .collect();
+
+        let mut segments: Vec<SegmentMeta> = Vec::new();
+        for s in tx
+            .query(
+                "SELECT segment_id, path, row_count FROM coldwire.segments WHERE table_id = $1 AND status = 'active' ORDER BY path",
+                &[&table_id],
+            )
+            .await?
+        {
+            segments.push(SegmentMeta { segment_id: s.get(0), path: s.get(1), rows: s.get(2), columns: Vec::new() });
+        }
+        for s in tx
+            .query(
+                "SELECT s.segment_id, s.attnum, s.min_value, s.max_value, s.null_count, s.nan_count, \
+                        s.rg_min, s.rg_max, s.rg_null_count, s.rg_nan_count \
+                 FROM coldwire.segment_stats s JOIN coldwire.segments g USING (segment_id) \
+                 WHERE g.table_id = $1 AND g.status = 'active'",
+                &[&table_id],
+            )
+            .await?
+        {
+            let id: uuid::Uuid = s.get(0);
+            if let Some(segment) = segments.iter_mut().find(|g| g.segment_id == id) {
+                segment.columns.push(ColumnStats {
+                    attnum: s.get(1),
+                    min: s.get(2),
+                    max: s.get(3),
+                    null_count: s.get::<_, Option<i64>>(4).unwrap_or(0),
+                    nan_count: s.get::<_, Option<i64>>(5).unwrap_or(0),
+                    rg_min: s.get::<_, Option<Vec<Option<Vec<u8>>>>>(6).unwrap_or_default(),
+                    rg_max: s.get::<_, Option<Vec<Option<Vec<u8>>>>>(7).unwrap_or_default(),
+                    rg_null_count: s.get::<_, Option<Vec<i64>>>(8).unwrap_or_default(),
+                    rg_nan_count: s.get::<_, Option<Vec<i64>>>(9).unwrap_or_default(),
+                });
+            }
+        }
+
+        let overrides = load_overrides(&tx, table_id, &columns, &pk_positions).await?;
+        tx.commit().await?;
+        Ok(Self {
+            id: table_id,
+            name: row.get(0),
+            generation: row.get(1),
+            columns,
+            pk_positions,
+            segments,
+            overrides,
+        })
+    }
+}
+
+/// `coldwire.overrides_<id>` as a map from encoded key to seq, read by binary COPY.
+async fn load_overrides(
+    tx: &tokio_postgres::Transaction<'_>,
+    table_id: i64,
+    columns: &[SegmentColumn],
+    pk_positions: &[usize],
+) -> Result<HashMap<Vec<u8>, i64>, ScanError> {
+    let mut cold_columns: Vec<ColdColumn> = pk_positions
+        .iter()
+        .map(|&p| ColdColumn::new(columns[p].name.clone(), columns[p].ty))
+        .collect();
+    let pk_list = cold_columns
+        .iter()
+        .map(|c| crate::catalog::capture::quote_ident(&c.name))
+        .collect::<Vec<_>>()
+        .join(", ");
+    cold_columns.push(ColdColumn::new("seq", ColdType::Scalar(ScalarType::Int8)));
+    let mut decoder = CopyDecoder::new(cold_columns, SCAN_BATCH_ROWS)?;
+    let stream = tx.copy_out(&format!("COPY (SELECT {pk_list}, seq FROM coldwire.overrides_{table_id}) TO STDOUT (FORMAT binary)")).await?;
+    pin_mut!(stream);
+    let mut out = HashMap::new();
+    let mut collect = |decoder: &mut CopyDecoder| {
+        while let Some(batch) = decoder.next_batch() {
+            let seq_position = batch.num_columns() - 1;
+            let seqs = batch
+                .column(seq_position)
+                .as_primitive::<Int64Type>()
+                .clone();
+            let positions: Vec<usize> = (0..seq_position).collect();
+            for row in 0..batch.num_rows() {
+                if let Some(key) = encode_key(&batch, &positions, row) {
+                    out.insert(key, seqs.value(row));
+                }
+            }
+        }
+    };
+    while let Some(chunk) = stream.try_next().await? {
+        decoder.decode(&chunk)?;
+        collect(&mut decoder);
+    }
+    decoder.finish()?;
+    collect(&mut decoder);
+    Ok(out)
+}
+
+fn encode_key(batch: &RecordBatch, positions: &[usize], row: usize) -> Option<Vec<u8>> {
+    let mut key = Vec::new();
+    positions
+        .iter()
+        .all(|&p| ordered::push_key_component(&mut key, batch.column(p).as_ref(), row))
+        .then_some(key)
+}
+
+/// What a scan read and skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    pub segments: usize,
+    pub segments_pruned: usize,
+    pub row_groups: usize,
+    pub row_groups_pruned: usize,
+    pub bytes_read: u64,
+    pub rows_scanned: usize,
+}
+
+/// The newest matching cold version of each key, with the table's columns, and the
+/// counters.
+#[derive(Debug, Clone)]
+pub struct ScanOutput {
+    pub rows: RecordBatch,
+    pub stats: ScanStats,
+}
+
+/// Scans `table`'s cold tier for rows that may satisfy every predicate, returning at most
+/// `max_rows` keys.
+///
+/// # Errors
+/// Store or decoding failures; [`ScanError::TooManyRows`] past the cap.
+pub async fn scan(
+    store: &ColdStore,
+    table: &ColdTable,
+    predicates: &[Predicate],
+    max_rows: usize,
+) -> Result<ScanOutput, ScanError> {
+    let mut all_columns: Vec<ColdColumn> = table
+        .columns
+        .iter()
+        .map(|c| ColdColumn::new(c.name.clone(), c.ty))
+        .collect();
+    let table_width = all_columns.len();
+    all_columns.push(ColdColumn::new(
+        crate::flush::run::SEQ_COLUMN,
+        ColdType::Scalar(ScalarType::Int8),
+    ));
+    all_columns.push(ColdColumn::new(
+        crate::flush::run::OP_COLUMN,
+        ColdType::Scalar(ScalarType::Int2),
+    ));
+    let schema = Arc::new(arrow_schema(&all_columns));
+    // Predicates the rows can be checked against: on columns with a byte order.
+    let checkable: Vec<(usize, &Predicate)> = predicates
+        .iter()
+        .filter_map(|p| {
+            let position = table.columns.iter().position(|c| c.attnum == p.attnum())?;
+            matches!(table.columns[position].ty, ColdType::Scalar(s) if ordered::has_order(s))
+                .then_some((position, p))
+        })
+        .collect();
+
+    let mut stats = ScanStats::default();
+    let mut kept: Vec<RecordBatch> = Vec::new();
+    // key → (seq, op, batch, row) of the newest version seen.
+    let mut newest: HashMap<Vec<u8>, (i64, i16, usize, usize)> = HashMap::new();
+    for segment in &table.segments {
+        stats.segments += 1;
+        if !segment.may_match(predicates) {
+            stats.segments_pruned += 1;
+            continue;
+        }
+        let metadata = footer(store, &segment.path).await?;
+        let row_group_rows: Vec<i64> = metadata.row_groups().iter().map(|g| g.num_rows()).collect();
+        stats.row_groups += row_group_rows.len();
+        let mut groups = segment.row_groups_to_read(predicates, &row_group_rows);
+        let file = SegmentFile::new(store.clone(), segment.path.clone(), metadata.clone());
+        let bytes_read = file.bytes_read.clone();
+        let reader_metadata = ArrowReaderMetadata::try_new(
+            metadata.clone(),
+            ArrowReaderOptions::new().with_schema(schema.clone()),
+        )?;
+        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader_metadata);
+        groups = bloom_filtered(&mut builder, table, predicates, groups).await?;
+        stats.row_groups_pruned += row_group_rows.len() - groups.len();
+        if groups.is_empty() {
+            continue;
+        }
+        let stream = builder
+            .with_row_groups(groups)
+            .with_batch_size(SCAN_BATCH_ROWS)
+            .build()?;
+        pin_mut!(stream);
+        while let Some(batch) = stream.try_next().await? {
+            stats.rows_scanned += batch.num_rows();
+            let mask: BooleanArray = (0..batch.num_rows())
+                .map(|row| {
+                    Some(checkable.iter().all(|(position, p)| {
+                        match ordered::cell(batch.column(*position).as_ref(), row) {
+                            Cell::Null => p.matches(None),
+                            Cell::Unordered => p.matches(Some(None)),
+                            Cell::Value(v) => p.matches(Some(Some(&v))),
+                            Cell::Unknown => true,
+                        }
+                    }))
+                })
+                .collect();
+            let batch = filter_record_batch(&batch, &mask)?;
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            let seqs = batch.column(table_width).as_primitive::<Int64Type>();
+            let ops = batch.column(table_width + 1).as_primitive::<Int16Type>();
+            let index = kept.len();
+            for row in 0..batch.num_rows() {
+                let Some(key) = encode_key(&batch, &table.pk_positions, row) else {
+                    continue;
+                };
+                let version = (seqs.value(row), ops.value(row), index, row);
+                match newest.get_mut(&key) {
+                    Some(seen) if seen.0 >= version.0 => {}
+                    Some(seen) => *seen = version,
+                    None => {
+                        if newest.len() >= max_rows {
+                            return Err(ScanError::TooManyRows {
+                                table: table.name.clone(),
+                                cap: max_rows,
+                            });
+                        }
+                        newest.insert(key, version);
+                    }
+                }
+            }
+            kept.push(batch);
+        }
+        stats.bytes_read += bytes_read.load(Ordering::Relaxed);
+    }
+
+    let mut picks: Vec<(usize, usize)> = newest
+        .iter()
+        .filter(|(key, (seq, op, ..))| {
+            *op != OP_DELETED && table.overrides.get(*key).is_none_or(|newer| newer <= seq)
+        })
+        .map(|(_, (_, _, batch, row))| (*batch, *row))
+        .collect();
+    picks.sort_unstable();
+    let columns = (0..table_width)
+        .map(|c| {
+            let arrays: Vec<&dyn Array> = kept.iter().map(|b| b.column(c).as_ref()).collect();
+            if arrays.is_empty() {
+                Ok(arrow::array::new_empty_array(schema.field(c).data_type()))
+            } else {
+                interleave(&arrays, &picks)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let table_schema = Arc::new(arrow::datatypes::Schema::new(
+        schema.fields()[..table_width].to_vec(),
+    ));
+    let rows = RecordBatch::try_new_with_options(
+        table_schema,
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(picks.len())),
+    )?;
+    Ok(ScanOutput { rows, stats })
+}
+
+/// Drops row groups whose pk bloom filter rules out every value an equality predicate on
+/// a pk column asks for.
+async fn bloom_filtered(
+    builder: &mut ParquetRecordBatchStreamBuilder<SegmentFile>,
+    table: &ColdTable,
+    predicates: &[Predicate],
+    groups: Vec<usize>,
+) -> Result<Vec<usize>, ScanError> {
+    let mut lookups: Vec<(usize, Vec<&[u8]>, DataType)> = Vec::new();
+    for p in predicates {
+        let values: Vec<&[u8]> = match p {
+            Predicate::Eq(_, v) => vec![v.as_slice()],
+            Predicate::In(_, vs) => vs.iter().map(Vec::as_slice).collect(),
+            _ => continue,
+        };
+        let Some(position) = table
+            .pk_positions
+            .iter()
+            .copied()
+            .find(|&c| table.columns[c].attnum == p.attnum())
+        else {
+            continue;
+        };
+        let Ok(leaf) = builder
+            .parquet_schema()
+            .columns()
+            .iter()
+            .position(|c| c.path().parts() == [table.columns[position].name.clone()])
+            .ok_or(())
+        else {
+            continue;
+        };
+        let field = builder.schema().field(position).data_type().clone();
+        lookups.push((leaf, values, field));
+    }
+    if lookups.is_empty() {
+        return Ok(groups);
+    }
+    let mut out = Vec::new();
+    for g in groups {
+        let mut possible = true;
+        for (leaf, values, data_type) in &lookups {
+            if let Some(bloom) = builder.get_row_group_column_bloom_filter(g, *leaf).await? {
+                possible &= values
+                    .iter()
+                    .any(|v| bloom_may_contain(&bloom, data_type, v));
+            }
+        }
+        if possible {
+            out.push(g);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `bloom` may hold the value whose order-preserving encoding is `encoded`, hashed
+/// as the Parquet writer hashed the column's physical values.
+fn bloom_may_contain(bloom: &Sbbf, data_type: &DataType, encoded: &[u8]) -> bool {
+    let int = || {
+        <[u8; 8]>::try_from(encoded)
+            .ok()
+            .map(|b| (u64::from_be_bytes(b) ^ (1 << 63)) as i64)
+    };
+    match data_type {
+        DataType::Int16 | DataType::Int32 | DataType::Date32 => int()
+            .and_then(|v| i32::try_from(v).ok())
+            .is_none_or(|v| bloom.check(&v)),
+        DataType::Int64
+        | DataType::Time64(TimeUnit::Microsecond)
+        | DataType::Timestamp(TimeUnit::Microsecond, _) => int().is_none_or(|v| bloom.check(&v)),
+        DataType::Utf8 | DataType::Binary | DataType::FixedSizeBinary(_) => bloom.check(encoded),
+        _ => true,
+    }
+}
