@@ -99,6 +99,12 @@ async fn segment_rows(
     out
 }
 
+/// A key of a table's manifest (`{table prefix}/manifest.json` or a shard under
+/// `{table prefix}/manifest/`), as opposed to a segment.
+fn is_manifest(key: &str) -> bool {
+    key.ends_with("/manifest.json") || key.contains("/manifest/")
+}
+
 async fn rows(c: &Client, sql: &str) -> BTreeMap<i64, Option<String>> {
     c.query(sql, &[])
         .await
@@ -145,8 +151,8 @@ async fn a_flush_writes_segments_under_the_s3_prefix_exactly_as_recorded() {
         "{job}"
     );
 
-    // The objects are exactly the recorded segments, all under the prefix: nothing staged
-    // or orphaned is left, and nothing is written outside the prefix.
+    // The objects are exactly the recorded segments plus the table's manifest, all under
+    // the prefix: nothing staged or orphaned is left, nothing is written outside it.
     let paths: BTreeSet<String> = direct
         .query("SELECT path FROM coldwire.segments", &[])
         .await
@@ -155,18 +161,21 @@ async fn a_flush_writes_segments_under_the_s3_prefix_exactly_as_recorded() {
         .map(|r| format!("{prefix}/{}", r.get::<_, String>(0)))
         .collect();
     assert_eq!(paths.len(), 3);
-    let keys: BTreeSet<String> = bucket_keys(bucket.as_ref())
-        .await
-        .into_iter()
-        .filter(|k| k.starts_with(&format!("{prefix}/")))
-        .collect();
-    assert_eq!(keys, paths);
-    assert!(keys.iter().all(|k| !k.contains(".tmp/")), "{keys:?}");
     let everything = bucket_keys(bucket.as_ref()).await;
     assert!(
-        everything.iter().all(|k| k.starts_with("tiers/")),
+        everything
+            .iter()
+            .all(|k| k.starts_with(&format!("{prefix}/"))),
         "a key outside the prefix: {everything:?}"
     );
+    let (manifest, data): (BTreeSet<String>, BTreeSet<String>) =
+        everything.into_iter().partition(|k| is_manifest(k));
+    assert_eq!(data, paths);
+    assert!(
+        manifest.iter().any(|k| k.ends_with("/manifest.json")),
+        "{manifest:?}"
+    );
+    assert!(data.iter().chain(&manifest).all(|k| !k.contains(".tmp/")));
 
     // The Parquet rows are exactly the rows that left the heap.
     let cold = segment_rows(
@@ -281,11 +290,12 @@ async fn a_flush_against_a_stopped_store_fails_its_job_and_keeps_the_rows_hot() 
     assert!(rows(&direct, "SELECT id, kind FROM events")
         .await
         .is_empty());
-    assert_eq!(
-        bucket_keys(bucket.as_ref()).await.len(),
-        3,
-        "only the three segments"
-    );
+    let data: Vec<String> = bucket_keys(bucket.as_ref())
+        .await
+        .into_iter()
+        .filter(|k| !is_manifest(k))
+        .collect();
+    assert_eq!(data.len(), 3, "only the three segments: {data:?}");
 }
 
 #[test]
