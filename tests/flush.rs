@@ -8,10 +8,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use arrow::array::{Array, Int16Array, Int64Array};
 use bytes::Bytes;
 use common::{cluster, connect_direct, create_db, Proxy};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::Value;
 use tokio_postgres::Client;
 
@@ -48,34 +46,14 @@ async fn cold_rows(direct: &Client, store: &Path) -> Vec<(i64, i16)> {
     {
         let path: String = row.get(0);
         let bytes = Bytes::from(std::fs::read(store.join(&path)).unwrap());
-        let sha = coldwire::flush::store::hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes));
-        assert_eq!(sha, row.get::<_, String>(1), "sha256 of {path}");
-        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-            .unwrap()
-            .build()
-            .unwrap();
-        let mut n = 0;
-        for batch in reader {
-            let batch = batch.unwrap();
-            let ids = batch
-                .column_by_name("id")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap()
-                .clone();
-            let ops = batch
-                .column_by_name("_cw_op")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<Int16Array>()
-                .unwrap()
-                .clone();
-            for i in 0..ids.len() {
-                out.push((ids.value(i), ops.value(i)));
-            }
-            n += batch.num_rows() as i64;
-        }
+        assert_eq!(
+            common::segments::sha256_hex(&bytes),
+            row.get::<_, String>(1),
+            "sha256 of {path}"
+        );
+        let rows = common::segments::id_ops(&bytes);
+        let n = rows.len() as i64;
+        out.extend(rows);
         assert_eq!(n, row.get::<_, i64>(2), "row_count of {path}");
     }
     out

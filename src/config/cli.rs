@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, Secret};
+
+/// The environment variable that sets `s3_secret_access_key` (there is no flag).
+pub const SECRET_KEY_ENV: &str = "COLDWIRE_S3_SECRET_ACCESS_KEY";
 
 /// Flags and environment variables for `coldwire serve`.
 #[derive(Debug, Clone, Default, Args)]
@@ -25,6 +28,25 @@ pub struct ServeArgs {
     /// Object store URL for cold segments [default: file://./coldwire-data].
     #[arg(long, env = "COLDWIRE_COLD_STORE")]
     pub cold_store: Option<String>,
+    /// Endpoint of an S3-compatible service, e.g. http://127.0.0.1:9000 [default: AWS_ENDPOINT or AWS].
+    #[arg(long, env = "COLDWIRE_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region [default: AWS_REGION or us-east-1].
+    #[arg(long, env = "COLDWIRE_S3_REGION")]
+    pub s3_region: Option<String>,
+    /// Permit an http:// S3 endpoint [default: AWS_ALLOW_HTTP or false].
+    #[arg(long, env = "COLDWIRE_S3_ALLOW_HTTP", num_args = 0..=1, default_missing_value = "true")]
+    pub s3_allow_http: Option<bool>,
+    /// Virtual-hosted-style S3 requests instead of path-style [default: path-style].
+    #[arg(long, env = "COLDWIRE_S3_VIRTUAL_HOSTED_STYLE", num_args = 0..=1, default_missing_value = "true")]
+    pub s3_virtual_hosted_style: Option<bool>,
+    /// S3 access key id [default: AWS_ACCESS_KEY_ID]. The secret key has no flag: set
+    /// COLDWIRE_S3_SECRET_ACCESS_KEY (or AWS_SECRET_ACCESS_KEY, or the config file).
+    #[arg(long, env = "COLDWIRE_S3_ACCESS_KEY_ID")]
+    pub s3_access_key_id: Option<String>,
+    /// Milliseconds a failing object-store request is retried before the flush fails [default: 30000].
+    #[arg(long, env = "COLDWIRE_COLD_STORE_RETRY_TIMEOUT_MS")]
+    pub cold_store_retry_timeout_ms: Option<u64>,
     /// Address of the Prometheus /metrics endpoint [default: disabled].
     #[arg(long, env = "COLDWIRE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
@@ -86,7 +108,23 @@ impl ServeArgs {
         if let Some(v) = a.require_tls {
             c.require_tls = v;
         }
+        if let Some(v) = a.cold_store_retry_timeout_ms {
+            c.cold_store_retry_timeout_ms = v;
+        }
         c.service_url = a.service_url.or(c.service_url);
+        c.s3_endpoint = a.s3_endpoint.or(c.s3_endpoint);
+        c.s3_region = a.s3_region.or(c.s3_region);
+        c.s3_allow_http = a.s3_allow_http.or(c.s3_allow_http);
+        c.s3_virtual_hosted_style = a.s3_virtual_hosted_style.or(c.s3_virtual_hosted_style);
+        c.s3_access_key_id = a.s3_access_key_id.or(c.s3_access_key_id);
+        // A secret never comes from a flag, which `ps` would show.
+        if let Some(v) = std::env::var_os(SECRET_KEY_ENV) {
+            let v = v.into_string().map_err(|_| ConfigError::Invalid {
+                field: "s3_secret_access_key",
+                reason: format!("{SECRET_KEY_ENV} is not UTF-8"),
+            })?;
+            c.s3_secret_access_key = Some(Secret(v));
+        }
         c.metrics_listen = a.metrics_listen.or(c.metrics_listen);
         c.tls_cert = a.tls_cert.or(c.tls_cert);
         c.tls_key = a.tls_key.or(c.tls_key);

@@ -5,7 +5,7 @@ mod settings;
 mod upstream;
 
 pub use cli::ServeArgs;
-pub use settings::{Config, DEFAULT_MAX_MESSAGE_BYTES};
+pub use settings::{Config, Secret, DEFAULT_MAX_MESSAGE_BYTES};
 pub use upstream::{Upstream, UpstreamAddr};
 
 /// A configuration that cannot be used.

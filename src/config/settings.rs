@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::upstream::Upstream;
 use super::ConfigError;
+use crate::flush::store::StoreOptions;
 
 /// Every setting of `coldwire serve`. Field docs name the default; see
 /// `config/coldwire.example.toml` for a commented file.
@@ -25,8 +26,31 @@ pub struct Config {
     /// string. At start coldwire creates or upgrades its catalog through it and refuses to
     /// start if it cannot. Default: none (tiering disabled; coldwire only relays).
     pub service_url: Option<String>,
-    /// Where cold segments go. Default `file://./coldwire-data`.
+    /// Where cold segments go: `file://DIR`, `s3://bucket/prefix`, `gs://bucket/prefix`,
+    /// `az://container/prefix` or `abfss://container@account.dfs.core.windows.net/prefix`.
+    /// Keys are rooted under the URL's path. Credentials and other provider settings come
+    /// from the provider's environment variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`) and, for
+    /// S3, the `s3_*` settings, which win. Default `file://./coldwire-data`.
     pub cold_store: String,
+    /// Endpoint of an S3-compatible service (MinIO, Ceph, R2, …), e.g.
+    /// `http://127.0.0.1:9000`. Default: none (`AWS_ENDPOINT`, else AWS itself).
+    pub s3_endpoint: Option<String>,
+    /// S3 region. Default: none (`AWS_REGION`/`AWS_DEFAULT_REGION`, else `us-east-1`).
+    pub s3_region: Option<String>,
+    /// Permit an `http://` endpoint. Default: none (`AWS_ALLOW_HTTP`, else `false`).
+    pub s3_allow_http: Option<bool>,
+    /// Virtual-hosted-style requests (`bucket.host/key`) instead of path-style
+    /// (`host/bucket/key`). Default: none (`AWS_VIRTUAL_HOSTED_STYLE_REQUEST`, else
+    /// path-style).
+    pub s3_virtual_hosted_style: Option<bool>,
+    /// S3 access key id. Default: none (`AWS_ACCESS_KEY_ID`, else the instance's role).
+    pub s3_access_key_id: Option<String>,
+    /// S3 secret access key; from the file or `COLDWIRE_S3_SECRET_ACCESS_KEY`, never a
+    /// flag. Default: none (`AWS_SECRET_ACCESS_KEY`).
+    pub s3_secret_access_key: Option<Secret>,
+    /// How long a failing object-store request is retried (with backoff) before the flush
+    /// that made it fails, in milliseconds. Default 30000.
+    pub cold_store_retry_timeout_ms: u64,
     /// Address of the Prometheus `/metrics` endpoint. Default: none (disabled).
     pub metrics_listen: Option<String>,
     /// PEM certificate chain for client TLS. Default: none (TLS refused with `N`).
@@ -39,13 +63,25 @@ pub struct Config {
     /// connection is closed. Default 134217728 (128 MiB).
     pub max_message_bytes: usize,
     /// How long to wait for the upstream TCP connect (and the service connection's, unless
-    /// `service_url` sets `connect_timeout`), in milliseconds. Default 5000.
+    /// `service_url` sets `connect_timeout`; and the object store's connect and its listing
+    /// at start), in milliseconds. Default 5000.
     pub connect_timeout_ms: u64,
     /// After SIGTERM, how long open sessions may run before they are closed, in seconds.
     /// Default 30.
     pub shutdown_grace_secs: u64,
     /// Threads that run sessions; 0 means one per CPU core. Default 0.
     pub worker_threads: usize,
+}
+
+/// A setting that must not show in logs or `Debug` output.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 /// Default for `max_message_bytes`.
@@ -58,6 +94,13 @@ impl Default for Config {
             upstream: "postgres://127.0.0.1:5432/postgres".into(),
             service_url: None,
             cold_store: "file://./coldwire-data".into(),
+            s3_endpoint: None,
+            s3_region: None,
+            s3_allow_http: None,
+            s3_virtual_hosted_style: None,
+            s3_access_key_id: None,
+            s3_secret_access_key: None,
+            cold_store_retry_timeout_ms: 30_000,
             metrics_listen: None,
             tls_cert: None,
             tls_key: None,
@@ -117,7 +160,27 @@ impl Config {
                 reason: "must be positive".into(),
             });
         }
+        if self.cold_store_retry_timeout_ms == 0 {
+            return Err(ConfigError::Invalid {
+                field: "cold_store_retry_timeout_ms",
+                reason: "must be positive".into(),
+            });
+        }
         Ok(())
+    }
+
+    /// The cold store settings besides its URL.
+    pub fn cold_store_options(&self) -> StoreOptions {
+        StoreOptions {
+            s3_endpoint: self.s3_endpoint.clone(),
+            s3_region: self.s3_region.clone(),
+            s3_allow_http: self.s3_allow_http,
+            s3_virtual_hosted_style: self.s3_virtual_hosted_style,
+            s3_access_key_id: self.s3_access_key_id.clone(),
+            s3_secret_access_key: self.s3_secret_access_key.as_ref().map(|s| s.0.clone()),
+            connect_timeout: Some(self.connect_timeout()),
+            retry_timeout: Some(Duration::from_millis(self.cold_store_retry_timeout_ms)),
+        }
     }
 
     /// The parsed upstream address.
@@ -233,6 +296,37 @@ mod tests {
             })
         ));
         assert!(Config::default().validate().is_ok());
+        let c = Config {
+            cold_store_retry_timeout_ms: 0,
+            ..Config::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Invalid {
+                field: "cold_store_retry_timeout_ms",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn s3_settings_reach_the_store_options_and_the_secret_stays_out_of_debug() {
+        let c: Config = toml::from_str(
+            "cold_store = 's3://b/p'\ns3_endpoint = 'http://127.0.0.1:9000'\ns3_allow_http = true\n\
+             s3_access_key_id = 'AKID'\ns3_secret_access_key = 'hunter2'\ncold_store_retry_timeout_ms = 1500",
+        )
+        .unwrap();
+        let o = c.cold_store_options();
+        assert_eq!(o.s3_endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(
+            (o.s3_allow_http, o.s3_virtual_hosted_style),
+            (Some(true), None)
+        );
+        assert_eq!(o.s3_secret_access_key.as_deref(), Some("hunter2"));
+        assert_eq!(o.retry_timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(o.connect_timeout, Some(c.connect_timeout()));
+        assert!(!format!("{c:?}").contains("hunter2"));
+        assert!(!format!("{o:?}").contains("hunter2"));
     }
 
     #[test]

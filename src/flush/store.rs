@@ -1,28 +1,43 @@
-//! The cold store: where segments go (object_store; `file://` today, `s3://`, `gs://`,
-//! `az://` by URL once built with those backends), with create-if-absent publishing
-//! verified by size and sha256.
+//! The cold store: where segments go (object_store by URL, see [`super::backend`]), with
+//! create-if-absent publishing verified by size and sha256.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
-use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use sha2::{Digest, Sha256};
+
+pub use super::backend::StoreOptions;
 
 /// Why the cold store could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("invalid cold_store URL: {0}")]
     Url(String),
-    #[error("cold_store scheme {0}:// is not supported by this build yet (file:// is)")]
+    #[error(
+        "cold_store scheme {0}:// is not supported (file://, s3://, gs://, az:// and abfss:// are)"
+    )]
     Unsupported(String),
     #[error("cannot create the cold store directory {path}: {source}")]
     Directory {
         path: String,
         source: std::io::Error,
     },
-    #[error("object store: {0}")]
+    #[error("cannot set up the cold store {url}: {source}")]
+    Build {
+        url: String,
+        source: object_store::Error,
+    },
+    #[error("the cold store {url} cannot be listed: {}", with_cause(.source))]
+    Unreachable {
+        url: String,
+        source: object_store::Error,
+    },
+    #[error("the cold store {url} did not answer a listing within {ms} ms")]
+    ProbeTimeout { url: String, ms: u128 },
+    #[error("object store: {}", with_cause(.0))]
     Store(#[from] object_store::Error),
     #[error(
         "object {key} exists with different content (size {found_size}, sha256 {found_sha256})"
@@ -53,46 +68,58 @@ pub struct Published {
 #[derive(Debug, Clone)]
 pub struct ColdStore {
     store: Arc<dyn ObjectStore>,
+    /// The URL without query or credentials, for logs.
+    location: String,
 }
 
 impl ColdStore {
-    /// Opens the store `url` names; a relative `file://` path is taken from the current
-    /// directory and created if missing.
+    /// Opens the store `url` names with `options`, rooted under the URL's path. Does no
+    /// I/O beyond creating a missing `file://` directory; see [`ColdStore::open_checked`].
     ///
     /// # Errors
-    /// A malformed URL, an unsupported scheme, or a directory that cannot be created.
-    pub fn open(url: &str) -> Result<Self, StoreError> {
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(StoreError::Url(format!(
-                "{url:?} has no scheme (e.g. file://./coldwire-data)"
-            )));
-        };
-        match scheme {
-            "file" => {
-                let dir = std::path::Path::new(rest);
-                let dir = if dir.is_absolute() {
-                    dir.to_path_buf()
-                } else {
-                    std::env::current_dir()
-                        .map_err(|e| StoreError::Url(e.to_string()))?
-                        .join(dir)
-                };
-                std::fs::create_dir_all(&dir).map_err(|source| StoreError::Directory {
-                    path: dir.display().to_string(),
-                    source,
-                })?;
-                let fs = LocalFileSystem::new_with_prefix(&dir)?;
-                Ok(Self {
-                    store: Arc::new(fs),
-                })
-            }
-            other => Err(StoreError::Unsupported(other.to_owned())),
+    /// A malformed URL, an unsupported scheme, settings that do not fit the scheme, a
+    /// provider builder that lacks what it needs, a directory that cannot be created.
+    pub fn open(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        let (store, location) = super::backend::build(url, options, None)?;
+        Ok(Self { store, location })
+    }
+
+    /// [`ColdStore::open`], then one listing of the store's root without retries, bounded
+    /// by `timeout`, so that a store that is unreachable, missing or refuses our
+    /// credentials is reported at start rather than at the first flush.
+    ///
+    /// # Errors
+    /// As [`ColdStore::open`], plus [`StoreError::Unreachable`] and
+    /// [`StoreError::ProbeTimeout`].
+    pub async fn open_checked(
+        url: &str,
+        options: &StoreOptions,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let opened = Self::open(url, options)?;
+        let (probe, location) = super::backend::build(url, options, Some(0))?;
+        match tokio::time::timeout(timeout, probe.list_with_delimiter(None)).await {
+            Ok(Ok(_)) => Ok(opened),
+            Ok(Err(source)) => Err(StoreError::Unreachable {
+                url: location,
+                source,
+            }),
+            Err(_) => Err(StoreError::ProbeTimeout {
+                url: location,
+                ms: timeout.as_millis(),
+            }),
         }
+    }
+
+    /// Where the store is, for logs: the URL without query or credentials.
+    pub fn location(&self) -> &str {
+        &self.location
     }
 
     /// A store over any object_store implementation (tests use the in-memory one).
     pub fn from_store(store: Arc<dyn ObjectStore>) -> Self {
-        Self { store }
+        let location = store.to_string();
+        Self { store, location }
     }
 
     /// Writes `bytes` at `key` only if nothing is there. If an object is there already
@@ -206,6 +233,23 @@ impl ColdStore {
     }
 }
 
+/// `e`'s text, followed by its innermost cause when the text leaves that out: for a
+/// request that never reached the server, object_store says "error sending request"
+/// and only the cause says "Connection refused".
+fn with_cause(e: &object_store::Error) -> String {
+    let text = e.to_string();
+    let mut inner: &dyn std::error::Error = e;
+    while let Some(next) = inner.source() {
+        inner = next;
+    }
+    let cause = inner.to_string();
+    if text.contains(&cause) {
+        text
+    } else {
+        format!("{text} ({cause})")
+    }
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -218,7 +262,11 @@ mod tests {
     #[tokio::test]
     async fn publish_is_create_if_absent_and_idempotent() {
         let dir = tempfile::tempdir().unwrap();
-        let store = ColdStore::open(&format!("file://{}", dir.path().display())).unwrap();
+        let store = ColdStore::open(
+            &format!("file://{}", dir.path().display()),
+            &StoreOptions::default(),
+        )
+        .unwrap();
         let p = store
             .publish(
                 "t/000/segment-000001-abcd.parquet",
@@ -274,10 +322,122 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_and_malformed_urls_are_named() {
-        assert!(
-            matches!(ColdStore::open("s3://bucket/prefix"), Err(StoreError::Unsupported(s)) if s == "s3")
+    fn cloud_urls_build_without_io_and_bad_ones_are_named() {
+        let none = StoreOptions::default();
+        // No request is made: building only parses the URL and settings.
+        for url in [
+            "gs://bucket/some/prefix",
+            "abfss://container@account.dfs.core.windows.net/some/prefix",
+        ] {
+            let store = ColdStore::open(url, &none).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert!(
+                store.location().ends_with("/some/prefix"),
+                "{}",
+                store.location()
+            );
+        }
+        let s3 = StoreOptions {
+            s3_endpoint: Some("http://127.0.0.1:9".into()),
+            s3_region: Some("eu-west-1".into()),
+            s3_allow_http: Some(true),
+            s3_access_key_id: Some("id".into()),
+            s3_secret_access_key: Some("secret".into()),
+            ..StoreOptions::default()
+        };
+        assert_eq!(
+            ColdStore::open("s3://bucket/a/b", &s3).unwrap().location(),
+            "s3://bucket/a/b"
         );
-        assert!(matches!(ColdStore::open("./data"), Err(StoreError::Url(_))));
+
+        let err = |url: &str, options: &StoreOptions| ColdStore::open(url, options).unwrap_err();
+        assert!(matches!(err("ftp://host/x", &none), StoreError::Unsupported(s) if s == "ftp"));
+        assert!(
+            matches!(err("https://example.com/x", &none), StoreError::Unsupported(s) if s == "https")
+        );
+        assert!(matches!(err("./data", &none), StoreError::Url(_)));
+        let e = err("s3:///prefix", &none);
+        assert!(
+            matches!(&e, StoreError::Url(m) if m.contains("no bucket")),
+            "{e}"
+        );
+        let e = err("s3://key:secret@bucket/prefix", &none);
+        assert!(
+            matches!(&e, StoreError::Url(_)) && !e.to_string().contains("secret"),
+            "{e}"
+        );
+        let e = err("gs://bucket/prefix", &s3);
+        assert!(
+            e.to_string().contains("s3_endpoint") && e.to_string().contains("gs://"),
+            "{e}"
+        );
+        // An az:// URL without an account (and none in the environment) is refused by name.
+        if std::env::var_os("AZURE_STORAGE_ACCOUNT_NAME").is_none() {
+            let e = err("az://container/prefix", &none);
+            assert!(
+                matches!(&e, StoreError::Build { .. })
+                    && e.to_string().to_lowercase().contains("account"),
+                "{e}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn keys_are_rooted_under_the_url_prefix() {
+        let inner: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let store = ColdStore::from_store(super::super::backend::rooted(
+            inner.clone(),
+            &Path::from("some/prefix"),
+        ));
+        store
+            .publish("t/000/s.parquet", Bytes::from_static(b"x"))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.list("t").await.unwrap(),
+            vec!["t/000/s.parquet".to_owned()]
+        );
+        assert_eq!(
+            inner
+                .get(&Path::from("some/prefix/t/000/s.parquet"))
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap(),
+            "x"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_start_up_probe_names_an_unreachable_store() {
+        // A port nothing listens on: refused at once, reported without retries.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let options = StoreOptions {
+            s3_endpoint: Some(format!("http://127.0.0.1:{port}")),
+            s3_allow_http: Some(true),
+            s3_access_key_id: Some("id".into()),
+            s3_secret_access_key: Some("secret".into()),
+            s3_region: Some("us-east-1".into()),
+            ..StoreOptions::default()
+        };
+        let started = std::time::Instant::now();
+        let e = ColdStore::open_checked("s3://bucket/p", &options, Duration::from_secs(20))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StoreError::Unreachable { .. }), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the probe does not retry: {:?}",
+            started.elapsed()
+        );
+        assert!(e.to_string().contains("s3://bucket/p"), "{e}");
+        assert!(
+            e.to_string().contains("Connection refused"),
+            "the cause is named: {e}"
+        );
     }
 }

@@ -55,12 +55,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Validates `config`, loads TLS material, creates or upgrades the catalog when
+    /// Validates `config`, loads TLS material, creates or upgrades the catalog and checks
+    /// that the cold store answers a listing (within `connect_timeout_ms`) when
     /// `service_url` is set, and binds the client and metrics listeners.
     ///
     /// # Errors
     /// Invalid settings, unreadable TLS files, a catalog that cannot be migrated (service
-    /// database unreachable, not UTF8, newer than this binary), an address already in use.
+    /// database unreachable, not UTF8, newer than this binary), a cold store that is
+    /// misconfigured, unreachable or refuses the listing, an address already in use.
     pub async fn bind(config: Config) -> Result<Self, ServerError> {
         config.validate()?;
         let upstream = config.upstream()?;
@@ -70,7 +72,16 @@ impl Server {
         };
         let service = prepare_catalog(&config).await?;
         let flush = match &service {
-            Some(service) => Some((service.clone(), ColdStore::open(&config.cold_store)?)),
+            Some(service) => {
+                let store = ColdStore::open_checked(
+                    &config.cold_store,
+                    &config.cold_store_options(),
+                    config.connect_timeout(),
+                )
+                .await?;
+                tracing::info!(cold_store = store.location(), "cold store reachable");
+                Some((service.clone(), store))
+            }
             None => None,
         };
         let admin: Arc<dyn crate::admin::AdminExecutor> = match service {

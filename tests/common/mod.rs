@@ -1,10 +1,13 @@
 //! Test harness: one real Postgres cluster per test binary (initdb into a temp dir, free
 //! port, gone with the process), one database per test, and the real `coldwire` binary
-//! started per test on a free port.
+//! started per test on a free port; a real S3-compatible server where a test asks for one
+//! ([`moto`]).
 
 #![allow(dead_code)]
 
+pub mod moto;
 pub mod raw;
+pub mod segments;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
