@@ -572,6 +572,50 @@ async fn every_type_round_trips_byte_identically_through_arrow_and_parquet() {
         assert_eq!(a, b, "text of row {:?}", a[0]);
     }
 
+    // all rows bound as one binary parameter of type t[]: unnest gives them back exactly
+    let row_type: u32 = client
+        .query_one(
+            "SELECT reltype FROM pg_class WHERE oid = 't'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let mut array = BytesMut::new();
+    let all = arrow::compute::concat_batches(&read[0].schema(), &read).unwrap();
+    coldwire::cold::record::encode_record_array(&columns, row_type, &all, &mut array).unwrap();
+    client
+        .batch_execute("CREATE TABLE t3 (LIKE t INCLUDING ALL)")
+        .await
+        .unwrap();
+    let inserted = client
+        .execute(
+            "INSERT INTO t3 SELECT * FROM unnest($1::t[])",
+            &[&RawBinary(Some(array.to_vec()))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(inserted, ROWS as u64);
+    let t3 = copy_out(
+        &client,
+        "COPY (SELECT * FROM t3 ORDER BY id) TO STDOUT (FORMAT binary)",
+    )
+    .await
+    .concat();
+    assert_eq!(t, t3, "rows bound as t[] differ");
+    let mut empty = BytesMut::new();
+    coldwire::cold::record::encode_record_array(&columns, row_type, &all.slice(0, 0), &mut empty)
+        .unwrap();
+    let none: i64 = client
+        .query_one(
+            "SELECT count(*) FROM unnest($1::t[])",
+            &[&RawBinary(Some(empty.to_vec()))],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(none, 0);
+
     // each cold value bound as a binary parameter reads back as the heap value's text
     // (format's %s is the type's output function: bpchar keeps its padding, unlike ::text)
     for (column_index, column) in columns.iter().enumerate().skip(1) {

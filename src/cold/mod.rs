@@ -10,6 +10,7 @@ pub mod error;
 pub mod numeric;
 pub mod ordered;
 pub mod prune;
+pub mod record;
 pub mod scan;
 pub mod segment_file;
 pub mod temporal;

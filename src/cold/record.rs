@@ -1,0 +1,71 @@
+//! Cold rows as one binary parameter (DESIGN §6.2): an array of the table's row type, in
+//! Postgres's binary array and record formats, so `unnest($k::s.t[])` gives the rows back
+//! with every typmod and array column intact and no value ever spliced into SQL text.
+//!
+//! Array (array_recv): ndim, has-null flag, element type OID, then per dimension its size
+//! and lower bound, then each element as a length-prefixed value. Record (record_recv): the
+//! column count, then per column its type OID and a length-prefixed value (-1 for NULL).
+
+use arrow::array::RecordBatch;
+use bytes::{BufMut, BytesMut};
+
+use super::{ColdColumn, ColdError, ColumnEncoder};
+
+/// Appends to `out` the binary form of an array of the row type `row_type_oid` holding
+/// every row of `rows`, whose columns are `columns` (all the table's columns, in attnum
+/// order).
+///
+/// # Errors
+/// [`ColdError::Schema`] when the batch does not hold `columns`; [`ColdError::Value`] for
+/// a value that maps to no Postgres value.
+pub fn encode_record_array(
+    columns: &[ColdColumn],
+    row_type_oid: u32,
+    rows: &RecordBatch,
+    out: &mut BytesMut,
+) -> Result<(), ColdError> {
+    if rows.num_columns() != columns.len() {
+        return Err(ColdError::Schema(format!(
+            "{} columns, expected {}",
+            rows.num_columns(),
+            columns.len()
+        )));
+    }
+    let count = i32::try_from(rows.num_rows())
+        .map_err(|_| ColdError::Schema(format!("{} rows do not fit one array", rows.num_rows())))?;
+    let width =
+        i32::try_from(columns.len()).map_err(|_| ColdError::Schema("too many columns".into()))?;
+    let encoders = columns
+        .iter()
+        .zip(rows.columns())
+        .map(|(c, a)| ColumnEncoder::new(c, a.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let empty = count == 0;
+    out.put_i32(if empty { 0 } else { 1 });
+    out.put_i32(0); // no NULL elements
+    out.put_u32(row_type_oid);
+    if !empty {
+        out.put_i32(count);
+        out.put_i32(1);
+    }
+    for row in 0..rows.num_rows() {
+        let element = out.len();
+        out.put_i32(0); // element length, filled in below
+        out.put_i32(width);
+        for (column, encoder) in columns.iter().zip(&encoders) {
+            out.put_u32(column.ty.type_oid());
+            let length = out.len();
+            out.put_i32(-1);
+            if let Some(written) = encoder.encode(row, out)? {
+                let written = i32::try_from(written).map_err(|_| {
+                    ColdError::Schema(format!("a value of {} over 2 GB", column.name))
+                })?;
+                out[length..length + 4].copy_from_slice(&written.to_be_bytes());
+            }
+        }
+        let size = i32::try_from(out.len() - element - 4)
+            .map_err(|_| ColdError::Schema("a row over 2 GB".into()))?;
+        out[element..element + 4].copy_from_slice(&size.to_be_bytes());
+    }
+    Ok(())
+}
