@@ -36,4 +36,5 @@ pub mod flush;
 pub mod metrics;
 pub mod server;
 pub mod session;
+pub mod sql;
 pub mod wire;

@@ -99,6 +99,16 @@ impl CaptureSpec {
             ),
             format!("CREATE INDEX m_{}_seq ON {mirror} (seq)", self.id),
             format!("REVOKE ALL ON {mirror} FROM PUBLIC"),
+            // Reads of the table probe the mirror (DESIGN §6.2): any role may SELECT it,
+            // and sees its rows only if it may SELECT the table itself. The policy runs as
+            // the querying role; the owner (capture, flush) is not subject to it.
+            format!("GRANT SELECT ON {mirror} TO PUBLIC"),
+            format!("ALTER TABLE {mirror} ENABLE ROW LEVEL SECURITY"),
+            format!(
+                "CREATE POLICY table_readers ON {mirror} FOR SELECT TO PUBLIC \
+                 USING (has_table_privilege((SELECT t.relid FROM coldwire.tables t WHERE t.id = {id}), 'SELECT'))",
+                id = self.id
+            ),
             format!(
                 "CREATE TABLE {} ({}, seq bigint NOT NULL, PRIMARY KEY ({}))",
                 self.overrides(),

@@ -1,0 +1,303 @@
+//! The read rewrite (DESIGN §6.2), as a pure function of SQL text: every reference to a
+//! tiered table in a read position becomes a derived table with the same alias that
+//! unions the heap with the cold rows bound as one array parameter of the table's row
+//! type. The rewrite is spliced into the client's text at the parser's token locations
+//! (never deparsed), so the rest of the statement, and Postgres's positions in it, stay
+//! as the client wrote them.
+//!
+//! ```sql
+//! (SELECT <cols> FROM ONLY s.t
+//!  UNION ALL
+//!  SELECT <cols> FROM unnest($k::s.t[]) AS c
+//!  WHERE NOT EXISTS (SELECT 1 FROM coldwire.m_<id> m WHERE m.<pk> = c.<pk>)
+//!    AND NOT EXISTS (SELECT 1 FROM ONLY s.t h WHERE h.<pk> = c.<pk>)) AS t
+//! ```
+//!
+//! A key in the mirror has its authoritative state (live or deleted) in the heap, so its
+//! cold versions are never injected; the heap probe is defence in depth against doubles.
+//! The mirror is readable, through a row-security policy, exactly by roles that may read
+//! the table.
+
+use pg_query::protobuf::Token;
+use pg_query::{Context, NodeRef};
+
+use crate::catalog::capture::{pk_equal, quote_ident};
+
+/// A tiered table as the rewrite needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TieredTable {
+    pub table_id: i64,
+    pub schema: String,
+    pub name: String,
+    /// Every column, in attnum order.
+    pub columns: Vec<String>,
+    /// The primary-key columns, in key order.
+    pub pk: Vec<String>,
+}
+
+impl TieredTable {
+    fn qualified(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+
+    /// The derived table that replaces a reference, reading cold rows from `$param`.
+    fn derived(&self, param: usize) -> String {
+        let cols = self
+            .columns
+            .iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let c_cols = self
+            .columns
+            .iter()
+            .map(|c| format!("c.{}", quote_ident(c)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "(SELECT {cols} FROM ONLY {t} UNION ALL SELECT {c_cols} FROM unnest(${param}::{t}[]) AS c \
+             WHERE NOT EXISTS (SELECT 1 FROM coldwire.m_{id} m WHERE {m_c}) AND NOT EXISTS (SELECT 1 FROM ONLY {t} h WHERE {h_c}))",
+            t = self.qualified(),
+            id = self.table_id,
+            m_c = pk_equal(self.pk.iter().map(String::as_str), "m", "c"),
+            h_c = pk_equal(self.pk.iter().map(String::as_str), "h", "c"),
+        )
+    }
+}
+
+/// One rewritten reference: which table, and the parameter number its cold rows go in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reference {
+    pub table_id: i64,
+    pub param: usize,
+}
+
+/// A rewritten statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewritten {
+    pub sql: String,
+    pub references: Vec<Reference>,
+}
+
+/// Why a statement could not be rewritten.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RewriteError {
+    #[error("{0}")]
+    Parse(String),
+    #[error("{0} is not supported on a tiered table yet")]
+    Unsupported(&'static str),
+}
+
+/// Rewrites every read reference in `sql` to a table `resolve` knows as tiered (given the
+/// schema as written, if any, and the name); cold-row parameters are numbered after the
+/// client's `client_params`. `None` when nothing needed rewriting.
+///
+/// # Errors
+/// [`RewriteError::Parse`] for text Postgres would not parse either (it then gets the
+/// statement unchanged and reports the error itself); [`RewriteError::Unsupported`] for a
+/// tiered table written to or read where the rewrite cannot reach yet.
+pub fn rewrite(
+    sql: &str,
+    client_params: usize,
+    resolve: impl Fn(Option<&str>, &str) -> Option<TieredTable>,
+) -> Result<Option<Rewritten>, RewriteError> {
+    let parsed = pg_query::parse(sql, 0).map_err(|e| RewriteError::Parse(e.to_string()))?;
+    let ctes: Vec<String> = parsed
+        .protobuf
+        .nodes()
+        .into_iter()
+        .filter_map(|(node, ..)| match node {
+            NodeRef::CommonTableExpr(c) => Some(c.ctename.clone()),
+            _ => None,
+        })
+        .collect();
+    let locking =
+        parsed.protobuf.nodes().iter().any(
+            |(node, ..)| matches!(node, NodeRef::SelectStmt(s) if !s.locking_clause.is_empty()),
+        );
+    let mut found: Vec<(usize, TieredTable, Option<String>)> = Vec::new();
+    for (node, _, context, _) in parsed.protobuf.nodes() {
+        let NodeRef::RangeVar(rv) = node else {
+            continue;
+        };
+        let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
+        if schema.is_none() && ctes.iter().any(|c| *c == rv.relname) {
+            continue;
+        }
+        let Some(table) = resolve(schema, &rv.relname) else {
+            continue;
+        };
+        if context != Context::Select {
+            return Err(RewriteError::Unsupported("writing, COPY or DDL"));
+        }
+        if locking {
+            return Err(RewriteError::Unsupported("SELECT … FOR UPDATE/SHARE"));
+        }
+        let location = usize::try_from(rv.location)
+            .map_err(|_| RewriteError::Parse("a table reference without a location".into()))?;
+        found.push((
+            location,
+            table,
+            rv.alias.as_ref().map(|a| a.aliasname.clone()),
+        ));
+    }
+    if found.is_empty() {
+        return Ok(None);
+    }
+    found.sort_by_key(|(location, ..)| *location);
+    let tokens = pg_query::scan(sql)
+        .map_err(|e| RewriteError::Parse(e.to_string()))?
+        .tokens;
+
+    let mut out = String::with_capacity(sql.len() + 256 * found.len());
+    let mut copied = 0;
+    let mut references = Vec::new();
+    for (i, (location, table, alias)) in found.into_iter().enumerate() {
+        let (start, end) = name_span(&tokens, location).ok_or(RewriteError::Parse(
+            "a table name the scanner does not see".into(),
+        ))?;
+        if start < copied {
+            return Err(RewriteError::Unsupported(
+                "a table reference inside another",
+            ));
+        }
+        let param = client_params + i + 1;
+        out.push_str(&sql[copied..start]);
+        out.push_str(&table.derived(param));
+        if alias.is_none() {
+            // Column references qualified by the table name keep resolving.
+            out.push_str(" AS ");
+            out.push_str(&quote_ident(&table.name));
+        }
+        copied = end;
+        references.push(Reference {
+            table_id: table.table_id,
+            param,
+        });
+    }
+    out.push_str(&sql[copied..]);
+    Ok(Some(Rewritten {
+        sql: out,
+        references,
+    }))
+}
+
+/// The byte span of the relation name starting at `location` (`[ONLY] name[.name[.name]]`).
+fn name_span(tokens: &[pg_query::protobuf::ScanToken], location: usize) -> Option<(usize, usize)> {
+    let at = tokens.iter().position(|t| t.start as usize == location)?;
+    let mut start = tokens[at].start as usize;
+    if at > 0 && tokens[at - 1].token == Token::Only as i32 {
+        start = tokens[at - 1].start as usize;
+    }
+    let mut last = at;
+    while last + 2 < tokens.len() && tokens[last + 1].token == Token::Ascii46 as i32 {
+        last += 2;
+    }
+    Some((start, tokens[last].end as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events() -> TieredTable {
+        TieredTable {
+            table_id: 7,
+            schema: "public".into(),
+            name: "events".into(),
+            columns: vec!["id".into(), "kind".into()],
+            pk: vec!["id".into()],
+        }
+    }
+
+    fn resolve(schema: Option<&str>, name: &str) -> Option<TieredTable> {
+        (name == "events" && schema.is_none_or(|s| s == "public")).then(events)
+    }
+
+    fn derived(param: usize) -> String {
+        events().derived(param)
+    }
+
+    #[test]
+    fn untouched_statements_are_not_rewritten() {
+        assert_eq!(
+            rewrite("SELECT * FROM other WHERE id = 1", 0, resolve).unwrap(),
+            None
+        );
+        assert_eq!(
+            rewrite("WITH events AS (SELECT 1) SELECT * FROM events", 0, resolve).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_reference_becomes_a_derived_table_with_the_same_name_or_alias() {
+        let r = rewrite("SELECT kind FROM events WHERE id = $1", 1, resolve)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            r.sql,
+            format!(
+                "SELECT kind FROM {} AS \"events\" WHERE id = $1",
+                derived(2)
+            )
+        );
+        assert_eq!(
+            r.references,
+            vec![Reference {
+                table_id: 7,
+                param: 2
+            }]
+        );
+
+        let r = rewrite(
+            "select e.kind from ONLY public.events e join events using (id)",
+            0,
+            resolve,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            r.sql,
+            format!(
+                "select e.kind from {} e join {} AS \"events\" using (id)",
+                derived(1),
+                derived(2)
+            )
+        );
+    }
+
+    #[test]
+    fn subqueries_ctes_and_set_operations_are_reached() {
+        let sql = "WITH recent AS (SELECT * FROM events WHERE id > 10) \
+                   SELECT id FROM recent UNION SELECT id FROM (SELECT id FROM events) s WHERE EXISTS (SELECT 1 FROM events x)";
+        let r = rewrite(sql, 0, resolve).unwrap().unwrap();
+        assert_eq!(r.references.len(), 3);
+        assert_eq!(r.sql.matches("unnest($").count(), 3);
+        assert!(
+            r.sql.contains("SELECT id FROM recent UNION"),
+            "the CTE's own name is left alone"
+        );
+        assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+    }
+
+    #[test]
+    fn writes_are_refused_until_supported_and_bad_sql_is_left_to_postgres() {
+        assert!(matches!(
+            rewrite("DELETE FROM events WHERE id = 1", 0, resolve),
+            Err(RewriteError::Unsupported(_))
+        ));
+        assert!(matches!(
+            rewrite("SELECT * FROM events FOR UPDATE", 0, resolve),
+            Err(RewriteError::Unsupported(_))
+        ));
+        assert!(matches!(
+            rewrite("INSERT INTO other SELECT * FROM events", 0, resolve),
+            Ok(Some(_))
+        ));
+        assert!(matches!(
+            rewrite("SELEC 1", 0, resolve),
+            Err(RewriteError::Parse(_))
+        ));
+    }
+}
