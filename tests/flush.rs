@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use bytes::Bytes;
+use common::segments::store_files;
 use common::{cluster, connect_direct, create_db, Proxy};
 use serde_json::Value;
 use tokio_postgres::Client;
@@ -35,28 +35,11 @@ async fn proxy_for(db: &str, store: &Path, env: &[(&str, &str)]) -> Proxy {
 
 /// (id, op) of every row of every active segment, read from the Parquet files.
 async fn cold_rows(direct: &Client, store: &Path) -> Vec<(i64, i16)> {
-    let mut out = Vec::new();
-    for row in direct
-        .query(
-            "SELECT path, sha256, row_count FROM coldwire.segments WHERE status = 'active'",
-            &[],
-        )
+    common::segments::active_rows(direct, store)
         .await
-        .unwrap()
-    {
-        let path: String = row.get(0);
-        let bytes = Bytes::from(std::fs::read(store.join(&path)).unwrap());
-        assert_eq!(
-            common::segments::sha256_hex(&bytes),
-            row.get::<_, String>(1),
-            "sha256 of {path}"
-        );
-        let rows = common::segments::id_ops(&bytes);
-        let n = rows.len() as i64;
-        out.extend(rows);
-        assert_eq!(n, row.get::<_, i64>(2), "row_count of {path}");
-    }
-    out
+        .into_iter()
+        .map(|r| (r.id, r.op))
+        .collect()
 }
 
 async fn ids(c: &Client, sql: &str) -> BTreeSet<i64> {
@@ -212,7 +195,7 @@ async fn assert_manifest_lists_the_active_segments(direct: &Client, store: &Path
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(listed, active);
-    let shards_on_disk = walk(&store.join(&prefix).join("manifest")).len();
+    let shards_on_disk = store_files(&store.join(&prefix).join("manifest")).len();
     assert_eq!(
         shards_on_disk,
         root["shards"].as_array().unwrap().len(),
@@ -602,21 +585,8 @@ async fn segments_record_pk_bounds_and_footer_stats_per_row_group() {
 
 /// The Parquet segment objects under `dir`.
 fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    walk(dir)
+    store_files(dir)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
         .collect()
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = entry.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }

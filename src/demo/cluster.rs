@@ -68,6 +68,8 @@ pub struct LocalCluster {
     port: u16,
     child: Option<Child>,
     keep: bool,
+    /// What it was started with, for [`LocalCluster::restart`].
+    options: ClusterOptions,
 }
 
 impl LocalCluster {
@@ -126,6 +128,7 @@ impl LocalCluster {
             port: 0,
             child: None,
             keep: opts.keep,
+            options: opts.clone(),
         };
         for dir in [cluster.root.clone(), cluster.socket_dir()] {
             fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
@@ -190,6 +193,18 @@ impl LocalCluster {
         }
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    /// Restarts the server on the same port and data (fast shutdown, which terminates every
+    /// session, then a fresh postmaster started from the calling thread), as an operator's
+    /// `pg_ctl restart -m fast` would.
+    ///
+    /// # Errors
+    /// A server that does not come back up.
+    pub fn restart(&mut self) -> Result<(), ClusterError> {
+        self.stop();
+        let options = self.options.clone();
+        self.launch(&options, unprivileged_owner())
     }
 
     fn data_dir(&self) -> PathBuf {

@@ -35,6 +35,11 @@ const SEGMENTS_PER_FOLDER: i64 = 100;
 pub const TABLE_LOCK_CLASS: i32 = 0x6377_0001;
 /// Finalize waits this long for writers to let go before giving up (the job is retried).
 const FINALIZE_LOCK_TIMEOUT: &str = "2s";
+/// Finalize transactions tried before the job fails when its locks cannot be had (lock
+/// timeout, or chosen as a deadlock victim by writers locking heap then mirror rows).
+const FINALIZE_TRIES: u32 = 5;
+/// Pause before the first finalize retry; doubles each time.
+const FINALIZE_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
 /// The cold columns coldwire adds to each segment.
 pub const SEQ_COLUMN: &str = "_cw_seq";
 pub const OP_COLUMN: &str = "_cw_op";
@@ -311,7 +316,7 @@ pub async fn run(
         generation + 1,
     )
     .await?;
-    super::failpoint::hit("after_manifest");
+    super::failpoint::hit("after_manifest").await;
 
     finalize(client, job, &table, total, segments, overrides).await?;
     Ok(FlushOutcome {
@@ -415,9 +420,9 @@ async fn publish(
         &segment_id.simple().to_string()[..8]
     );
     let published = store.publish(&key, bytes).await?;
-    super::failpoint::hit("after_publish");
+    super::failpoint::hit("after_publish").await;
     record_pending(client, job, table, segment_id, &key, &published, &facts).await?;
-    super::failpoint::hit("after_pending_insert");
+    super::failpoint::hit("after_pending_insert").await;
     Ok(())
 }
 
@@ -485,10 +490,11 @@ async fn record_pending(
     Ok(())
 }
 
-/// Removes what earlier attempts of this job left: pending segments and their objects,
-/// and objects under the table's prefix that no segment names (an attempt that died
-/// between publishing and recording); the manifest is left to the export. Safe
-/// because only the holder of the table's flush lock, which we are, writes under that prefix.
+/// Removes what earlier attempts left: pending segments and their objects (of this job's
+/// crashed attempts, and of the table's failed jobs, which are never retried), and objects
+/// under the table's prefix that no segment names (an attempt that died between publishing
+/// and recording); the manifest is left to the export. Safe because only the holder of the
+/// table's flush lock, which we are, writes segments of the table.
 async fn clean_stale_attempts(
     client: &Client,
     store: &ColdStore,
@@ -497,8 +503,9 @@ async fn clean_stale_attempts(
 ) -> Result<(), FlushError> {
     let stale = client
         .query(
-            "SELECT segment_id, path FROM coldwire.segments WHERE job_id = $1 AND attempt < $2 AND status = 'pending'",
-            &[&job.id, &job.attempt],
+            "SELECT segment_id, path FROM coldwire.segments WHERE table_id = $1 AND status = 'pending' \
+             AND NOT (job_id = $2 AND attempt = $3)",
+            &[&table.id, &job.id, &job.attempt],
         )
         .await?;
     for row in stale {
@@ -530,8 +537,51 @@ async fn clean_stale_attempts(
 }
 
 /// The finalize transaction: activate this attempt's segments and prune exactly the
-/// flushed (pk, seq) pairs from the mirror and their rows from the heap.
+/// flushed (pk, seq) pairs from the mirror and their rows from the heap. Retried with
+/// backoff while its locks cannot be had (DESIGN §5 step 6); a rolled-back try changed
+/// nothing.
 async fn finalize(
+    client: &mut Client,
+    job: &Job,
+    table: &Tiered,
+    rows: i64,
+    segments: i32,
+    overrides: bool,
+) -> Result<(), FlushError> {
+    super::failpoint::hit("before_finalize").await;
+    let mut backoff = FINALIZE_RETRY_BACKOFF;
+    for tried in 1.. {
+        match finalize_once(client, job, table, rows, segments, overrides).await {
+            Err(FlushError::Postgres(e)) if tried < FINALIZE_TRIES && is_lock_conflict(&e) => {
+                tracing::info!(
+                    tried,
+                    error = %crate::catalog::postgres_text(&e),
+                    "finalize could not take its locks: retrying"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+            }
+            Err(e) => return Err(e),
+            Ok(()) => break,
+        }
+    }
+    client
+        .batch_execute(
+            "DROP TABLE IF EXISTS pg_temp.cw_pairs; DROP TABLE IF EXISTS pg_temp.cw_maybe_cold",
+        )
+        .await?;
+    Ok(())
+}
+
+/// Lock timeout or deadlock victim: worth another try once the writers are through.
+fn is_lock_conflict(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code().is_some_and(|c| {
+        *c == SqlState::LOCK_NOT_AVAILABLE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    })
+}
+
+async fn finalize_once(
     client: &mut Client,
     job: &Job,
     table: &Tiered,
@@ -545,7 +595,6 @@ async fn finalize(
         .map(|c| format!("m.{}", quote_ident(c)))
         .collect::<Vec<_>>()
         .join(", ");
-    super::failpoint::hit("before_finalize");
     let tx = client.transaction().await?;
     tx.batch_execute(&format!(
         "SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'; \
@@ -616,13 +665,8 @@ async fn finalize(
     )
     .await?;
     tx.batch_execute("DELETE FROM coldwire.maintenance WHERE xid = pg_current_xact_id(); NOTIFY coldwire_catalog;").await?;
-    super::failpoint::hit("before_finalize_commit");
+    super::failpoint::hit("before_finalize_commit").await;
     tx.commit().await?;
-    client
-        .batch_execute(
-            "DROP TABLE IF EXISTS pg_temp.cw_pairs; DROP TABLE IF EXISTS pg_temp.cw_maybe_cold",
-        )
-        .await?;
     Ok(())
 }
 

@@ -170,6 +170,15 @@ impl Proxy {
         Self::spawn(upstream, extra, &[]).await
     }
 
+    /// Starts coldwire in front of `upstream` with extra flags and environment.
+    pub async fn start_with_upstream_env(
+        upstream: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Proxy {
+        Self::spawn(upstream, extra, env).await
+    }
+
     async fn spawn(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Proxy {
         let log = cluster().root().join(format!(
             "coldwire-{}.log",
@@ -273,6 +282,70 @@ impl Proxy {
             .await
             .ok()
             .and_then(Result::ok)
+    }
+}
+
+/// A cluster of one test's own, for tests that restart Postgres (the binary's shared
+/// cluster serves other tests meanwhile). A dedicated thread owns the postmaster, so it
+/// dies with that thread (PR_SET_PDEATHSIG) across restarts too; dropping this stops it.
+pub struct PrivateCluster {
+    port: u16,
+    restarts: std::sync::mpsc::Sender<std::sync::mpsc::Sender<Result<(), String>>>,
+}
+
+impl PrivateCluster {
+    /// initdb and start a cluster under the test directory prefix (swept if left behind).
+    pub fn start(hint: &str) -> PrivateCluster {
+        let root = std::env::temp_dir().join(format!(
+            "coldwire-test-{}-{}-{hint}",
+            std::process::id(),
+            binary_name()
+        ));
+        let opts = ClusterOptions {
+            root,
+            die_with_parent: true,
+            ..ClusterOptions::default()
+        };
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (restarts, requests) =
+            std::sync::mpsc::channel::<std::sync::mpsc::Sender<Result<(), String>>>();
+        std::thread::spawn(move || {
+            let mut cluster = match LocalCluster::start(&opts) {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = started_tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            let _ = started_tx.send(Ok(cluster.port()));
+            // Serve restarts until the handle is dropped; the cluster is dropped (stopped,
+            // removed) when the loop ends.
+            while let Ok(reply) = requests.recv() {
+                let _ = reply.send(cluster.restart().map_err(|e| e.to_string()));
+            }
+        });
+        let port = started_rx
+            .recv()
+            .expect("cluster thread")
+            .expect("start a private cluster");
+        PrivateCluster { port, restarts }
+    }
+
+    /// A URL for `database` as superuser `postgres`.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// Restarts Postgres (fast shutdown: sessions are terminated, then a clean start on
+    /// the same port), returning once it accepts connections again.
+    pub async fn restart(&self) {
+        let (reply, done) = std::sync::mpsc::channel();
+        self.restarts.send(reply).expect("cluster thread alive");
+        tokio::task::spawn_blocking(move || done.recv())
+            .await
+            .expect("join")
+            .expect("restart reply")
+            .expect("restart the private cluster");
     }
 }
 

@@ -54,3 +54,90 @@ fn column<T: Clone + 'static>(batch: &RecordBatch, name: &str) -> T {
         .unwrap_or_else(|| panic!("column {name} has type {}", std::any::type_name::<T>()))
         .clone()
 }
+
+/// One stored version of a key in an active segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColdRow {
+    /// The segment's object key.
+    pub segment: String,
+    /// The table's bigint pk `id`.
+    pub id: i64,
+    /// `_cw_seq`: the mirror seq of the version.
+    pub seq: i64,
+    /// `_cw_op`: 1 live, 3 tombstone.
+    pub op: i16,
+    /// Every other column Arrow can display, by name, as it displays it (NULL as `None`).
+    pub values: std::collections::BTreeMap<String, Option<String>>,
+}
+
+/// Every row of every active segment in the database, read from the `file://` store at
+/// `store`, in path and row order; asserts each file's sha256 and row count against the
+/// catalog.
+pub async fn active_rows(direct: &tokio_postgres::Client, store: &std::path::Path) -> Vec<ColdRow> {
+    let mut out = Vec::new();
+    let segments = direct
+        .query(
+            "SELECT path, sha256, row_count FROM coldwire.segments WHERE status = 'active' ORDER BY path",
+            &[],
+        )
+        .await
+        .expect("read coldwire.segments");
+    for row in segments {
+        let path: String = row.get(0);
+        let bytes = Bytes::from(
+            std::fs::read(store.join(&path)).unwrap_or_else(|e| panic!("read {path}: {e}")),
+        );
+        assert_eq!(
+            sha256_hex(&bytes),
+            row.get::<_, String>(1),
+            "sha256 of {path}"
+        );
+        let mut n = 0;
+        for batch in batches(&bytes) {
+            let ids = column::<Int64Array>(&batch, "id");
+            let seqs = column::<Int64Array>(&batch, "_cw_seq");
+            let ops = column::<Int16Array>(&batch, "_cw_op");
+            for i in 0..batch.num_rows() {
+                let mut values = std::collections::BTreeMap::new();
+                for (field, col) in batch.schema().fields().iter().zip(batch.columns()) {
+                    if matches!(field.name().as_str(), "id" | "_cw_seq" | "_cw_op") {
+                        continue;
+                    }
+                    // Columns Arrow cannot display (e.g. the numeric struct) are left out.
+                    if col.is_null(i) {
+                        values.insert(field.name().clone(), None);
+                    } else if let Ok(text) = array_value_to_string(col, i) {
+                        values.insert(field.name().clone(), Some(text));
+                    }
+                }
+                out.push(ColdRow {
+                    segment: path.clone(),
+                    id: ids.value(i),
+                    seq: seqs.value(i),
+                    op: ops.value(i),
+                    values,
+                });
+            }
+            n += batch.num_rows() as i64;
+        }
+        assert_eq!(n, row.get::<_, i64>(2), "row_count of {path}");
+    }
+    out
+}
+
+/// Every file under `dir`, recursively.
+pub fn store_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)
+        .expect("read the store directory")
+        .flatten()
+    {
+        let p = entry.path();
+        if p.is_dir() {
+            out.extend(store_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
