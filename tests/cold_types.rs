@@ -10,17 +10,18 @@ use std::error::Error as _;
 use arrow::array::AsArray;
 use arrow::datatypes::Float64Type;
 use arrow::record_batch::RecordBatch;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use coldwire::cold::{
     encode_batch, encode_header, encode_trailer, encode_value, ColdColumn, ColdError, ColdType,
     ColumnEncoder, CopyDecoder, ValueError,
 };
+use common::RawBinary;
 use futures_util::{pin_mut, SinkExt, StreamExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, DecimalType, LogicalType, TimestampType, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
+use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 const BATCH_ROWS: usize = 7;
@@ -415,31 +416,6 @@ async fn text_rows(client: &Client, table: &str) -> Vec<Vec<Option<String>>> {
 }
 
 /// A value already in Postgres's binary format, bound as a parameter of any type.
-#[derive(Debug)]
-struct RawBinary(Option<Vec<u8>>);
-
-impl ToSql for RawBinary {
-    fn to_sql(
-        &self,
-        _: &Type,
-        out: &mut BytesMut,
-    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        match &self.0 {
-            None => Ok(IsNull::Yes),
-            Some(v) => {
-                out.put_slice(v);
-                Ok(IsNull::No)
-            }
-        }
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-
-    to_sql_checked!();
-}
-
 #[tokio::test]
 async fn every_type_round_trips_byte_identically_through_arrow_and_parquet() {
     let db = common::create_db("cold_types");

@@ -121,7 +121,7 @@ pub fn rewrite(
             continue;
         };
         let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
-        if schema.is_none() && ctes.iter().any(|c| *c == rv.relname) {
+        if schema.is_none() && ctes.contains(&rv.relname) {
             continue;
         }
         let Some(table) = resolve(schema, &rv.relname) else {

@@ -369,3 +369,29 @@ pub async fn admin_call(
         .expect("one row");
     Ok(serde_json::from_str(&text).expect("jsonb"))
 }
+
+/// A parameter already in Postgres's binary format (None: NULL), accepted for any type.
+#[derive(Debug)]
+pub struct RawBinary(pub Option<Vec<u8>>);
+
+impl tokio_postgres::types::ToSql for RawBinary {
+    fn to_sql(
+        &self,
+        _: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match &self.0 {
+            None => Ok(tokio_postgres::types::IsNull::Yes),
+            Some(v) => {
+                out.extend_from_slice(v);
+                Ok(tokio_postgres::types::IsNull::No)
+            }
+        }
+    }
+
+    fn accepts(_: &tokio_postgres::types::Type) -> bool {
+        true
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
