@@ -65,11 +65,16 @@ impl TieredTable {
     }
 }
 
-/// One rewritten reference: which table, and the parameter number its cold rows go in.
+/// One rewritten reference: which table, the parameter number its cold rows go in, and
+/// where it was (for [`super::predicates::extract`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reference {
     pub table_id: i64,
     pub param: usize,
+    /// The RangeVar's location in the client's text.
+    pub location: i32,
+    /// The alias, or the table's name when it has none: what qualifies its columns.
+    pub name: String,
 }
 
 /// A rewritten statement.
@@ -170,9 +175,12 @@ pub fn rewrite(
             out.push_str(&quote_ident(&table.name));
         }
         copied = end;
+        let name = alias.unwrap_or_else(|| table.name.clone());
         references.push(Reference {
             table_id: table.table_id,
             param,
+            location: location as i32,
+            name,
         });
     }
     out.push_str(&sql[copied..]);
@@ -246,7 +254,9 @@ mod tests {
             r.references,
             vec![Reference {
                 table_id: 7,
-                param: 2
+                param: 2,
+                location: 17,
+                name: "events".into()
             }]
         );
 

@@ -1,0 +1,422 @@
+//! Conjunct extraction for cold planning (DESIGN §6.3): from the WHERE clause of the
+//! query block that reads a tiered table, the top-level AND-ed comparisons of one of its
+//! columns with a constant that the cold planner can prune by. Anything else is ignored:
+//! pruning only ever over-selects, Postgres re-applies the whole query (invariant 7).
+//!
+//! Understood: `col op const` and `const op col` with `=, <, <=, >, >=`, `col IN (…)`,
+//! `col BETWEEN a AND b`, `col IS [NOT] NULL`, with the column qualified by the reference's
+//! alias (or name), or unqualified when the reference is the block's only relation.
+//! References on the nullable side of an outer join get no predicates (a pruned row would
+//! turn into a NULL-extended one). Constants become the order-preserving encoding only
+//! where that encoding is the comparison's order: integers (also from quoted literals);
+//! text, varchar and uuid for equality only (byte equality is text equality under
+//! deterministic collations; ordering would depend on the collation); nothing that
+//! depends on TimeZone or DateStyle.
+
+use pg_query::protobuf::{
+    a_const, node::Node as N, AExprKind, BoolExprType, JoinType, Node, NullTestType, SelectStmt,
+};
+use pg_query::NodeRef;
+
+use crate::cold::ordered;
+use crate::cold::prune::Predicate;
+use crate::cold::{ColdType, ScalarType, TextKind};
+use crate::flush::segment::SegmentColumn;
+
+/// A constant as written in the statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Constant {
+    Int(i64),
+    Text(String),
+}
+
+/// What a conjunct says about a column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Comparison {
+    Eq(Constant),
+    Below(Constant, bool),
+    Above(Constant, bool),
+    In(Vec<Constant>),
+    IsNull,
+    IsNotNull,
+}
+
+/// A conjunct on one column of the reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnPredicate {
+    pub column: String,
+    pub comparison: Comparison,
+}
+
+/// The conjuncts constraining the reference at `location` (a RangeVar's location in
+/// `parsed`) whose alias, or name when it has none, is `name`.
+pub fn extract(parsed: &pg_query::ParseResult, location: i32, name: &str) -> Vec<ColumnPredicate> {
+    for (node, ..) in parsed.protobuf.nodes() {
+        let NodeRef::SelectStmt(select) = node else {
+            continue;
+        };
+        let mut relations = 0;
+        let mut found = None;
+        for item in &select.from_clause {
+            visit_from(item, false, &mut relations, &mut |rv_location, nullable| {
+                if rv_location == location {
+                    found = Some(nullable);
+                }
+            });
+        }
+        match found {
+            Some(false) => return conjuncts(select, name, relations == 1),
+            Some(true) => return Vec::new(),
+            None => {}
+        }
+    }
+    Vec::new()
+}
+
+/// Calls `seen(location, nullable)` for every relation of a FROM item outside subqueries.
+fn visit_from(
+    node: &Node,
+    nullable: bool,
+    relations: &mut usize,
+    seen: &mut impl FnMut(i32, bool),
+) {
+    match node.node.as_ref() {
+        Some(N::RangeVar(rv)) => {
+            *relations += 1;
+            seen(rv.location, nullable);
+        }
+        Some(N::JoinExpr(j)) => {
+            let kind = JoinType::try_from(j.jointype).unwrap_or(JoinType::Undefined);
+            let (left_nullable, right_nullable) = match kind {
+                JoinType::JoinInner => (false, false),
+                JoinType::JoinLeft => (false, true),
+                JoinType::JoinRight => (true, false),
+                _ => (true, true),
+            };
+            if let Some(l) = &j.larg {
+                visit_from(l, nullable || left_nullable, relations, seen);
+            }
+            if let Some(r) = &j.rarg {
+                visit_from(r, nullable || right_nullable, relations, seen);
+            }
+        }
+        _ => *relations += 1,
+    }
+}
+
+fn conjuncts(select: &SelectStmt, name: &str, only_relation: bool) -> Vec<ColumnPredicate> {
+    let mut out = Vec::new();
+    if let Some(where_clause) = &select.where_clause {
+        collect(where_clause, name, only_relation, &mut out);
+    }
+    out
+}
+
+fn collect(node: &Node, name: &str, only_relation: bool, out: &mut Vec<ColumnPredicate>) {
+    let column = |n: &Node| column_of(n, name, only_relation);
+    match node.node.as_ref() {
+        Some(N::BoolExpr(b)) if b.boolop == BoolExprType::AndExpr as i32 => {
+            for arg in &b.args {
+                collect(arg, name, only_relation, out);
+            }
+        }
+        Some(N::NullTest(t)) => {
+            if let Some(col) = t.arg.as_deref().and_then(column) {
+                let comparison = if t.nulltesttype == NullTestType::IsNull as i32 {
+                    Comparison::IsNull
+                } else {
+                    Comparison::IsNotNull
+                };
+                out.push(ColumnPredicate {
+                    column: col,
+                    comparison,
+                });
+            }
+        }
+        Some(N::AExpr(e)) => {
+            let (Some(l), Some(r)) = (e.lexpr.as_deref(), e.rexpr.as_deref()) else {
+                return;
+            };
+            let kind = AExprKind::try_from(e.kind).unwrap_or(AExprKind::Undefined);
+            match kind {
+                AExprKind::AexprOp => {
+                    let Some(op) = operator(&e.name) else { return };
+                    let (col, value, flipped) =
+                        match (column(l), constant(r), column(r), constant(l)) {
+                            (Some(c), Some(v), ..) => (c, v, false),
+                            (_, _, Some(c), Some(v)) => (c, v, true),
+                            _ => return,
+                        };
+                    let op = if flipped { flip(op) } else { op };
+                    let comparison = match op {
+                        "=" => Comparison::Eq(value),
+                        "<" => Comparison::Below(value, false),
+                        "<=" => Comparison::Below(value, true),
+                        ">" => Comparison::Above(value, false),
+                        ">=" => Comparison::Above(value, true),
+                        _ => return,
+                    };
+                    out.push(ColumnPredicate {
+                        column: col,
+                        comparison,
+                    });
+                }
+                AExprKind::AexprIn if operator(&e.name) == Some("=") => {
+                    let (Some(col), Some(N::List(list))) = (column(l), r.node.as_ref()) else {
+                        return;
+                    };
+                    let values: Option<Vec<Constant>> = list.items.iter().map(constant).collect();
+                    if let Some(values) = values {
+                        out.push(ColumnPredicate {
+                            column: col,
+                            comparison: Comparison::In(values),
+                        });
+                    }
+                }
+                AExprKind::AexprBetween => {
+                    let (Some(col), Some(N::List(list))) = (column(l), r.node.as_ref()) else {
+                        return;
+                    };
+                    if let [low, high] = list.items.as_slice() {
+                        if let (Some(low), Some(high)) = (constant(low), constant(high)) {
+                            out.push(ColumnPredicate {
+                                column: col.clone(),
+                                comparison: Comparison::Above(low, true),
+                            });
+                            out.push(ColumnPredicate {
+                                column: col,
+                                comparison: Comparison::Below(high, true),
+                            });
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        _ => {}
+    }
+}
+
+fn operator(name: &[Node]) -> Option<&str> {
+    match name {
+        [only] => match only.node.as_ref() {
+            Some(N::String(s)) => Some(s.sval.as_str()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn flip(op: &str) -> &str {
+    match op {
+        "<" => ">",
+        "<=" => ">=",
+        ">" => "<",
+        ">=" => "<=",
+        other => other,
+    }
+}
+
+/// The column a ColumnRef names, if it is one of the reference's.
+fn column_of(node: &Node, name: &str, only_relation: bool) -> Option<String> {
+    let Some(N::ColumnRef(c)) = node.node.as_ref() else {
+        return None;
+    };
+    let parts: Vec<&str> = c
+        .fields
+        .iter()
+        .map(|f| match f.node.as_ref() {
+            Some(N::String(s)) => Some(s.sval.as_str()),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    match parts.as_slice() {
+        [col] if only_relation => Some((*col).to_owned()),
+        [qualifier, col] if *qualifier == name => Some((*col).to_owned()),
+        _ => None,
+    }
+}
+
+/// A literal constant (integers, strings); casts and expressions are not looked into.
+fn constant(node: &Node) -> Option<Constant> {
+    let Some(N::AConst(c)) = node.node.as_ref() else {
+        return None;
+    };
+    match c.val.as_ref()? {
+        a_const::Val::Ival(i) => Some(Constant::Int(i.ival.into())),
+        a_const::Val::Sval(s) => Some(Constant::Text(s.sval.clone())),
+        // Integers beyond int4 arrive as "float" text.
+        a_const::Val::Fval(f) => f.fval.parse::<i64>().ok().map(Constant::Int),
+        _ => None,
+    }
+}
+
+/// The predicates the cold planner can use, for a table with `columns`.
+pub fn to_prune(predicates: &[ColumnPredicate], columns: &[SegmentColumn]) -> Vec<Predicate> {
+    let mut out = Vec::new();
+    for p in predicates {
+        let Some(column) = columns.iter().find(|c| c.name == p.column) else {
+            continue;
+        };
+        let ColdType::Scalar(scalar) = column.ty else {
+            continue;
+        };
+        let encode = |v: &Constant| encode(scalar, v);
+        let attnum = column.attnum;
+        let ranged = matches!(
+            scalar,
+            ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8
+        );
+        let predicate = match &p.comparison {
+            Comparison::IsNull => Some(Predicate::IsNull(attnum)),
+            Comparison::IsNotNull => Some(Predicate::IsNotNull(attnum)),
+            Comparison::Eq(v) => encode(v).map(|v| Predicate::Eq(attnum, v)),
+            Comparison::In(vs) => vs
+                .iter()
+                .map(encode)
+                .collect::<Option<Vec<_>>>()
+                .map(|vs| Predicate::In(attnum, vs)),
+            Comparison::Below(v, inclusive) if ranged => {
+                encode(v).map(|v| Predicate::Below(attnum, v, *inclusive))
+            }
+            Comparison::Above(v, inclusive) if ranged => {
+                encode(v).map(|v| Predicate::Above(attnum, v, *inclusive))
+            }
+            _ => None,
+        };
+        out.extend(predicate);
+    }
+    out
+}
+
+fn encode(scalar: ScalarType, value: &Constant) -> Option<Vec<u8>> {
+    let int = |v: i64| Some(ordered::int(v).to_vec());
+    match (scalar, value) {
+        (ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8, Constant::Int(v)) => int(*v),
+        (ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8, Constant::Text(s)) => {
+            s.trim().parse::<i64>().ok().and_then(int)
+        }
+        (ScalarType::Text(TextKind::Text | TextKind::Varchar), Constant::Text(s)) => {
+            Some(s.as_bytes().to_vec())
+        }
+        (ScalarType::Uuid, Constant::Text(s)) => {
+            uuid::Uuid::parse_str(s).ok().map(|u| u.as_bytes().to_vec())
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn located(sql: &str, name: &str, nth: usize) -> Vec<ColumnPredicate> {
+        let parsed = pg_query::parse(sql, 0).unwrap();
+        let mut locations: Vec<i32> = parsed
+            .protobuf
+            .nodes()
+            .into_iter()
+            .filter_map(|(n, ..)| match n {
+                NodeRef::RangeVar(rv) if rv.relname == "events" => Some(rv.location),
+                _ => None,
+            })
+            .collect();
+        locations.sort_unstable();
+        extract(&parsed, locations[nth], name)
+    }
+
+    fn p(column: &str, comparison: Comparison) -> ColumnPredicate {
+        ColumnPredicate {
+            column: column.into(),
+            comparison,
+        }
+    }
+
+    #[test]
+    fn top_level_conjuncts_on_the_only_relation() {
+        let got = located(
+            "SELECT * FROM events WHERE id = 5 AND 10 > id AND kind IN ('a', 'b') AND at IS NULL AND id BETWEEN 1 AND 9 AND (id = 1 OR id = 2)",
+            "events",
+            0,
+        );
+        assert_eq!(
+            got,
+            vec![
+                p("id", Comparison::Eq(Constant::Int(5))),
+                p("id", Comparison::Below(Constant::Int(10), false)),
+                p(
+                    "kind",
+                    Comparison::In(vec![Constant::Text("a".into()), Constant::Text("b".into())])
+                ),
+                p("at", Comparison::IsNull),
+                p("id", Comparison::Above(Constant::Int(1), true)),
+                p("id", Comparison::Below(Constant::Int(9), true)),
+            ]
+        );
+    }
+
+    #[test]
+    fn joins_need_qualified_columns_and_outer_joins_give_nothing() {
+        let sql = "SELECT * FROM events e JOIN other o ON o.id = e.id WHERE e.id = 3 AND id = 4 AND o.x = 1";
+        assert_eq!(
+            located(sql, "e", 0),
+            vec![p("id", Comparison::Eq(Constant::Int(3)))]
+        );
+        let sql = "SELECT * FROM other o LEFT JOIN events e ON o.id = e.id WHERE e.kind IS NULL";
+        assert!(located(sql, "e", 0).is_empty());
+        let sql = "SELECT * FROM events e LEFT JOIN other o ON o.id = e.id WHERE e.id = 3";
+        assert_eq!(
+            located(sql, "e", 0),
+            vec![p("id", Comparison::Eq(Constant::Int(3)))]
+        );
+    }
+
+    #[test]
+    fn subqueries_have_their_own_where() {
+        let sql = "SELECT * FROM other WHERE id IN (SELECT id FROM events WHERE id = 7) AND id = 8";
+        assert_eq!(
+            located(sql, "events", 0),
+            vec![p("id", Comparison::Eq(Constant::Int(7)))]
+        );
+    }
+
+    #[test]
+    fn only_encodable_constants_become_prune_predicates() {
+        let columns = vec![
+            SegmentColumn {
+                name: "id".into(),
+                attnum: 1,
+                ty: ColdType::Scalar(ScalarType::Int8),
+            },
+            SegmentColumn {
+                name: "kind".into(),
+                attnum: 2,
+                ty: ColdType::Scalar(ScalarType::Text(TextKind::Text)),
+            },
+            SegmentColumn {
+                name: "at".into(),
+                attnum: 3,
+                ty: ColdType::Scalar(ScalarType::Timestamptz),
+            },
+        ];
+        let got = to_prune(
+            &[
+                p("id", Comparison::Eq(Constant::Text("42".into()))),
+                p("kind", Comparison::Below(Constant::Text("m".into()), false)),
+                p("kind", Comparison::Eq(Constant::Text("m".into()))),
+                p("at", Comparison::Eq(Constant::Text("2026-01-01".into()))),
+                p("at", Comparison::IsNotNull),
+                p("missing", Comparison::IsNull),
+            ],
+            &columns,
+        );
+        assert_eq!(
+            got,
+            vec![
+                Predicate::Eq(1, ordered::int(42).to_vec()),
+                Predicate::Eq(2, b"m".to_vec()),
+                Predicate::IsNotNull(3)
+            ]
+        );
+    }
+}
