@@ -121,6 +121,7 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
         name: "events".into(),
         columns: table.columns.iter().map(|c| c.name.clone()).collect(),
         pk: vec!["id".into()],
+        guard_generation: None,
     };
     let resolve = |schema: Option<&str>, name: &str| {
         (name == "events" && schema.is_none_or(|s| s == "public")).then(|| tiered.clone())

@@ -33,6 +33,11 @@ pub struct TieredTable {
     pub columns: Vec<String>,
     /// The primary-key columns, in key order.
     pub pk: Vec<String>,
+    /// The generation the cold rows were planned for: when set, both branches call
+    /// `coldwire.guard` (DESIGN §6.4), which raises 40001 if the statement's snapshot sees
+    /// another generation, and 0A000 if the name as written resolves to another relation
+    /// in the session (search_path, temporary tables).
+    pub guard_generation: Option<i64>,
 }
 
 impl TieredTable {
@@ -40,8 +45,24 @@ impl TieredTable {
         format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
     }
 
-    /// The derived table that replaces a reference, reading cold rows from `$param`.
-    fn derived(&self, param: usize) -> String {
+    /// The derived table that replaces a reference written as `written`, reading cold rows
+    /// from `$param`.
+    fn derived(&self, param: usize, written: &str, qualified: bool) -> String {
+        let guard = match self.guard_generation {
+            Some(generation) => {
+                let name = if qualified {
+                    "NULL".to_owned()
+                } else {
+                    dollar_quoted(written)
+                };
+                format!(
+                    " WHERE (SELECT coldwire.guard({}, {generation}, {name}))",
+                    self.table_id
+                )
+            }
+            None => String::new(),
+        };
+        let and_guard = guard.replacen(" WHERE ", " AND ", 1);
         let cols = self
             .columns
             .iter()
@@ -55,8 +76,8 @@ impl TieredTable {
             .collect::<Vec<_>>()
             .join(", ");
         format!(
-            "(SELECT {cols} FROM ONLY {t} UNION ALL SELECT {c_cols} FROM unnest(${param}::{t}[]) AS c \
-             WHERE NOT EXISTS (SELECT 1 FROM coldwire.m_{id} m WHERE {m_c}) AND NOT EXISTS (SELECT 1 FROM ONLY {t} h WHERE {h_c}))",
+            "(SELECT {cols} FROM ONLY {t}{guard} UNION ALL SELECT {c_cols} FROM unnest(${param}::{t}[]) AS c \
+             WHERE NOT EXISTS (SELECT 1 FROM coldwire.m_{id} m WHERE {m_c}) AND NOT EXISTS (SELECT 1 FROM ONLY {t} h WHERE {h_c}){and_guard})",
             t = self.qualified(),
             id = self.table_id,
             m_c = pk_equal(self.pk.iter().map(String::as_str), "m", "c"),
@@ -120,7 +141,7 @@ pub fn rewrite(
         parsed.protobuf.nodes().iter().any(
             |(node, ..)| matches!(node, NodeRef::SelectStmt(s) if !s.locking_clause.is_empty()),
         );
-    let mut found: Vec<(usize, TieredTable, Option<String>)> = Vec::new();
+    let mut found: Vec<(usize, TieredTable, Option<String>, bool)> = Vec::new();
     for (node, _, context, _) in parsed.protobuf.nodes() {
         let NodeRef::RangeVar(rv) = node else {
             continue;
@@ -144,6 +165,7 @@ pub fn rewrite(
             location,
             table,
             rv.alias.as_ref().map(|a| a.aliasname.clone()),
+            schema.is_some(),
         ));
     }
     if found.is_empty() {
@@ -157,7 +179,7 @@ pub fn rewrite(
     let mut out = String::with_capacity(sql.len() + 256 * found.len());
     let mut copied = 0;
     let mut references = Vec::new();
-    for (i, (location, table, alias)) in found.into_iter().enumerate() {
+    for (i, (location, table, alias, qualified)) in found.into_iter().enumerate() {
         let (start, end) = name_span(&tokens, location).ok_or(RewriteError::Parse(
             "a table name the scanner does not see".into(),
         ))?;
@@ -168,7 +190,7 @@ pub fn rewrite(
         }
         let param = client_params + i + 1;
         out.push_str(&sql[copied..start]);
-        out.push_str(&table.derived(param));
+        out.push_str(&table.derived(param, &sql[location..end], qualified));
         if alias.is_none() {
             // Column references qualified by the table name keep resolving.
             out.push_str(" AS ");
@@ -188,6 +210,15 @@ pub fn rewrite(
         sql: out,
         references,
     }))
+}
+
+/// `text` as a dollar-quoted literal whose tag does not occur in it.
+fn dollar_quoted(text: &str) -> String {
+    let mut tag = String::from("cw");
+    while text.contains(&format!("${tag}$")) {
+        tag.push('x');
+    }
+    format!("${tag}${text}${tag}$")
 }
 
 /// The byte span of the relation name starting at `location` (`[ONLY] name[.name[.name]]`).
@@ -215,6 +246,7 @@ mod tests {
             name: "events".into(),
             columns: vec!["id".into(), "kind".into()],
             pk: vec!["id".into()],
+            guard_generation: None,
         }
     }
 
@@ -223,7 +255,7 @@ mod tests {
     }
 
     fn derived(param: usize) -> String {
-        events().derived(param)
+        events().derived(param, "events", false)
     }
 
     #[test]
@@ -289,6 +321,37 @@ mod tests {
             "the CTE's own name is left alone"
         );
         assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+    }
+
+    #[test]
+    fn the_guard_names_the_generation_and_the_name_as_written_when_unqualified() {
+        let guarded = |schema: Option<&str>, name: &str| {
+            resolve(schema, name).map(|t| TieredTable {
+                guard_generation: Some(4),
+                ..t
+            })
+        };
+        let r = rewrite("SELECT * FROM events", 0, guarded)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            r.sql
+                .matches("(SELECT coldwire.guard(7, 4, $cw$events$cw$))")
+                .count(),
+            2,
+            "{}",
+            r.sql
+        );
+        let r = rewrite("SELECT * FROM public.events", 0, guarded)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            r.sql.matches("(SELECT coldwire.guard(7, 4, NULL))").count(),
+            2,
+            "{}",
+            r.sql
+        );
+        assert_eq!(dollar_quoted("a$cw$b"), "$cwx$a$cw$b$cwx$");
     }
 
     #[test]

@@ -218,11 +218,70 @@ pub fn command_complete(out: &mut BytesMut, tag: &str) {
     finish(out, at);
 }
 
+/// The frontend messages that run `sql` once as the unnamed statement and portal with
+/// `params` in binary format and text results, answered like a simple Query by
+/// ParseComplete, BindComplete, RowDescription or NoData, rows, CommandComplete and
+/// ReadyForQuery: Parse, Bind, Describe (portal), Execute, Sync.
+pub fn run_unnamed(out: &mut BytesMut, sql: &str, params: &[Option<&[u8]>]) {
+    let at = start(out, b'P');
+    out.put_u8(0); // unnamed statement
+    out.put_slice(sql.as_bytes());
+    out.put_u8(0);
+    out.put_i16(0); // parameter types inferred by the server
+    finish(out, at);
+
+    let at = start(out, b'B');
+    out.put_u8(0); // unnamed portal
+    out.put_u8(0); // unnamed statement
+    out.put_i16(1);
+    out.put_i16(1); // every parameter in binary
+    out.put_i16(params.len() as i16);
+    for p in params {
+        match p {
+            Some(v) => {
+                out.put_i32(v.len() as i32);
+                out.put_slice(v);
+            }
+            None => out.put_i32(-1),
+        }
+    }
+    out.put_i16(0); // results in text
+    finish(out, at);
+
+    let at = start(out, b'D');
+    out.put_u8(b'P');
+    out.put_u8(0);
+    finish(out, at);
+
+    let at = start(out, b'E');
+    out.put_u8(0);
+    out.put_i32(0); // all rows
+    finish(out, at);
+
+    out.extend_from_slice(&empty(b'S'));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use crate::wire::test_frame as frame;
+
+    #[test]
+    fn run_unnamed_round_trips_through_the_decoders() {
+        let mut out = BytesMut::new();
+        run_unnamed(&mut out, "SELECT $1", &[Some(b"\x01"), None]);
+        let parse_len = u32::from_be_bytes(out[1..5].try_into().unwrap()) as usize;
+        let parse = Parse::decode(&out[..1 + parse_len]).unwrap();
+        assert_eq!((parse.statement, parse.query), ("", "SELECT $1"));
+        let bind_at = 1 + parse_len;
+        let bind_len =
+            u32::from_be_bytes(out[bind_at + 1..bind_at + 5].try_into().unwrap()) as usize;
+        let bind = Bind::decode(&out[bind_at..bind_at + 1 + bind_len]).unwrap();
+        assert_eq!((bind.portal, bind.statement), ("", ""));
+        assert!(bind.is_binary(0) && bind.is_binary(1));
+        assert!(out.ends_with(&empty(b'S')));
+    }
 
     #[test]
     fn parse_and_bind_decode() {
