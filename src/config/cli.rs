@@ -62,6 +62,9 @@ pub struct ServeArgs {
     /// Largest client message in bytes [default: 134217728].
     #[arg(long, env = "COLDWIRE_MAX_MESSAGE_BYTES")]
     pub max_message_bytes: Option<usize>,
+    /// Most cold rows one table reference of a read may bring back [default: 100000].
+    #[arg(long, env = "COLDWIRE_MAX_COLD_ROWS")]
+    pub max_cold_rows: Option<usize>,
     /// Upstream connect timeout in milliseconds [default: 5000].
     #[arg(long, env = "COLDWIRE_CONNECT_TIMEOUT_MS")]
     pub connect_timeout_ms: Option<u64>,
@@ -95,6 +98,9 @@ impl ServeArgs {
         }
         if let Some(v) = a.max_message_bytes {
             c.max_message_bytes = v;
+        }
+        if let Some(v) = a.max_cold_rows {
+            c.max_cold_rows = v;
         }
         if let Some(v) = a.connect_timeout_ms {
             c.connect_timeout_ms = v;

@@ -71,6 +71,9 @@ pub struct Config {
     pub shutdown_grace_secs: u64,
     /// Threads that run sessions; 0 means one per CPU core. Default 0.
     pub worker_threads: usize,
+    /// Most cold rows one reference in a read may bring back; a read that would exceed it
+    /// fails with 54000 naming the table. Default 100000.
+    pub max_cold_rows: usize,
 }
 
 /// A setting that must not show in logs or `Debug` output.
@@ -109,6 +112,7 @@ impl Default for Config {
             connect_timeout_ms: 5000,
             shutdown_grace_secs: 30,
             worker_threads: 0,
+            max_cold_rows: 100_000,
         }
     }
 }

@@ -22,6 +22,14 @@ pub const FLUSH_ROWS_TOTAL: &str = "coldwire_flush_rows_total";
 pub const FLUSH_JOBS_TOTAL: &str = "coldwire_flush_jobs_total";
 /// Counter: admin calls answered, label `function`, `outcome` = `ok` | `error`.
 pub const ADMIN_CALLS_TOTAL: &str = "coldwire_admin_calls_total";
+/// Statements coldwire rewrote, by route (`read`).
+pub const ROUTES_TOTAL: &str = "coldwire_routes_total";
+/// Cold rows bound into rewritten reads.
+pub const COLD_ROWS_INJECTED_TOTAL: &str = "coldwire_cold_rows_injected_total";
+/// Bytes read from the cold store by reads.
+pub const COLD_BYTES_READ_TOTAL: &str = "coldwire_cold_bytes_read_total";
+/// Segments skipped by reads thanks to their stats.
+pub const COLD_SEGMENTS_PRUNED_TOTAL: &str = "coldwire_cold_segments_pruned_total";
 
 /// Installs the process-wide Prometheus recorder and describes every metric.
 ///

@@ -84,6 +84,9 @@ impl Server {
             }
             None => None,
         };
+        let reads = flush.as_ref().map(|(service, store)| {
+            Arc::new(crate::session::reads::ReadPath::new(service.clone(), store.clone(), config.max_cold_rows))
+        });
         let admin: Arc<dyn crate::admin::AdminExecutor> = match service {
             Some(service) => Arc::new(crate::admin::Tiering::new(service)),
             None => Arc::new(crate::admin::Disabled),
@@ -104,6 +107,7 @@ impl Server {
             cancel_keys: Arc::new(CancelRegistry::default()),
             force_close: CancellationToken::new(),
             admin,
+            reads,
         });
         Ok(Self {
             ctx,

@@ -23,4 +23,6 @@ pub struct SessionContext {
     pub force_close: CancellationToken,
     /// Carries out admin calls (`admin::Disabled` without a service connection).
     pub admin: Arc<dyn AdminExecutor>,
+    /// Merged reads of tiered tables; `None` without a service connection.
+    pub reads: Option<Arc<super::reads::ReadPath>>,
 }

@@ -4,6 +4,7 @@
 pub mod admin;
 mod context;
 mod handshake;
+pub mod reads;
 mod relay;
 mod run;
 mod state;

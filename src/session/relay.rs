@@ -9,6 +9,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, Wr
 use tokio::sync::{Mutex as AsyncMutex, Notify};
 
 use super::admin::{AdminSession, Answer, Disposition};
+use super::reads::Plan;
 use super::state::{Phase, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
@@ -43,6 +44,7 @@ const UPSTREAM_INSPECTED: &[u8] = &[
     msg::PARAMETER_STATUS,
     msg::READY_FOR_QUERY,
     msg::PARSE_COMPLETE,
+    msg::BIND_COMPLETE,
     msg::CLOSE_COMPLETE,
 ];
 /// Terminate, sent upstream when a client vanishes without one.
@@ -182,11 +184,14 @@ async fn client_to_upstream(
     let mut sent_since_sync = false;
     loop {
         let mut terminated = false;
-        let answer = dir
+        let stop = dir
             .scanner
             .drain_until(&mut input, &mut out, |tag, frame, out| {
                 let dirty = sent_since_sync || streamed.load(Ordering::Relaxed);
                 match admin.on_frame(tag, frame, dirty)? {
+                    Disposition::Forward if tag == msg::QUERY && may_read_tiered(shared, frame) => {
+                        Ok(Some(Stop::Read(BytesMut::from(frame))))
+                    }
                     Disposition::Forward => {
                         track_client_frame(tag, frame, shared.state)?;
                         if matches!(tag, msg::SYNC | msg::QUERY | msg::FUNCTION_CALL) {
@@ -200,7 +205,7 @@ async fn client_to_upstream(
                         Ok::<_, SessionError>(None)
                     }
                     Disposition::Drop => Ok(None),
-                    Disposition::Answer(answer) => Ok(Some(answer)),
+                    Disposition::Answer(answer) => Ok(Some(Stop::Admin(answer))),
                 }
             })?;
         let inspect_extended = admin.needs_extended_inspection();
@@ -213,9 +218,18 @@ async fn client_to_upstream(
                 .await
                 .map_err(SessionError::UpstreamIo)?;
         }
-        if let Some(answer) = answer {
-            answer_admin(answer, &mut admin, shared).await?;
-            continue;
+        match stop {
+            Some(Stop::Admin(answer)) => {
+                answer_admin(answer, &mut admin, shared).await?;
+                continue;
+            }
+            Some(Stop::Read(query)) => {
+                sent_since_sync = false;
+                streamed.store(false, Ordering::Relaxed);
+                run_read(query, tx, dir, shared).await?;
+                continue;
+            }
+            None => {}
         }
         if terminated {
             return Ok(End::ClientTerminated);
@@ -230,6 +244,78 @@ async fn client_to_upstream(
     }
 }
 
+/// Where the client direction stops draining to do something asynchronous.
+enum Stop {
+    /// Answer an admin call.
+    Admin(Answer),
+    /// Plan a simple Query that may read a tiered table (this frame).
+    Read(BytesMut),
+}
+
+/// Whether a Query frame may read a tiered table (the cheap name test).
+fn may_read_tiered(shared: &Shared<'_>, frame: &[u8]) -> bool {
+    let Some(reads) = &shared.ctx.reads else { return false };
+    query_text(frame).is_some_and(|sql| reads.may_name_tiered(sql))
+}
+
+/// The SQL text of a Query frame.
+fn query_text(frame: &[u8]) -> Option<&str> {
+    let body = frame.get(5..)?;
+    let end = body.iter().position(|&b| b == 0)?;
+    std::str::from_utf8(&body[..end]).ok()
+}
+
+/// Plans a simple Query over tiered tables and sends what the plan says: the Query
+/// unchanged, coldwire's rewritten statement in its place, or coldwire's error.
+async fn run_read(
+    query: BytesMut,
+    tx: &mut WriteHalf<Box<dyn Io>>,
+    dir: &mut Direction,
+    shared: &Shared<'_>,
+) -> Result<(), SessionError> {
+    let reads = shared.ctx.reads.as_ref().expect("checked by may_read_tiered");
+    let plan = match query_text(&query) {
+        Some(sql) => reads.plan(sql).await,
+        None => Plan::PassThrough,
+    };
+    let mut out = match plan {
+        Plan::PassThrough => {
+            track_client_frame(msg::QUERY, &query, shared.state)?;
+            query
+        }
+        Plan::Run(frames) => {
+            shared.state.lock().unwrap_or_else(PoisonError::into_inner).rewritten_query_sent();
+            frames
+        }
+        Plan::Fail(error) => {
+            let (_, status) = wait_until_answered(shared).await;
+            let mut out = error.encode();
+            out.extend_from_slice(&msg::encode_ready_for_query(status));
+            let mut client = shared.client_tx.lock().await;
+            return client.write_all(&out).await.map_err(SessionError::ClientIo);
+        }
+    };
+    metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream").increment(out.len() as u64);
+    dir.write(tx, &mut out).await.map_err(SessionError::UpstreamIo)
+}
+
+/// Waits until Postgres has answered every request the client sent so far; the phase and
+/// ReadyForQuery status then.
+async fn wait_until_answered(shared: &Shared<'_>) -> (Phase, u8) {
+    loop {
+        let notified = shared.ready.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if state.outstanding_syncs() == 0 {
+                return (state.phase, state.status_byte());
+            }
+        }
+        notified.await;
+    }
+}
+
 /// Sends coldwire's own answer to a client message, once every earlier request has been
 /// answered by Postgres so the answer lands in protocol order.
 async fn answer_admin(
@@ -237,19 +323,7 @@ async fn answer_admin(
     admin: &mut AdminSession,
     shared: &Shared<'_>,
 ) -> Result<(), SessionError> {
-    let status = loop {
-        let notified = shared.ready.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        {
-            let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-            if state.outstanding_syncs() == 0 {
-                break (state.phase, state.status_byte());
-            }
-        }
-        notified.await;
-    };
-    let (phase, status) = status;
+    let (phase, status) = wait_until_answered(shared).await;
     let simple = matches!(
         answer,
         Answer::Fail { simple: true, .. } | Answer::Run { simple: true, .. }
@@ -349,6 +423,10 @@ async fn upstream_to_client(
                         &issued.key().secret,
                     ));
                     *registration = Some(issued);
+                } else if matches!(tag, msg::PARSE_COMPLETE | msg::BIND_COMPLETE)
+                    && state.lock().unwrap_or_else(PoisonError::into_inner).answering_rewritten()
+                {
+                    // The answer to coldwire's own Parse/Bind in place of a simple Query.
                 } else if let Some(rewritten) = msg::sasl_without_channel_binding(frame) {
                     out.extend_from_slice(&rewritten);
                 } else {

@@ -56,6 +56,10 @@ pub struct SessionState {
     pending: VecDeque<Pending>,
     /// Sync points sent upstream and not yet answered by ReadyForQuery.
     outstanding_syncs: usize,
+    /// Per outstanding sync point, oldest first: whether its group is a statement coldwire
+    /// runs in place of a simple Query, whose ParseComplete and BindComplete the client
+    /// must not see.
+    rewritten_groups: VecDeque<bool>,
 }
 
 impl SessionState {
@@ -68,6 +72,7 @@ impl SessionState {
             statements: HashSet::new(),
             pending: VecDeque::new(),
             outstanding_syncs: 0,
+            rewritten_groups: VecDeque::new(),
         }
     }
 
@@ -91,6 +96,22 @@ impl SessionState {
     pub fn sync_sent(&mut self) {
         self.pending.push_back(Pending::SyncPoint);
         self.outstanding_syncs += 1;
+        self.rewritten_groups.push_back(false);
+    }
+
+    /// coldwire sent its own Parse/Bind/Describe/Execute/Sync in place of a client's
+    /// simple Query.
+    pub fn rewritten_query_sent(&mut self) {
+        self.sync_sent();
+        if let Some(last) = self.rewritten_groups.back_mut() {
+            *last = true;
+        }
+    }
+
+    /// Whether responses arriving now answer a statement coldwire runs in place of a
+    /// simple Query.
+    pub fn answering_rewritten(&self) -> bool {
+        self.rewritten_groups.front().copied().unwrap_or(false)
     }
 
     /// Messages answered by ReadyForQuery that are still unanswered; zero means every
@@ -132,6 +153,7 @@ impl SessionState {
             self.phase = phase;
         }
         self.outstanding_syncs = self.outstanding_syncs.saturating_sub(1);
+        self.rewritten_groups.pop_front();
         // Everything up to the first sync point is answered or was skipped after an error.
         while let Some(p) = self.pending.pop_front() {
             if p == Pending::SyncPoint {
