@@ -17,7 +17,11 @@ pub fn client_error(e: &SessionError) -> Option<ErrorFields> {
         SessionError::Protocol(WireError::UnsupportedProtocol { .. }) => {
             (SqlState::FEATURE_NOT_SUPPORTED, e.to_string(), None)
         }
-        SessionError::Protocol(inner) => (SqlState::PROTOCOL_VIOLATION, format!("protocol violation: {inner}"), None),
+        SessionError::Protocol(inner) => (
+            SqlState::PROTOCOL_VIOLATION,
+            format!("protocol violation: {inner}"),
+            None,
+        ),
         SessionError::UpstreamProtocol(_) => (
             SqlState::PROTOCOL_VIOLATION,
             "the database server sent a message coldwire cannot relay".to_owned(),
@@ -31,12 +35,16 @@ pub fn client_error(e: &SessionError) -> Option<ErrorFields> {
         SessionError::UpstreamConnect { .. } => (
             SqlState::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
             "coldwire cannot connect to the database server".to_owned(),
-            Some("check that Postgres is running and that coldwire's upstream setting points at it"),
+            Some(
+                "check that Postgres is running and that coldwire's upstream setting points at it",
+            ),
         ),
         SessionError::UpstreamTimeout { ms, .. } => (
             SqlState::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
             format!("coldwire timed out after {ms} ms connecting to the database server"),
-            Some("check that Postgres is reachable from coldwire; connect_timeout_ms sets the limit"),
+            Some(
+                "check that Postgres is reachable from coldwire; connect_timeout_ms sets the limit",
+            ),
         ),
         SessionError::UpstreamIo(_) => (
             SqlState::CONNECTION_FAILURE,
@@ -153,7 +161,10 @@ pub fn shutdown_notice() -> ErrorFields {
         code: SqlState::ADMIN_SHUTDOWN.code().to_owned(),
         message: "terminating connection because coldwire is shutting down".to_owned(),
         detail: None,
-        hint: Some("reconnect: another coldwire instance, or this one after restart, will serve you".to_owned()),
+        hint: Some(
+            "reconnect: another coldwire instance, or this one after restart, will serve you"
+                .to_owned(),
+        ),
     }
 }
 
@@ -177,7 +188,10 @@ mod tests {
         let refused = ColdError::Value {
             column: "ts".into(),
             row: 3,
-            source: ValueError::Unrepresentable { ty: "timestamp", detail: "far".into() },
+            source: ValueError::Unrepresentable {
+                ty: "timestamp",
+                detail: "far".into(),
+            },
         };
         let f = cold_error(&refused);
         assert_eq!(f.code, "0A000");
@@ -189,7 +203,11 @@ mod tests {
     fn protocol_errors_map_to_08p01_and_0a000() {
         let f = client_error(&SessionError::Protocol(WireError::BadStartupLength(3))).unwrap();
         assert_eq!((f.code.as_str(), f.severity), ("08P01", Severity::Fatal));
-        let f = client_error(&SessionError::Protocol(WireError::UnsupportedProtocol { major: 2, minor: 0 })).unwrap();
+        let f = client_error(&SessionError::Protocol(WireError::UnsupportedProtocol {
+            major: 2,
+            minor: 0,
+        }))
+        .unwrap();
         assert_eq!(f.code, "0A000");
         assert!(client_error(&SessionError::ClientGone).is_none());
     }

@@ -8,7 +8,11 @@ use coldwire::server::Server;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
-#[command(name = "coldwire", version, about = "A Postgres proxy that gives ordinary tables a cold tier")]
+#[command(
+    name = "coldwire",
+    version,
+    about = "A Postgres proxy that gives ordinary tables a cold tier"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,7 +29,8 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "coldwire=info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "coldwire=info".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -47,7 +52,9 @@ fn main() -> anyhow::Result<()> {
 /// one for `threads == 1`.
 fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     if threads == 1 {
-        return tokio::runtime::Builder::new_current_thread().enable_all().build();
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if threads > 1 {

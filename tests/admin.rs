@@ -14,31 +14,64 @@ async fn simple_protocol_calls_are_answered_by_coldwire() {
     let db = create_db("admin_simple");
     let proxy = Proxy::start(&[]).await;
     let c = proxy.connect(&db).await;
-    c.batch_execute("CREATE TABLE events(id bigint PRIMARY KEY, v text)").await.unwrap();
+    c.batch_execute("CREATE TABLE events(id bigint PRIMARY KEY, v text)")
+        .await
+        .unwrap();
 
-    let e = c.simple_query("SELECT coldwire.tier_table('events')").await.unwrap_err();
+    let e = c
+        .simple_query("SELECT coldwire.tier_table('events')")
+        .await
+        .unwrap_err();
     let db_err = e.as_db_error().expect("an ErrorResponse");
     assert_eq!(db_err.code(), &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE);
-    assert!(db_err.hint().unwrap().contains("--service-url"), "{db_err:?}");
+    assert!(
+        db_err.hint().unwrap().contains("--service-url"),
+        "{db_err:?}"
+    );
 
     // Bad policies are reported with the key named, before anything else.
-    let e = c.simple_query(r#"SELECT coldwire.tier_table('events', '{"hot_rows": 5}')"#).await.unwrap_err();
+    let e = c
+        .simple_query(r#"SELECT coldwire.tier_table('events', '{"hot_rows": 5}')"#)
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::INVALID_PARAMETER_VALUE));
     assert!(e.as_db_error().unwrap().message().contains("\"hot_rows\""));
-    let e = c.simple_query("SELECT coldwire.set_policy('events', '{\"min_flush_rows\": 0}')").await.unwrap_err();
-    assert!(e.as_db_error().unwrap().message().contains("min_flush_rows"));
+    let e = c
+        .simple_query("SELECT coldwire.set_policy('events', '{\"min_flush_rows\": 0}')")
+        .await
+        .unwrap_err();
+    assert!(e
+        .as_db_error()
+        .unwrap()
+        .message()
+        .contains("min_flush_rows"));
 
     // Forms coldwire cannot answer get 0A000 with a hint; Postgres never sees them.
-    let e = c.simple_query("SELECT coldwire.tier_table(relname::regclass) FROM pg_class").await.unwrap_err();
+    let e = c
+        .simple_query("SELECT coldwire.tier_table(relname::regclass) FROM pg_class")
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
-    let e = c.simple_query("SELECT coldwire.flush_table('events', hurry => true)").await.unwrap_err();
+    let e = c
+        .simple_query("SELECT coldwire.flush_table('events', hurry => true)")
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::UNDEFINED_FUNCTION));
 
     // The session carries on, inside a transaction block too.
     c.batch_execute("BEGIN").await.unwrap();
-    c.batch_execute("INSERT INTO events VALUES (1, 'a')").await.unwrap();
-    assert!(c.simple_query("SELECT coldwire.tier_table('events')").await.is_err());
-    let n: i64 = c.query_one("SELECT count(*) FROM events", &[]).await.unwrap().get(0);
+    c.batch_execute("INSERT INTO events VALUES (1, 'a')")
+        .await
+        .unwrap();
+    assert!(c
+        .simple_query("SELECT coldwire.tier_table('events')")
+        .await
+        .is_err());
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(n, 1);
     c.batch_execute("COMMIT").await.unwrap();
     assert!(proxy.log_contains("admin call refused").await);
@@ -52,13 +85,22 @@ async fn extended_protocol_calls_are_answered_by_coldwire() {
 
     // Parse and Describe are answered by coldwire: the parameter and result types are the
     // function's (regclass, boolean; jsonb), as Postgres would describe them.
-    let stmt = c.prepare("SELECT coldwire.flush_table($1, wait => $2)").await.unwrap();
+    let stmt = c
+        .prepare("SELECT coldwire.flush_table($1, wait => $2)")
+        .await
+        .unwrap();
     assert_eq!(stmt.params(), &[Type::REGCLASS, Type::BOOL]);
     assert_eq!(stmt.columns().len(), 1);
     assert_eq!(stmt.columns()[0].name(), "flush_table");
     assert_eq!(stmt.columns()[0].type_(), &Type::JSONB);
 
-    let typed = c.prepare_typed("SELECT coldwire.flush_table($1, wait => $2) AS job", &[Type::TEXT, Type::BOOL]).await.unwrap();
+    let typed = c
+        .prepare_typed(
+            "SELECT coldwire.flush_table($1, wait => $2) AS job",
+            &[Type::TEXT, Type::BOOL],
+        )
+        .await
+        .unwrap();
     assert_eq!(typed.params(), &[Type::TEXT, Type::BOOL]);
     assert_eq!(typed.columns()[0].name(), "job");
     let e = c.query(&typed, &[&"events", &true]).await.unwrap_err();
@@ -67,13 +109,23 @@ async fn extended_protocol_calls_are_answered_by_coldwire() {
     let e = c.query(&typed, &[&"events", &false]).await.unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE));
 
-    let policy = c.prepare_typed("SELECT coldwire.set_policy($1, $2)", &[Type::TEXT, Type::JSONB]).await.unwrap();
+    let policy = c
+        .prepare_typed(
+            "SELECT coldwire.set_policy($1, $2)",
+            &[Type::TEXT, Type::JSONB],
+        )
+        .await
+        .unwrap();
     let bad = serde_json::json!({"check_interval": "soon"});
     let e = c.query(&policy, &[&"events", &bad]).await.unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::INVALID_PARAMETER_VALUE));
 
     // Ordinary statements on the same connection are untouched.
-    let n: i32 = c.query_one("SELECT $1::int + 1", &[&41i32]).await.unwrap().get(0);
+    let n: i32 = c
+        .query_one("SELECT $1::int + 1", &[&41i32])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(n, 42);
 }
 
@@ -122,14 +174,20 @@ async fn raw_groups_are_answered_in_protocol_order() {
     c.send(&batch).await;
     let msgs = c.until_ready().await;
     assert_eq!(tags(&msgs), "12DCEZ");
-    assert_eq!(msgs[4].field(b'C').as_deref(), Some("3F000"), "{:?}", msgs[4].field(b'M'));
+    assert_eq!(
+        msgs[4].field(b'C').as_deref(),
+        Some("3F000"),
+        "{:?}",
+        msgs[4].field(b'M')
+    );
 
     // A simple query inside a failed transaction block is refused like Postgres would.
     c.send(&raw::query("BEGIN")).await;
     c.until_ready().await;
     c.send(&raw::query("SELECT 1/0")).await;
     assert_eq!(c.until_ready().await.last().unwrap().body, b"E");
-    c.send(&raw::query("SELECT coldwire.tier_table('events')")).await;
+    c.send(&raw::query("SELECT coldwire.tier_table('events')"))
+        .await;
     let msgs = c.until_ready().await;
     assert_eq!(tags(&msgs), "EZ");
     assert_eq!(msgs[0].field(b'C').as_deref(), Some("25P02"));

@@ -18,14 +18,24 @@ async fn connect_err(url: &str) -> tokio_postgres::Error {
 #[tokio::test]
 async fn scram_password_is_checked_by_postgres() {
     let db = create_db("scram");
-    psql_admin("postgres", &format!("CREATE ROLE alice LOGIN PASSWORD 'correct horse' IN ROLE {SCRAM_GROUP}"));
+    psql_admin(
+        "postgres",
+        &format!("CREATE ROLE alice LOGIN PASSWORD 'correct horse' IN ROLE {SCRAM_GROUP}"),
+    );
     let proxy = Proxy::start(&[]).await;
     let addr = proxy.addr;
     let good = format!("postgres://alice:correct%20horse@{addr}/{db}");
     let client = common::connect_url(&good).await;
-    let who: String = client.query_one("SELECT current_user::text", &[]).await.unwrap().get(0);
+    let who: String = client
+        .query_one("SELECT current_user::text", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(who, "alice");
-    let method: String = psql_admin("postgres", "SELECT substr(rolpassword, 1, 13) FROM pg_authid WHERE rolname = 'alice'");
+    let method: String = psql_admin(
+        "postgres",
+        "SELECT substr(rolpassword, 1, 13) FROM pg_authid WHERE rolname = 'alice'",
+    );
     assert_eq!(method.trim(), "SCRAM-SHA-256");
 
     let e = connect_err(&format!("postgres://alice:wrong@{addr}/{db}")).await;
@@ -43,7 +53,11 @@ async fn md5_password_is_checked_by_postgres() {
     );
     let proxy = Proxy::start(&[]).await;
     let client = common::connect_url(&format!("postgres://bob:s3cret@{}/{db}", proxy.addr)).await;
-    let who: String = client.query_one("SELECT current_user::text", &[]).await.unwrap().get(0);
+    let who: String = client
+        .query_one("SELECT current_user::text", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(who, "bob");
     let e = connect_err(&format!("postgres://bob:nope@{}/{db}", proxy.addr)).await;
     assert_eq!(e.code(), Some(&SqlState::INVALID_PASSWORD));
@@ -61,7 +75,8 @@ fn self_signed(dir: &Path) -> (String, String) {
 
 fn psql(conninfo: &str, sql: &str, password: Option<&str>) -> std::process::Output {
     let mut cmd = Command::new(pg_bin("psql"));
-    cmd.args(["-X", "-At", "-d", conninfo, "-c", sql]).env_remove("PGSSLMODE");
+    cmd.args(["-X", "-At", "-d", conninfo, "-c", sql])
+        .env_remove("PGSSLMODE");
     if let Some(p) = password {
         cmd.env("PGPASSWORD", p);
     }
@@ -71,7 +86,10 @@ fn psql(conninfo: &str, sql: &str, password: Option<&str>) -> std::process::Outp
 #[tokio::test]
 async fn tls_with_a_self_signed_certificate() {
     let db = create_db("tls");
-    psql_admin("postgres", &format!("CREATE ROLE carol LOGIN PASSWORD 'pw' IN ROLE {SCRAM_GROUP}"));
+    psql_admin(
+        "postgres",
+        &format!("CREATE ROLE carol LOGIN PASSWORD 'pw' IN ROLE {SCRAM_GROUP}"),
+    );
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed(dir.path());
     let proxy = Proxy::start(&["--tls-cert", &cert, "--tls-key", &key]).await;
@@ -80,13 +98,21 @@ async fn tls_with_a_self_signed_certificate() {
     // The certificate verifies against itself for host name localhost.
     let verified = format!("host=localhost hostaddr=127.0.0.1 port={port} dbname={db} user=postgres sslmode=verify-full sslrootcert={cert}");
     let out = psql(&verified, "SELECT 40 + 2", None);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
 
     // SCRAM over the client's TLS (channel binding is not offered across the proxy).
     let scram = format!("host=127.0.0.1 port={port} dbname={db} user=carol sslmode=require");
     let out = psql(&scram, "SELECT current_user", Some("pw"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "carol");
     let out = psql(&scram, "SELECT 1", Some("bad"));
     assert!(!out.status.success());
@@ -105,15 +131,34 @@ async fn require_tls_refuses_plaintext_with_28000() {
     let (cert, key) = self_signed(dir.path());
     let proxy = Proxy::start(&["--tls-cert", &cert, "--tls-key", &key, "--require-tls"]).await;
     let e = connect_err(&format!("postgres://postgres@{}/{db}", proxy.addr)).await;
-    assert_eq!(e.code(), Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION), "{e}");
-    let message = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default();
+    assert_eq!(
+        e.code(),
+        Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION),
+        "{e}"
+    );
+    let message = e
+        .as_db_error()
+        .map(|d| d.message().to_owned())
+        .unwrap_or_default();
     assert!(message.contains("accepts only TLS"), "{e:?}");
 
     let port = proxy.addr.port();
-    let out = psql(&format!("host=127.0.0.1 port={port} dbname={db} user=postgres sslmode=disable"), "SELECT 1", None);
+    let out = psql(
+        &format!("host=127.0.0.1 port={port} dbname={db} user=postgres sslmode=disable"),
+        "SELECT 1",
+        None,
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("accepts only TLS"));
-    let out = psql(&format!("host=127.0.0.1 port={port} dbname={db} user=postgres sslmode=require"), "SELECT 7", None);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = psql(
+        &format!("host=127.0.0.1 port={port} dbname={db} user=postgres sslmode=require"),
+        "SELECT 7",
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
 }

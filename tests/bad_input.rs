@@ -12,15 +12,28 @@ use tokio_postgres::error::SqlState;
 /// The connection's last words: one FATAL ErrorResponse, then EOF.
 async fn fatal_then_closed(c: &mut RawConn) -> Msg {
     let msgs = c.until_closed().await;
-    let error = msgs.iter().find(|m| m.tag == b'E').unwrap_or_else(|| panic!("no ErrorResponse in {msgs:?}"));
+    let error = msgs
+        .iter()
+        .find(|m| m.tag == b'E')
+        .unwrap_or_else(|| panic!("no ErrorResponse in {msgs:?}"));
     assert_eq!(error.field(b'S').as_deref(), Some("FATAL"));
-    assert_eq!(msgs.last().map(|m| m.tag), Some(b'E'), "nothing may follow the FATAL error");
+    assert_eq!(
+        msgs.last().map(|m| m.tag),
+        Some(b'E'),
+        "nothing may follow the FATAL error"
+    );
     error.clone()
 }
 
 async fn still_serves(proxy: &Proxy, db: &str) {
     let c = proxy.connect(db).await;
-    assert_eq!(c.query_one("SELECT 1 + 1", &[]).await.unwrap().get::<_, i32>(0), 2);
+    assert_eq!(
+        c.query_one("SELECT 1 + 1", &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0),
+        2
+    );
 }
 
 #[tokio::test]
@@ -38,15 +51,30 @@ async fn garbage_instead_of_a_startup_packet() {
 
     let mut c = RawConn::connect(proxy.addr).await;
     c.send(&[0, 0, 0, 4]).await;
-    assert_eq!(fatal_then_closed(&mut c).await.field(b'C').as_deref(), Some("08P01"));
+    assert_eq!(
+        fatal_then_closed(&mut c).await.field(b'C').as_deref(),
+        Some("08P01")
+    );
 
     // Random bytes that happen to have a plausible length.
     let mut c = RawConn::connect(proxy.addr).await;
-    c.send(&[0, 0, 0, 12, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4]).await;
+    c.send(&[0, 0, 0, 12, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4])
+        .await;
     let e = fatal_then_closed(&mut c).await;
-    assert_eq!(e.field(b'C').as_deref(), Some("0A000"), "unknown protocol version");
+    assert_eq!(
+        e.field(b'C').as_deref(),
+        Some("0A000"),
+        "unknown protocol version"
+    );
 
-    assert_eq!(bystander.query_one("SELECT 3", &[]).await.unwrap().get::<_, i32>(0), 3);
+    assert_eq!(
+        bystander
+            .query_one("SELECT 3", &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0),
+        3
+    );
     still_serves(&proxy, &db).await;
 }
 
@@ -80,7 +108,10 @@ async fn malformed_startup_parameters_get_08p01() {
     // A startup packet longer than Postgres allows.
     let mut c = RawConn::connect(proxy.addr).await;
     c.send(&[0, 1, 0, 0, 0, 3, 0, 0]).await;
-    assert_eq!(fatal_then_closed(&mut c).await.field(b'C').as_deref(), Some("08P01"));
+    assert_eq!(
+        fatal_then_closed(&mut c).await.field(b'C').as_deref(),
+        Some("08P01")
+    );
     still_serves(&proxy, &db).await;
 }
 
@@ -93,7 +124,10 @@ async fn oversized_and_short_frames_after_startup() {
     c.send(&[b'Q', 0x10, 0, 0, 0]).await; // declares 256 MiB
     let e = fatal_then_closed(&mut c).await;
     assert_eq!(e.field(b'C').as_deref(), Some("08P01"));
-    assert!(e.field(b'M').unwrap().contains("max_message_bytes"), "{e:?}");
+    assert!(
+        e.field(b'M').unwrap().contains("max_message_bytes"),
+        "{e:?}"
+    );
 
     let mut c = RawConn::ready(proxy.addr, &db).await;
     c.send(&[b'Q', 0, 0, 0, 2]).await;
@@ -105,8 +139,18 @@ async fn oversized_and_short_frames_after_startup() {
     // because only inspected frames are bounded.
     let client = proxy.connect(&db).await;
     let sql = format!("SELECT length('{}')", "a".repeat(60_000));
-    assert_eq!(client.query_one(sql.as_str(), &[]).await.unwrap().get::<_, i32>(0), 60_000);
-    let e = client.query_one(&format!("SELECT '{}'", "a".repeat(70_000)), &[]).await.unwrap_err();
+    assert_eq!(
+        client
+            .query_one(sql.as_str(), &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0),
+        60_000
+    );
+    let e = client
+        .query_one(&format!("SELECT '{}'", "a".repeat(70_000)), &[])
+        .await
+        .unwrap_err();
     assert!(e.is_closed() || e.code().is_some());
     still_serves(&proxy, &db).await;
 }
@@ -138,7 +182,13 @@ async fn data_smuggled_after_ssl_request_is_refused() {
     let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
     std::fs::write(&cert, certified.cert.pem()).unwrap();
     std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
-    let proxy = Proxy::start(&["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]).await;
+    let proxy = Proxy::start(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ])
+    .await;
 
     let mut c = RawConn::connect(proxy.addr).await;
     let mut bytes = vec![0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
@@ -162,20 +212,40 @@ async fn data_smuggled_after_ssl_request_is_refused() {
 #[tokio::test]
 async fn unreachable_upstream_is_a_clear_fatal_not_a_hang() {
     // A port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let proxy = Proxy::start_with_upstream(&format!("postgres://127.0.0.1:{port}/postgres"), &[]).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let proxy =
+        Proxy::start_with_upstream(&format!("postgres://127.0.0.1:{port}/postgres"), &[]).await;
     let started = std::time::Instant::now();
-    let err = match tokio_postgres::connect(&proxy.url("postgres", "postgres"), tokio_postgres::NoTls).await {
-        Ok(_) => panic!("connected to nothing"),
-        Err(e) => e,
-    };
+    let err =
+        match tokio_postgres::connect(&proxy.url("postgres", "postgres"), tokio_postgres::NoTls)
+            .await
+        {
+            Ok(_) => panic!("connected to nothing"),
+            Err(e) => e,
+        };
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_eq!(err.code(), Some(&SqlState::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION), "{err:?}");
+    assert_eq!(
+        err.code(),
+        Some(&SqlState::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+        "{err:?}"
+    );
     let db_err = err.as_db_error().unwrap();
-    assert!(db_err.message().contains("cannot connect to the database server"));
+    assert!(db_err
+        .message()
+        .contains("cannot connect to the database server"));
     assert!(db_err.hint().is_some());
-    assert!(!db_err.message().contains(&port.to_string()), "the client must not see internal addresses");
-    assert!(proxy.log_contains(&format!("127.0.0.1:{port}")).await, "the log names the address");
+    assert!(
+        !db_err.message().contains(&port.to_string()),
+        "the client must not see internal addresses"
+    );
+    assert!(
+        proxy.log_contains(&format!("127.0.0.1:{port}")).await,
+        "the log names the address"
+    );
 }
 
 #[tokio::test]
@@ -189,12 +259,22 @@ async fn client_vanishing_mid_message_leaves_others_untouched() {
         c.send(&raw::query("SELECT pg_sleep(0)")[..7]).await;
         drop(c);
     }
-    assert_eq!(bystander.query_one("SELECT 5", &[]).await.unwrap().get::<_, i32>(0), 5);
+    assert_eq!(
+        bystander
+            .query_one("SELECT 5", &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0),
+        5
+    );
     // The upstream backends of the vanished clients are gone too.
     let mut open = i64::MAX;
     for _ in 0..50 {
         open = bystander
-            .query_one("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()", &[])
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()",
+                &[],
+            )
             .await
             .unwrap()
             .get(0);

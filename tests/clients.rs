@@ -7,7 +7,11 @@ use std::process::{Command, Output};
 use common::{connect_direct, create_db, pg_bin, Proxy};
 
 fn run(program: &str, args: &[&str]) -> Output {
-    let out = Command::new(pg_bin(program)).args(args).env_remove("PGSSLMODE").output().expect("run client");
+    let out = Command::new(pg_bin(program))
+        .args(args)
+        .env_remove("PGSSLMODE")
+        .output()
+        .expect("run client");
     assert!(
         out.status.success(),
         "{program} {args:?} failed:\n{}\n{}",
@@ -26,14 +30,31 @@ async fn psql_meta_commands_and_copy() {
     let db = create_db("psql");
     let proxy = Proxy::start(&[]).await;
     let url = proxy.url("postgres", &db);
-    run("psql", &["-X", "-v", "ON_ERROR_STOP=1", "-d", &url, "-c", "CREATE TABLE accounts(id int PRIMARY KEY, owner text NOT NULL, balance numeric(12,2))"]);
+    run(
+        "psql",
+        &[
+            "-X",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-d",
+            &url,
+            "-c",
+            "CREATE TABLE accounts(id int PRIMARY KEY, owner text NOT NULL, balance numeric(12,2))",
+        ],
+    );
 
     let described = stdout(&run("psql", &["-X", "-d", &url, "-c", "\\d accounts"]));
-    assert!(described.contains("Table \"public.accounts\""), "{described}");
+    assert!(
+        described.contains("Table \"public.accounts\""),
+        "{described}"
+    );
     assert!(described.contains("numeric(12,2)"));
     assert!(described.contains("\"accounts_pkey\" PRIMARY KEY, btree (id)"));
     let listed = stdout(&run("psql", &["-X", "-d", &url, "-c", "\\dt"]));
-    assert!(listed.contains("accounts") && listed.contains("table"), "{listed}");
+    assert!(
+        listed.contains("accounts") && listed.contains("table"),
+        "{listed}"
+    );
 
     // \copy in from a file and back out, through coldwire.
     let dir = tempfile::tempdir().unwrap();
@@ -43,17 +64,30 @@ async fn psql_meta_commands_and_copy() {
         csv.push_str(&format!("{i},\"owner, {i}\",{}.25\n", i * 3));
     }
     std::fs::write(&input, &csv).unwrap();
-    let copy_in = format!("\\copy accounts FROM '{}' WITH (FORMAT csv)", input.display());
+    let copy_in = format!(
+        "\\copy accounts FROM '{}' WITH (FORMAT csv)",
+        input.display()
+    );
     let out = stdout(&run("psql", &["-X", "-d", &url, "-c", &copy_in]));
     assert!(out.contains("COPY 5000"), "{out}");
     let output = dir.path().join("out.csv");
-    let copy_out = format!("\\copy (SELECT * FROM accounts ORDER BY id) TO '{}' WITH (FORMAT csv)", output.display());
+    let copy_out = format!(
+        "\\copy (SELECT * FROM accounts ORDER BY id) TO '{}' WITH (FORMAT csv)",
+        output.display()
+    );
     run("psql", &["-X", "-d", &url, "-c", &copy_out]);
     assert_eq!(std::fs::read_to_string(&output).unwrap(), csv);
 
     let direct = connect_direct(&db).await;
-    let total: String = direct.query_one("SELECT sum(balance)::text FROM accounts", &[]).await.unwrap().get(0);
-    assert_eq!(total, format!("{}.00", (0..5000).map(|i| i * 3).sum::<i64>() + 5000 / 4));
+    let total: String = direct
+        .query_one("SELECT sum(balance)::text FROM accounts", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        total,
+        format!("{}.00", (0..5000).map(|i| i * 3).sum::<i64>() + 5000 / 4)
+    );
 }
 
 #[tokio::test]
@@ -67,10 +101,18 @@ async fn pgbench_initializes_and_runs_prepared_through_coldwire() {
     init.extend(["-i", "-s", "1", "-q", &db]);
     run("pgbench", &init);
     let direct = connect_direct(&db).await;
-    let accounts: i64 = direct.query_one("SELECT count(*) FROM pgbench_accounts", &[]).await.unwrap().get(0);
+    let accounts: i64 = direct
+        .query_one("SELECT count(*) FROM pgbench_accounts", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(accounts, 100_000);
 
-    for mode in [["-S", "-M", "prepared"], ["-S", "-M", "simple"], ["-N", "-M", "extended"]] {
+    for mode in [
+        ["-S", "-M", "prepared"],
+        ["-S", "-M", "simple"],
+        ["-N", "-M", "extended"],
+    ] {
         let mut bench = conn.to_vec();
         bench.extend(mode);
         bench.extend(["-c", "4", "-j", "2", "-T", "2", "-n", &db]);
@@ -81,6 +123,9 @@ async fn pgbench_initializes_and_runs_prepared_through_coldwire() {
             .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
             .and_then(|v| v.split('/').next()?.trim().parse().ok())
             .unwrap_or(0);
-        assert!(processed > 100, "only {processed} transactions in {mode:?}:\n{out}");
+        assert!(
+            processed > 100,
+            "only {processed} transactions in {mode:?}:\n{out}"
+        );
     }
 }

@@ -12,8 +12,8 @@ use arrow::datatypes::Float64Type;
 use arrow::record_batch::RecordBatch;
 use bytes::{BufMut, Bytes, BytesMut};
 use coldwire::cold::{
-    encode_batch, encode_header, encode_trailer, encode_value, ColdColumn, ColdError, ColdType, ColumnEncoder,
-    CopyDecoder, ValueError,
+    encode_batch, encode_header, encode_trailer, encode_value, ColdColumn, ColdError, ColdType,
+    ColumnEncoder, CopyDecoder, ValueError,
 };
 use futures_util::{pin_mut, SinkExt, StreamExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -32,7 +32,11 @@ fn columns() -> Vec<(&'static str, &'static str, Vec<String>)> {
     vec![
         ("int2", "int2", s(&["0", "-32768", "32767", "1", "-1"])),
         ("int4", "int4", s(&["-2147483648", "2147483647", "0", "42"])),
-        ("int8", "int8", s(&["'-9223372036854775808'", "'9223372036854775807'", "0", "-7"])),
+        (
+            "int8",
+            "int8",
+            s(&["'-9223372036854775808'", "'9223372036854775807'", "0", "-7"]),
+        ),
         (
             "float4",
             "float4",
@@ -78,7 +82,11 @@ fn columns() -> Vec<(&'static str, &'static str, Vec<String>)> {
                 "1::numeric / 3",
             ]),
         ),
-        ("num5", "numeric(5,2)", s(&["'999.99'", "'-999.99'", "'0'", "'0.01'", "'NaN'", "'1.5'"])),
+        (
+            "num5",
+            "numeric(5,2)",
+            s(&["'999.99'", "'-999.99'", "'0'", "'0.01'", "'NaN'", "'1.5'"]),
+        ),
         (
             "numfree",
             "numeric",
@@ -106,7 +114,12 @@ fn columns() -> Vec<(&'static str, &'static str, Vec<String>)> {
         (
             "num50",
             "numeric(50,5)",
-            s(&["'123456789012345678901234567890123456789012345.12345'", "'NaN'", "'-1.5'", "'0'"]),
+            s(&[
+                "'123456789012345678901234567890123456789012345.12345'",
+                "'NaN'",
+                "'-1.5'",
+                "'0'",
+            ]),
         ),
         (
             "text",
@@ -121,10 +134,27 @@ fn columns() -> Vec<(&'static str, &'static str, Vec<String>)> {
                 "repeat('x', 10000)",
             ]),
         ),
-        ("varchar", "varchar(20)", s(&["''", "'ünïcödé'", "'🦀'", "'trailing   '"])),
-        ("bpchar", "char(10)", s(&["'ab'", "''", "'🦀'", "'abcdefghij'", "'x  '"])),
+        (
+            "varchar",
+            "varchar(20)",
+            s(&["''", "'ünïcödé'", "'🦀'", "'trailing   '"]),
+        ),
+        (
+            "bpchar",
+            "char(10)",
+            s(&["'ab'", "''", "'🦀'", "'abcdefghij'", "'x  '"]),
+        ),
         ("bool", "bool", s(&["true", "false"])),
-        ("bytea", "bytea", s(&[r"'\x'", r"'\x00ff10'", r"'\xdeadbeef00'", "decode(repeat('ab', 5000), 'hex')"])),
+        (
+            "bytea",
+            "bytea",
+            s(&[
+                r"'\x'",
+                r"'\x00ff10'",
+                r"'\xdeadbeef00'",
+                "decode(repeat('ab', 5000), 'hex')",
+            ]),
+        ),
         (
             "date",
             "date",
@@ -138,7 +168,16 @@ fn columns() -> Vec<(&'static str, &'static str, Vec<String>)> {
                 "'1999-12-31'",
             ]),
         ),
-        ("time", "time", s(&["'00:00'", "'24:00:00'", "'23:59:59.999999'", "'12:34:56.789'"])),
+        (
+            "time",
+            "time",
+            s(&[
+                "'00:00'",
+                "'24:00:00'",
+                "'23:59:59.999999'",
+                "'12:34:56.789'",
+            ]),
+        ),
         (
             "ts",
             "timestamp",
@@ -220,9 +259,14 @@ fn columns() -> Vec<(&'static str, &'static str, Vec<String>)> {
 
 /// CREATE TABLE with `id`, then `s_<name>` and `a_<name>` (its array) per type.
 fn create_table(name: &str) -> String {
-    let cols: Vec<String> =
-        columns().iter().flat_map(|(n, ty, _)| [format!("s_{n} {ty}"), format!("a_{n} {ty}[]")]).collect();
-    format!("CREATE TABLE {name} (id int PRIMARY KEY, {})", cols.join(", "))
+    let cols: Vec<String> = columns()
+        .iter()
+        .flat_map(|(n, ty, _)| [format!("s_{n} {ty}"), format!("a_{n} {ty}[]")])
+        .collect();
+    format!(
+        "CREATE TABLE {name} (id int PRIMARY KEY, {})",
+        cols.join(", ")
+    )
 }
 
 /// Row `r` (1-based): value r of each list (cycling); arrays mix values, NULL elements,
@@ -242,7 +286,10 @@ fn insert_rows(table: &str) -> String {
             values.push(match r % 4 {
                 0 => format!("'{{}}'::{ty}[]"),
                 1 => format!("ARRAY[{}, NULL, {}]", v(r), v(r + 1)),
-                2 => format!("ARRAY[{}]", (0..edge.len()).map(v).collect::<Vec<_>>().join(", ")),
+                2 => format!(
+                    "ARRAY[{}]",
+                    (0..edge.len()).map(v).collect::<Vec<_>>().join(", ")
+                ),
                 _ => {
                     if r % 8 == 3 {
                         "NULL".into()
@@ -257,7 +304,10 @@ fn insert_rows(table: &str) -> String {
     format!("INSERT INTO {table} VALUES {}", rows.join(",\n"))
 }
 
-async fn cold_columns(client: &Client, table: &str) -> Vec<Result<ColdColumn, coldwire::cold::UnsupportedType>> {
+async fn cold_columns(
+    client: &Client,
+    table: &str,
+) -> Vec<Result<ColdColumn, coldwire::cold::UnsupportedType>> {
     let rows = client
         .query(
             "SELECT attname::text, atttypid::oid, atttypmod, format_type(atttypid, atttypmod) FROM pg_attribute \
@@ -290,7 +340,11 @@ async fn copy_out(client: &Client, sql: &str) -> Vec<Bytes> {
 }
 
 /// Decodes `chunks` re-cut into pieces of `piece` bytes, so boundaries fall anywhere.
-fn decode(columns: &[ColdColumn], chunks: &[Bytes], piece: usize) -> Result<Vec<RecordBatch>, ColdError> {
+fn decode(
+    columns: &[ColdColumn],
+    chunks: &[Bytes],
+    piece: usize,
+) -> Result<Vec<RecordBatch>, ColdError> {
     let mut decoder = CopyDecoder::new(columns.to_vec(), BATCH_ROWS)?;
     let mut batches = Vec::new();
     let all: Vec<u8> = chunks.concat();
@@ -304,14 +358,20 @@ fn decode(columns: &[ColdColumn], chunks: &[Bytes], piece: usize) -> Result<Vec<
 }
 
 /// Writes the batches to an in-memory Parquet file (zstd) and reads them back.
-fn parquet_round_trip(batches: &[RecordBatch]) -> (Vec<RecordBatch>, Vec<(String, Option<LogicalType>)>) {
-    let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
+fn parquet_round_trip(
+    batches: &[RecordBatch],
+) -> (Vec<RecordBatch>, Vec<(String, Option<LogicalType>)>) {
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
     let mut writer = ArrowWriter::try_new(Vec::new(), batches[0].schema(), Some(props)).unwrap();
     for b in batches {
         writer.write(b).unwrap();
     }
     let file = Bytes::from(writer.into_inner().unwrap());
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).unwrap().with_batch_size(BATCH_ROWS);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .with_batch_size(BATCH_ROWS);
     let logical = builder
         .metadata()
         .file_metadata()
@@ -320,7 +380,11 @@ fn parquet_round_trip(batches: &[RecordBatch]) -> (Vec<RecordBatch>, Vec<(String
         .iter()
         .map(|c| (c.path().string(), c.logical_type_ref().cloned()))
         .collect();
-    let read = builder.build().unwrap().collect::<Result<Vec<_>, _>>().unwrap();
+    let read = builder
+        .build()
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
     (read, logical)
 }
 
@@ -335,7 +399,10 @@ fn encode(columns: &[ColdColumn], batches: &[RecordBatch]) -> Vec<u8> {
 }
 
 async fn text_rows(client: &Client, table: &str) -> Vec<Vec<Option<String>>> {
-    let messages = client.simple_query(&format!("SELECT * FROM {table} ORDER BY id")).await.unwrap();
+    let messages = client
+        .simple_query(&format!("SELECT * FROM {table} ORDER BY id"))
+        .await
+        .unwrap();
     messages
         .iter()
         .filter_map(|m| match m {
@@ -352,7 +419,11 @@ async fn text_rows(client: &Client, table: &str) -> Vec<Vec<Option<String>>> {
 struct RawBinary(Option<Vec<u8>>);
 
 impl ToSql for RawBinary {
-    fn to_sql(&self, _: &Type, out: &mut BytesMut) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
         match &self.0 {
             None => Ok(IsNull::Yes),
             Some(v) => {
@@ -381,16 +452,28 @@ async fn every_type_round_trips_byte_identically_through_arrow_and_parquet() {
         ))
         .await
         .unwrap();
-    let columns: Vec<ColdColumn> = cold_columns(&client, "t").await.into_iter().collect::<Result<_, _>>().unwrap();
+    let columns: Vec<ColdColumn> = cold_columns(&client, "t")
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
     assert_eq!(columns.len(), 1 + 2 * self::columns().len());
 
-    let original = copy_out(&client, "COPY (SELECT * FROM t ORDER BY id) TO STDOUT (FORMAT binary)").await;
+    let original = copy_out(
+        &client,
+        "COPY (SELECT * FROM t ORDER BY id) TO STDOUT (FORMAT binary)",
+    )
+    .await;
     let original_bytes: Vec<u8> = original.concat();
 
     // chunk boundaries from Postgres's CopyData messages, and odd re-cuts of the stream
     let batches = decode(&columns, &original, usize::MAX).unwrap();
     for piece in [1, 13, 4096] {
-        assert_eq!(decode(&columns, &original, piece).unwrap(), batches, "pieces of {piece} bytes");
+        assert_eq!(
+            decode(&columns, &original, piece).unwrap(),
+            batches,
+            "pieces of {piece} bytes"
+        );
     }
     let sizes: Vec<usize> = batches.iter().map(RecordBatch::num_rows).collect();
     assert_eq!(sizes, vec![7, 7, 7, 7, 2]);
@@ -398,10 +481,19 @@ async fn every_type_round_trips_byte_identically_through_arrow_and_parquet() {
     let float8 = columns.iter().position(|c| c.name == "s_float8").unwrap();
     let bits: Vec<u64> = batches
         .iter()
-        .flat_map(|b| b.column(float8).as_primitive::<Float64Type>().values().to_vec())
+        .flat_map(|b| {
+            b.column(float8)
+                .as_primitive::<Float64Type>()
+                .values()
+                .to_vec()
+        })
         .map(f64::to_bits)
         .collect();
-    assert!(bits.iter().any(|b| f64::from_bits(*b).is_nan() && b >> 63 == 1), "a negative NaN");
+    assert!(
+        bits.iter()
+            .any(|b| f64::from_bits(*b).is_nan() && b >> 63 == 1),
+        "a negative NaN"
+    );
     assert!(bits.contains(&(-0.0_f64).to_bits()));
     // Arrow → binary COPY alone is already byte-identical
     assert_eq!(encode(&columns, &batches), original_bytes);
@@ -409,36 +501,72 @@ async fn every_type_round_trips_byte_identically_through_arrow_and_parquet() {
     // Parquet (zstd) in memory and back; the standard logical types are written
     let (read, logical) = parquet_round_trip(&batches);
     assert_eq!(read.iter().map(RecordBatch::num_rows).sum::<usize>(), ROWS);
-    let logical_of = |path: &str| logical.iter().find(|(p, _)| p == path).and_then(|(_, l)| l.clone());
+    let logical_of = |path: &str| {
+        logical
+            .iter()
+            .find(|(p, _)| p == path)
+            .and_then(|(_, l)| l.clone())
+    };
     assert_eq!(logical_of("s_uuid"), Some(LogicalType::Uuid));
     assert_eq!(logical_of("s_json"), Some(LogicalType::Json));
     assert_eq!(logical_of("s_jsonb"), Some(LogicalType::Json));
-    assert_eq!(logical_of("s_num38.value"), Some(LogicalType::Decimal(DecimalType { scale: 10, precision: 38 })));
+    assert_eq!(
+        logical_of("s_num38.value"),
+        Some(LogicalType::Decimal(DecimalType {
+            scale: 10,
+            precision: 38
+        }))
+    );
     assert!(matches!(
         logical_of("s_tstz"),
-        Some(LogicalType::Timestamp(TimestampType { is_adjusted_to_u_t_c: true, .. }))
+        Some(LogicalType::Timestamp(TimestampType {
+            is_adjusted_to_u_t_c: true,
+            ..
+        }))
     ));
     assert!(matches!(
         logical_of("s_ts"),
-        Some(LogicalType::Timestamp(TimestampType { is_adjusted_to_u_t_c: false, .. }))
+        Some(LogicalType::Timestamp(TimestampType {
+            is_adjusted_to_u_t_c: false,
+            ..
+        }))
     ));
     assert_eq!(logical_of("s_date"), Some(LogicalType::Date));
     assert_eq!(logical_of("s_text"), Some(LogicalType::String));
     let copied = encode(&columns, &read);
-    assert_eq!(copied, original_bytes, "Arrow → Parquet → Arrow → binary COPY differs");
+    assert_eq!(
+        copied, original_bytes,
+        "Arrow → Parquet → Arrow → binary COPY differs"
+    );
 
     // binary COPY FROM into an identical empty table
-    let sink = client.copy_in("COPY t2 FROM STDIN (FORMAT binary)").await.unwrap();
+    let sink = client
+        .copy_in("COPY t2 FROM STDIN (FORMAT binary)")
+        .await
+        .unwrap();
     pin_mut!(sink);
     for part in copied.chunks(8192) {
         sink.send(Bytes::copy_from_slice(part)).await.unwrap();
     }
     assert_eq!(sink.finish().await.unwrap(), ROWS as u64);
 
-    let t = copy_out(&client, "COPY (SELECT * FROM t ORDER BY id) TO STDOUT (FORMAT binary)").await.concat();
-    let t2 = copy_out(&client, "COPY (SELECT * FROM t2 ORDER BY id) TO STDOUT (FORMAT binary)").await.concat();
+    let t = copy_out(
+        &client,
+        "COPY (SELECT * FROM t ORDER BY id) TO STDOUT (FORMAT binary)",
+    )
+    .await
+    .concat();
+    let t2 = copy_out(
+        &client,
+        "COPY (SELECT * FROM t2 ORDER BY id) TO STDOUT (FORMAT binary)",
+    )
+    .await
+    .concat();
     assert_eq!(t, t2, "binary COPY of the copy differs");
-    let (text, text2) = (text_rows(&client, "t").await, text_rows(&client, "t2").await);
+    let (text, text2) = (
+        text_rows(&client, "t").await,
+        text_rows(&client, "t2").await,
+    );
     assert_eq!(text.len(), ROWS);
     for (a, b) in text.iter().zip(&text2) {
         assert_eq!(a, b, "text of row {:?}", a[0]);
@@ -454,14 +582,30 @@ async fn every_type_round_trips_byte_identically_through_arrow_and_parquet() {
         for batch in &read {
             let array = batch.column(column_index).as_ref();
             let encoder = ColumnEncoder::new(column, array).unwrap();
-            assert!(matches!(encoder.encode(batch.num_rows(), &mut BytesMut::new()), Err(ColdError::Schema(_))));
+            assert!(matches!(
+                encoder.encode(batch.num_rows(), &mut BytesMut::new()),
+                Err(ColdError::Schema(_))
+            ));
             for row in 0..batch.num_rows() {
                 let mut out = BytesMut::new();
                 let param = encoder.encode(row, &mut out).unwrap().map(|_| out.to_vec());
                 let mut single = BytesMut::new();
-                assert_eq!(encode_value(column, array, row, &mut single).unwrap().map(|_| single.to_vec()), param);
-                let got: Option<String> = client.query_one(&stmt, &[&RawBinary(param)]).await.unwrap().get(0);
-                assert_eq!(got, text[row_index][column_index], "{} row {row_index}", column.name);
+                assert_eq!(
+                    encode_value(column, array, row, &mut single)
+                        .unwrap()
+                        .map(|_| single.to_vec()),
+                    param
+                );
+                let got: Option<String> = client
+                    .query_one(&stmt, &[&RawBinary(param)])
+                    .await
+                    .unwrap()
+                    .get(0);
+                assert_eq!(
+                    got, text[row_index][column_index],
+                    "{} row {row_index}",
+                    column.name
+                );
                 row_index += 1;
             }
         }
@@ -469,7 +613,11 @@ async fn every_type_round_trips_byte_identically_through_arrow_and_parquet() {
 }
 
 async fn decode_error(client: &Client, table: &str) -> ColdError {
-    let columns: Vec<ColdColumn> = cold_columns(client, table).await.into_iter().collect::<Result<_, _>>().unwrap();
+    let columns: Vec<ColdColumn> = cold_columns(client, table)
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
     let stream = copy_out(client, &format!("COPY {table} TO STDOUT (FORMAT binary)")).await;
     decode(&columns, &stream, 64).unwrap_err()
 }
@@ -515,10 +663,22 @@ async fn unsupported_column_types_are_refused_by_name() {
         .await
         .unwrap();
     let results = cold_columns(&client, "u").await;
-    let messages: Vec<String> = results[..6].iter().map(|r| r.as_ref().unwrap_err().to_string()).collect();
-    for (message, name) in messages.iter().zip(["point", "money", "pair", "int4range", "posint", "time with time zone"])
-    {
-        assert!(message.contains(&format!("column type {name} (OID")), "{message}");
+    let messages: Vec<String> = results[..6]
+        .iter()
+        .map(|r| r.as_ref().unwrap_err().to_string())
+        .collect();
+    for (message, name) in messages.iter().zip([
+        "point",
+        "money",
+        "pair",
+        "int4range",
+        "posint",
+        "time with time zone",
+    ]) {
+        assert!(
+            message.contains(&format!("column type {name} (OID")),
+            "{message}"
+        );
     }
     assert!(messages[2].contains("user-defined"), "{}", messages[2]);
     assert!(results[6].is_ok());

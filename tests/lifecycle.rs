@@ -13,7 +13,9 @@ use tokio_postgres::error::SqlState;
 
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
     let mut body = String::new();
     s.read_to_string(&mut body).await.unwrap();
     body
@@ -32,7 +34,9 @@ async fn metrics_count_sessions_bytes_and_errors() {
     let proxy = Proxy::start(&["--metrics-listen", "127.0.0.1:0"]).await;
     let metrics = proxy.metrics_addr.expect("metrics address");
     let c = proxy.connect(&db).await;
-    c.query_one("SELECT repeat('x', 100000)", &[]).await.unwrap();
+    c.query_one("SELECT repeat('x', 100000)", &[])
+        .await
+        .unwrap();
     let mut garbage = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
     let mut sink = Vec::new();
@@ -47,11 +51,24 @@ async fn metrics_count_sessions_bytes_and_errors() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
-    assert!(sample(&text, "coldwire_sessions_total", "").unwrap() >= 2.0, "{text}");
-    assert_eq!(sample(&text, "coldwire_client_connections", ""), Some(1.0), "{text}");
-    assert!(sample(&text, "coldwire_bytes_relayed_total", "upstream_to_client").unwrap() > 100_000.0);
+    assert!(
+        sample(&text, "coldwire_sessions_total", "").unwrap() >= 2.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "coldwire_client_connections", ""),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "coldwire_bytes_relayed_total", "upstream_to_client").unwrap() > 100_000.0
+    );
     assert!(sample(&text, "coldwire_bytes_relayed_total", "client_to_upstream").unwrap() > 0.0);
-    assert_eq!(sample(&text, "coldwire_errors_total", "kind=\"client_protocol\""), Some(1.0), "{text}");
+    assert_eq!(
+        sample(&text, "coldwire_errors_total", "kind=\"client_protocol\""),
+        Some(1.0),
+        "{text}"
+    );
     assert!(http_get(metrics, "/nope").await.starts_with("HTTP/1.1 404"));
     assert!(http_get(metrics, "/healthz").await.ends_with("ok\n"));
 }
@@ -65,16 +82,28 @@ async fn sigterm_stops_accepting_lets_sessions_finish_then_closes_them() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // New clients are refused; the open session still works during the grace period.
-    assert!(tokio::net::TcpStream::connect(proxy.addr).await.is_err(), "listener must be closed");
-    assert_eq!(c.query_one("SELECT 1", &[]).await.unwrap().get::<_, i32>(0), 1);
+    assert!(
+        tokio::net::TcpStream::connect(proxy.addr).await.is_err(),
+        "listener must be closed"
+    );
+    assert_eq!(
+        c.query_one("SELECT 1", &[]).await.unwrap().get::<_, i32>(0),
+        1
+    );
 
     // After the grace period the session is closed with 57P01 and the process exits 0.
     let started = Instant::now();
-    let status = proxy.wait(Duration::from_secs(15)).await.expect("coldwire exits");
+    let status = proxy
+        .wait(Duration::from_secs(15))
+        .await
+        .expect("coldwire exits");
     assert!(status.success(), "{status:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
     let e = c.query_one("SELECT 1", &[]).await.unwrap_err();
-    assert!(e.is_closed() || e.code() == Some(&SqlState::ADMIN_SHUTDOWN), "{e:?}");
+    assert!(
+        e.is_closed() || e.code() == Some(&SqlState::ADMIN_SHUTDOWN),
+        "{e:?}"
+    );
     assert!(proxy.log().contains("grace period over"));
 }
 
@@ -82,7 +111,10 @@ async fn sigterm_stops_accepting_lets_sessions_finish_then_closes_them() {
 async fn sigterm_with_no_sessions_exits_at_once() {
     let mut proxy = Proxy::start(&[]).await;
     kill(Pid::from_raw(proxy.pid().unwrap() as i32), Signal::SIGTERM).unwrap();
-    let status = proxy.wait(Duration::from_secs(5)).await.expect("coldwire exits promptly");
+    let status = proxy
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("coldwire exits promptly");
     assert!(status.success());
 }
 
@@ -97,7 +129,10 @@ fn bad_configuration_is_refused_with_the_setting_named() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("unknown field") && err.contains("listen_backlog"), "{err}");
+    assert!(
+        err.contains("unknown field") && err.contains("listen_backlog"),
+        "{err}"
+    );
 
     let out = Command::new(env!("CARGO_BIN_EXE_coldwire"))
         .args(["serve", "--upstream", "mysql://x/y"])
@@ -122,12 +157,25 @@ async fn config_file_settings_are_used() {
     let file = dir.path().join("coldwire.toml");
     std::fs::write(
         &file,
-        format!("upstream = 'postgres://127.0.0.1:{}/{db}'\nmax_message_bytes = 2048\n", cluster().port()),
+        format!(
+            "upstream = 'postgres://127.0.0.1:{}/{db}'\nmax_message_bytes = 2048\n",
+            cluster().port()
+        ),
     )
     .unwrap();
     // Not the harness's Proxy: its --upstream flag would override the file.
-    let (mut child, mut lines) = spawn_coldwire(&["serve", "--listen", "127.0.0.1:0", "--config", file.to_str().unwrap()]);
-    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line()).await.unwrap().unwrap().unwrap();
+    let (mut child, mut lines) = spawn_coldwire(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     let addr = line.strip_prefix("coldwire listening on ").unwrap();
     // No database in the client's startup: the upstream URL's database is used.
     let mut c = common::raw::RawConn::connect(addr.parse().unwrap()).await;
@@ -137,14 +185,18 @@ async fn config_file_settings_are_used() {
     packet.extend(startup);
     c.send(&packet).await;
     c.until_ready().await;
-    c.send(&common::raw::query("SELECT current_database()")).await;
+    c.send(&common::raw::query("SELECT current_database()"))
+        .await;
     let reply = c.until_ready().await;
     let row = reply.iter().find(|m| m.tag == b'D').unwrap();
     assert_eq!(&row.body[6..], db.as_bytes());
     // max_message_bytes = 2048 from the file applies.
     c.send(&common::raw::query(&"x".repeat(3000))).await;
     let last = c.until_closed().await;
-    assert_eq!(last.last().and_then(|m| m.field(b'C')).as_deref(), Some("08P01"));
+    assert_eq!(
+        last.last().and_then(|m| m.field(b'C')).as_deref(),
+        Some("08P01")
+    );
     child.kill().await.unwrap();
 }
 
@@ -152,10 +204,18 @@ async fn config_file_settings_are_used() {
 async fn demo_runs_postgres_and_the_proxy_then_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("demo");
-    let (mut child, mut lines) = spawn_coldwire(&["demo", "--listen", "127.0.0.1:0", "--dir", root.to_str().unwrap()]);
+    let (mut child, mut lines) = spawn_coldwire(&[
+        "demo",
+        "--listen",
+        "127.0.0.1:0",
+        "--dir",
+        root.to_str().unwrap(),
+    ]);
     let mut printed = String::new();
     let mut psql_url = None;
-    while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await {
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await
+    {
         printed.push_str(&line);
         printed.push('\n');
         if let Some(cmd) = line.trim().strip_prefix("psql \"") {
@@ -165,20 +225,32 @@ async fn demo_runs_postgres_and_the_proxy_then_cleans_up() {
     }
     let url = psql_url.unwrap_or_else(|| panic!("demo printed no psql command:\n{printed}"));
     let client = common::connect_url(&url).await;
-    let n: i64 = client.query_one("SELECT count(*) FROM pg_database", &[]).await.unwrap().get(0);
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM pg_database", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert!(n >= 3);
     assert!(root.join("data").join("PG_VERSION").exists());
     drop(client);
 
     kill(Pid::from_raw(child.id().unwrap() as i32), Signal::SIGINT).unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(status.success());
     assert!(!root.exists(), "the demo removes its directory");
 }
 
 /// Runs the coldwire binary with `args` (not through the harness, whose flags would
 /// override what these tests set), returning it and the lines of its stdout.
-fn spawn_coldwire(args: &[&str]) -> (tokio::process::Child, tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) {
+fn spawn_coldwire(
+    args: &[&str],
+) -> (
+    tokio::process::Child,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_coldwire"))
         .args(args)
         .stdout(Stdio::piped())

@@ -26,15 +26,27 @@ async fn simple_and_extended_queries_match_direct() {
     let rows: Vec<(String, Option<String>)> = msgs
         .iter()
         .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some((r.get(0).unwrap().to_owned(), r.get(1).map(str::to_owned))),
+            SimpleQueryMessage::Row(r) => {
+                Some((r.get(0).unwrap().to_owned(), r.get(1).map(str::to_owned)))
+            }
             _ => None,
         })
         .collect();
-    assert_eq!(rows, vec![("1".to_owned(), Some("a".to_owned())), ("2".to_owned(), None)]);
+    assert_eq!(
+        rows,
+        vec![
+            ("1".to_owned(), Some("a".to_owned())),
+            ("2".to_owned(), None)
+        ]
+    );
 
     // Extended protocol, typed parameters, binary results: identical through coldwire.
-    let sql = "SELECT id, name, b, f, ok, $1::int8 + id AS sum, $2::text || 'x' AS s FROM t ORDER BY id";
-    let stmt = via.prepare_typed(sql, &[Type::INT8, Type::TEXT]).await.unwrap();
+    let sql =
+        "SELECT id, name, b, f, ok, $1::int8 + id AS sum, $2::text || 'x' AS s FROM t ORDER BY id";
+    let stmt = via
+        .prepare_typed(sql, &[Type::INT8, Type::TEXT])
+        .await
+        .unwrap();
     assert_eq!(stmt.params(), &[Type::INT8, Type::TEXT]);
     let through: Vec<_> = via.query(&stmt, &[&40i64, &"é"]).await.unwrap();
     let plain: Vec<_> = direct.query(sql, &[&40i64, &"é"]).await.unwrap();
@@ -49,13 +61,25 @@ async fn simple_and_extended_queries_match_direct() {
         assert_eq!(a.get::<_, i64>(5), b.get::<_, i64>(5));
         assert_eq!(a.get::<_, &str>(6), "éx");
     }
-    assert_eq!(through[0].get::<_, Option<&[u8]>>(2), Some(&[0u8, 0xff][..]));
+    assert_eq!(
+        through[0].get::<_, Option<&[u8]>>(2),
+        Some(&[0u8, 0xff][..])
+    );
 
     // Prepared statements survive across transactions on the same session.
-    let tx_stmt = via.prepare("SELECT count(*) FROM t WHERE id > $1").await.unwrap();
+    let tx_stmt = via
+        .prepare("SELECT count(*) FROM t WHERE id > $1")
+        .await
+        .unwrap();
     for _ in 0..3 {
         via.batch_execute("BEGIN").await.unwrap();
-        assert_eq!(via.query_one(&tx_stmt, &[&0i32]).await.unwrap().get::<_, i64>(0), 2);
+        assert_eq!(
+            via.query_one(&tx_stmt, &[&0i32])
+                .await
+                .unwrap()
+                .get::<_, i64>(0),
+            2
+        );
         via.batch_execute("COMMIT").await.unwrap();
     }
 }
@@ -65,9 +89,14 @@ async fn postgres_errors_arrive_with_every_field() {
     let db = create_db("errors");
     let proxy = Proxy::start(&[]).await;
     let c = proxy.connect(&db).await;
-    c.batch_execute("CREATE TABLE u(id int CONSTRAINT u_pk PRIMARY KEY); INSERT INTO u VALUES (1)").await.unwrap();
+    c.batch_execute("CREATE TABLE u(id int CONSTRAINT u_pk PRIMARY KEY); INSERT INTO u VALUES (1)")
+        .await
+        .unwrap();
 
-    let e = c.execute("INSERT INTO u VALUES (1)", &[]).await.unwrap_err();
+    let e = c
+        .execute("INSERT INTO u VALUES (1)", &[])
+        .await
+        .unwrap_err();
     let db_err = e.as_db_error().expect("a server error");
     assert_eq!(db_err.code(), &SqlState::UNIQUE_VIOLATION);
     assert_eq!(db_err.constraint(), Some("u_pk"));
@@ -77,14 +106,20 @@ async fn postgres_errors_arrive_with_every_field() {
     let e = c.simple_query("SELECT 1 FROM nowhere").await.unwrap_err();
     let db_err = e.as_db_error().unwrap();
     assert_eq!(db_err.code(), &SqlState::UNDEFINED_TABLE);
-    assert_eq!(db_err.position(), Some(&tokio_postgres::error::ErrorPosition::Original(15)));
+    assert_eq!(
+        db_err.position(),
+        Some(&tokio_postgres::error::ErrorPosition::Original(15))
+    );
 
     let e = c
         .batch_execute("DO $$ BEGIN RAISE EXCEPTION 'boom' USING DETAIL = 'd1', HINT = 'h1', ERRCODE = 'P0099'; END $$")
         .await
         .unwrap_err();
     let db_err = e.as_db_error().unwrap();
-    assert_eq!((db_err.message(), db_err.detail(), db_err.hint()), ("boom", Some("d1"), Some("h1")));
+    assert_eq!(
+        (db_err.message(), db_err.detail(), db_err.hint()),
+        ("boom", Some("d1"), Some("h1"))
+    );
     assert_eq!(db_err.code().code(), "P0099");
 
     // The session is still usable after errors, inside and outside transactions.
@@ -93,7 +128,10 @@ async fn postgres_errors_arrive_with_every_field() {
     let e = c.batch_execute("SELECT 1").await.unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::IN_FAILED_SQL_TRANSACTION));
     c.batch_execute("ROLLBACK").await.unwrap();
-    assert_eq!(c.query_one("SELECT 2", &[]).await.unwrap().get::<_, i32>(0), 2);
+    assert_eq!(
+        c.query_one("SELECT 2", &[]).await.unwrap().get::<_, i32>(0),
+        2
+    );
 }
 
 #[tokio::test]
@@ -140,7 +178,9 @@ async fn copy_in_and_out_of_100k_rows() {
     let db = create_db("copy");
     let proxy = Proxy::start(&[]).await;
     let c = proxy.connect(&db).await;
-    c.batch_execute("CREATE TABLE c(id int, payload text)").await.unwrap();
+    c.batch_execute("CREATE TABLE c(id int, payload text)")
+        .await
+        .unwrap();
 
     let sink = c.copy_in("COPY c FROM STDIN").await.unwrap();
     futures_util::pin_mut!(sink);
@@ -148,18 +188,27 @@ async fn copy_in_and_out_of_100k_rows() {
     for i in 0..100_000 {
         chunk.push_str(&format!("{i}\trow {i} \\\\ tab\\there\n"));
         if chunk.len() > 60_000 {
-            sink.send(bytes::Bytes::from(std::mem::take(&mut chunk))).await.unwrap();
+            sink.send(bytes::Bytes::from(std::mem::take(&mut chunk)))
+                .await
+                .unwrap();
         }
     }
     sink.send(bytes::Bytes::from(chunk)).await.unwrap();
     assert_eq!(sink.finish().await.unwrap(), 100_000);
 
     let direct = connect_direct(&db).await;
-    let n: i64 = direct.query_one("SELECT count(*) FROM c", &[]).await.unwrap().get(0);
+    let n: i64 = direct
+        .query_one("SELECT count(*) FROM c", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(n, 100_000);
 
     let read = |client: tokio_postgres::Client| async move {
-        let stream = client.copy_out("COPY (SELECT * FROM c ORDER BY id) TO STDOUT").await.unwrap();
+        let stream = client
+            .copy_out("COPY (SELECT * FROM c ORDER BY id) TO STDOUT")
+            .await
+            .unwrap();
         let parts: Vec<bytes::Bytes> = stream.try_collect().await.unwrap();
         parts.concat()
     };
@@ -175,7 +224,9 @@ async fn listen_notify_between_two_clients() {
     let db = create_db("notify");
     let proxy = Proxy::start(&[]).await;
     let url = proxy.url("postgres", &db);
-    let (listener, mut connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    let (listener, mut connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -185,12 +236,27 @@ async fn listen_notify_between_two_clients() {
             }
         }
     });
-    listener.batch_execute("LISTEN coldwire_test").await.unwrap();
+    listener
+        .batch_execute("LISTEN coldwire_test")
+        .await
+        .unwrap();
     let notifier = proxy.connect(&db).await;
-    notifier.batch_execute("NOTIFY coldwire_test, 'hello'").await.unwrap();
-    notifier.execute("SELECT pg_notify('coldwire_test', $1)", &[&"second"]).await.unwrap();
-    let first = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.unwrap().unwrap();
-    let second = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.unwrap().unwrap();
+    notifier
+        .batch_execute("NOTIFY coldwire_test, 'hello'")
+        .await
+        .unwrap();
+    notifier
+        .execute("SELECT pg_notify('coldwire_test', $1)", &[&"second"])
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(first, ("coldwire_test".to_owned(), "hello".to_owned()));
     assert_eq!(second.1, "second");
 }
@@ -208,11 +274,22 @@ async fn cancel_through_the_proxy_ends_the_query_with_57014() {
     });
     let e = c.batch_execute("SELECT pg_sleep(30)").await.unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::QUERY_CANCELED));
-    assert!(started.elapsed() < Duration::from_secs(10), "cancel took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "cancel took {:?}",
+        started.elapsed()
+    );
     canceller.await.unwrap().unwrap();
     // The session carries on after the cancel.
-    assert_eq!(c.query_one("SELECT 1", &[]).await.unwrap().get::<_, i32>(0), 1);
-    assert!(proxy.log_contains("cancel request forwarded upstream").await);
+    assert_eq!(
+        c.query_one("SELECT 1", &[]).await.unwrap().get::<_, i32>(0),
+        1
+    );
+    assert!(
+        proxy
+            .log_contains("cancel request forwarded upstream")
+            .await
+    );
 }
 
 #[tokio::test]
@@ -222,12 +299,18 @@ async fn the_client_holds_coldwires_cancel_key_not_the_backends() {
     let mut c = RawConn::connect(proxy.addr).await;
     c.send(&raw::startup("postgres", &db)).await;
     let opening = c.until_ready().await;
-    let key = opening.iter().find(|m| m.tag == b'K').expect("BackendKeyData");
+    let key = opening
+        .iter()
+        .find(|m| m.tag == b'K')
+        .expect("BackendKeyData");
     let issued_pid = i32::from_be_bytes(key.body[..4].try_into().unwrap());
     c.send(&raw::query("SELECT pg_backend_pid()")).await;
     let reply = c.until_ready().await;
     let data_row = reply.iter().find(|m| m.tag == b'D').expect("a row");
-    let backend_pid: i32 = std::str::from_utf8(&data_row.body[6..]).unwrap().parse().unwrap();
+    let backend_pid: i32 = std::str::from_utf8(&data_row.body[6..])
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_ne!(issued_pid, backend_pid);
     assert!(issued_pid > 0);
 
@@ -248,7 +331,10 @@ async fn large_values_stream_both_ways() {
     let proxy = Proxy::start(&[]).await;
     let c = proxy.connect(&db).await;
     let big = "x".repeat(20 * 1024 * 1024);
-    let row = c.query_one("SELECT $1::text AS v, length($1::text)", &[&big]).await.unwrap();
+    let row = c
+        .query_one("SELECT $1::text AS v, length($1::text)", &[&big])
+        .await
+        .unwrap();
     assert_eq!(row.get::<_, &str>(0).len(), big.len());
     assert_eq!(row.get::<_, i32>(1) as usize, big.len());
     let generated: i32 = c
@@ -257,6 +343,9 @@ async fn large_values_stream_both_ways() {
         .unwrap()
         .get(0);
     assert_eq!(generated, 50_000_000);
-    let row = c.query_one("SELECT repeat('z', 30000000)", &[]).await.unwrap();
+    let row = c
+        .query_one("SELECT repeat('z', 30000000)", &[])
+        .await
+        .unwrap();
     assert_eq!(row.get::<_, &str>(0).len(), 30_000_000);
 }

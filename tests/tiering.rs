@@ -31,7 +31,12 @@ async fn mirror(c: &Client, id: i64) -> BTreeMap<i64, i16> {
 }
 
 async fn heap_keys(c: &Client) -> Vec<i64> {
-    c.query("SELECT id FROM events ORDER BY id", &[]).await.unwrap().iter().map(|r| r.get(0)).collect()
+    c.query("SELECT id FROM events ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
 }
 
 /// Every mirror key is live exactly when its row is in the heap.
@@ -40,10 +45,18 @@ async fn assert_mirror_matches_heap(c: &Client, id: i64, touched: &[i64]) {
     let heap = heap_keys(c).await;
     for key in touched {
         let expected = if heap.contains(key) { 1 } else { 3 };
-        assert_eq!(m.get(key), Some(&expected), "mirror entry of key {key}: {m:?}");
+        assert_eq!(
+            m.get(key),
+            Some(&expected),
+            "mirror entry of key {key}: {m:?}"
+        );
     }
     for key in &heap {
-        assert_eq!(m.get(key), Some(&1), "live key {key} must be in the mirror as live");
+        assert_eq!(
+            m.get(key),
+            Some(&1),
+            "live key {key} must be in the mirror as live"
+        );
     }
 }
 
@@ -61,9 +74,12 @@ async fn tier_table_seeds_the_mirror_and_capture_follows_every_write() {
     let proxy = tiering_proxy(&db).await;
     let c = proxy.connect(&db).await;
 
-    let result = admin(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 10}')"#)
-        .await
-        .unwrap();
+    let result = admin(
+        &c,
+        r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 10}')"#,
+    )
+    .await
+    .unwrap();
     assert_eq!(result["table"], "public.events");
     assert_eq!(result["mirror_rows"], 500);
     assert_eq!(result["primary_key"], json!(["id"]));
@@ -71,7 +87,13 @@ async fn tier_table_seeds_the_mirror_and_capture_follows_every_write() {
     assert_eq!(result["policy"]["max_rows_per_file"], 1_000_000);
     let id = result["id"].as_i64().unwrap();
 
-    let row = direct.query_one("SELECT state, policy FROM coldwire.tables WHERE id = $1", &[&id]).await.unwrap();
+    let row = direct
+        .query_one(
+            "SELECT state, policy FROM coldwire.tables WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
     assert_eq!(row.get::<_, String>(0), "active");
     assert_eq!(row.get::<_, Value>(1)["min_flush_rows"], 10);
     let enabled: Vec<String> = direct
@@ -81,21 +103,33 @@ async fn tier_table_seeds_the_mirror_and_capture_follows_every_write() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(enabled, vec!["A"; 4], "four capture triggers, enabled always");
+    assert_eq!(
+        enabled,
+        vec!["A"; 4],
+        "four capture triggers, enabled always"
+    );
     assert_eq!(mirror(&direct, id).await.len(), 500);
     assert!(mirror(&direct, id).await.values().all(|op| *op == 1));
 
     // Every kind of write, through coldwire and directly.
-    c.batch_execute("INSERT INTO events(id, kind) VALUES (501, 'a'), (502, 'b')").await.unwrap();
-    c.batch_execute("UPDATE events SET kind = 'u' WHERE id BETWEEN 10 AND 19").await.unwrap();
-    c.batch_execute("DELETE FROM events WHERE id BETWEEN 20 AND 24").await.unwrap();
+    c.batch_execute("INSERT INTO events(id, kind) VALUES (501, 'a'), (502, 'b')")
+        .await
+        .unwrap();
+    c.batch_execute("UPDATE events SET kind = 'u' WHERE id BETWEEN 10 AND 19")
+        .await
+        .unwrap();
+    c.batch_execute("DELETE FROM events WHERE id BETWEEN 20 AND 24")
+        .await
+        .unwrap();
     c.execute(
         "INSERT INTO events(id, kind) VALUES ($1, 'x'), ($2, 'y') ON CONFLICT (id) DO UPDATE SET kind = 'upserted'",
         &[&30i64, &600i64],
     )
     .await
     .unwrap();
-    c.batch_execute("UPDATE events SET id = id + 1000 WHERE id BETWEEN 40 AND 42").await.unwrap();
+    c.batch_execute("UPDATE events SET id = id + 1000 WHERE id BETWEEN 40 AND 42")
+        .await
+        .unwrap();
     c.batch_execute("WITH gone AS (DELETE FROM events WHERE id = 50 RETURNING *) INSERT INTO events(id, kind) SELECT id + 2000, kind FROM gone")
         .await
         .unwrap();
@@ -104,21 +138,38 @@ async fn tier_table_seeds_the_mirror_and_capture_follows_every_write() {
         .await
         .unwrap();
     // A rolled-back write leaves no trace.
-    c.batch_execute("BEGIN; DELETE FROM events WHERE id = 60; ROLLBACK").await.unwrap();
-    direct.batch_execute("DELETE FROM events WHERE id = 70; INSERT INTO events(id, kind) VALUES (800, 'direct')").await.unwrap();
+    c.batch_execute("BEGIN; DELETE FROM events WHERE id = 60; ROLLBACK")
+        .await
+        .unwrap();
+    direct
+        .batch_execute(
+            "DELETE FROM events WHERE id = 70; INSERT INTO events(id, kind) VALUES (800, 'direct')",
+        )
+        .await
+        .unwrap();
 
-    let touched: Vec<i64> = [501, 502, 10, 15, 19, 20, 24, 30, 600, 40, 42, 1040, 1042, 50, 2050, 700, 60, 70, 800].into();
+    let touched: Vec<i64> = [
+        501, 502, 10, 15, 19, 20, 24, 30, 600, 40, 42, 1040, 1042, 50, 2050, 700, 60, 70, 800,
+    ]
+    .into();
     assert_mirror_matches_heap(&direct, id, &touched).await;
     let m = mirror(&direct, id).await;
     assert_eq!(m.get(&700), Some(&3));
-    assert_eq!(m.get(&60), Some(&1), "rolled back: still the seeded live entry");
+    assert_eq!(
+        m.get(&60),
+        Some(&1),
+        "rolled back: still the seeded live entry"
+    );
 
     // Later statements get later seqs.
     let seq = |key: i64| {
         let direct = &direct;
         async move {
             direct
-                .query_one(&format!("SELECT seq FROM coldwire.m_{id} WHERE id = $1"), &[&key])
+                .query_one(
+                    &format!("SELECT seq FROM coldwire.m_{id} WHERE id = $1"),
+                    &[&key],
+                )
                 .await
                 .unwrap()
                 .get::<_, i64>(0)
@@ -131,9 +182,18 @@ async fn tier_table_seeds_the_mirror_and_capture_follows_every_write() {
     assert!(mirror(&direct, id).await.is_empty());
 
     // Tiering twice is refused; the status view shows the table.
-    let e = admin(&c, "SELECT coldwire.tier_table('events')").await.unwrap_err();
+    let e = admin(&c, "SELECT coldwire.tier_table('events')")
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::DUPLICATE_OBJECT));
-    let n: i64 = direct.query_one("SELECT count(*) FROM coldwire.status WHERE table_name = 'events'", &[]).await.unwrap().get(0);
+    let n: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM coldwire.status WHERE table_name = 'events'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(n, 1);
 }
 
@@ -162,7 +222,11 @@ async fn inserted_keys_deleted_within_the_statement_end_deleted() {
         .unwrap();
     let proxy = tiering_proxy(&db).await;
     let c = proxy.connect(&db).await;
-    let id = admin(&c, "SELECT coldwire.tier_table('events')").await.unwrap()["id"].as_i64().unwrap();
+    let id = admin(&c, "SELECT coldwire.tier_table('events')")
+        .await
+        .unwrap()["id"]
+        .as_i64()
+        .unwrap();
 
     // Each row deletes the key inserted just before it: 201 and 202 end deleted, 203 live.
     c.batch_execute(
@@ -195,7 +259,18 @@ async fn inserted_keys_deleted_within_the_statement_end_deleted() {
     let touched: Vec<i64> = [201, 202, 203, 301, 302, 303, 5, 401, 402, 7].into();
     assert_mirror_matches_heap(&direct, id, &touched).await;
     let m = mirror(&direct, id).await;
-    for (key, op) in [(201, 3), (202, 3), (203, 1), (301, 3), (302, 1), (303, 3), (5, 1), (401, 3), (402, 1), (7, 1)] {
+    for (key, op) in [
+        (201, 3),
+        (202, 3),
+        (203, 1),
+        (301, 3),
+        (302, 1),
+        (303, 3),
+        (5, 1),
+        (401, 3),
+        (402, 1),
+        (7, 1),
+    ] {
         assert_eq!(m.get(&key), Some(&op), "key {key}: {m:?}");
     }
 }
@@ -206,10 +281,17 @@ async fn inserted_keys_deleted_within_the_statement_end_deleted() {
 async fn migration_v2_upgrades_capture_of_tables_tiered_before() {
     let db = create_db("tier_upgrade");
     let mut direct = connect_direct(&db).await;
-    direct.batch_execute("CREATE TABLE events(id bigint PRIMARY KEY, kind text NOT NULL)").await.unwrap();
+    direct
+        .batch_execute("CREATE TABLE events(id bigint PRIMARY KEY, kind text NOT NULL)")
+        .await
+        .unwrap();
     let proxy = tiering_proxy(&db).await;
     let c = proxy.connect(&db).await;
-    let id = admin(&c, "SELECT coldwire.tier_table('events')").await.unwrap()["id"].as_i64().unwrap();
+    let id = admin(&c, "SELECT coldwire.tier_table('events')")
+        .await
+        .unwrap()["id"]
+        .as_i64()
+        .unwrap();
     drop(c);
     drop(proxy);
     // What an older build left: version 1, a seq index, a capture function that differs.
@@ -224,9 +306,18 @@ async fn migration_v2_upgrades_capture_of_tables_tiered_before() {
         .await
         .unwrap();
     let report = coldwire::catalog::migrate(&mut direct).await.unwrap();
-    assert_eq!((report.from_version, report.to_version), (1, coldwire::catalog::latest_version()));
-    let index: Option<String> =
-        direct.query_one(&format!("SELECT to_regclass('coldwire.m_{id}_seq')::text"), &[]).await.unwrap().get(0);
+    assert_eq!(
+        (report.from_version, report.to_version),
+        (1, coldwire::catalog::latest_version())
+    );
+    let index: Option<String> = direct
+        .query_one(
+            &format!("SELECT to_regclass('coldwire.m_{id}_seq')::text"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(index, None, "the seq index is dropped");
     // The new function captures again, under the table's current name.
     direct
@@ -236,7 +327,12 @@ async fn migration_v2_upgrades_capture_of_tables_tiered_before() {
     let m: BTreeMap<i64, i16> = mirror(&direct, id).await;
     assert_eq!(m, BTreeMap::from([(1, 1), (2, 3)]));
     let public: bool = direct
-        .query_one(&format!("SELECT has_function_privilege('public', 'coldwire.capture_{id}()', 'EXECUTE')"), &[])
+        .query_one(
+            &format!(
+                "SELECT has_function_privilege('public', 'coldwire.capture_{id}()', 'EXECUTE')"
+            ),
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -268,15 +364,28 @@ async fn tables_that_cannot_be_tiered_are_refused_with_every_offender_named() {
     let refused = |table: &'static str, needle: &'static str| {
         let c = &c;
         async move {
-            let e = admin(c, &format!("SELECT coldwire.tier_table('{table}')")).await.unwrap_err();
+            let e = admin(c, &format!("SELECT coldwire.tier_table('{table}')"))
+                .await
+                .unwrap_err();
             let db_err = e.as_db_error().unwrap_or_else(|| panic!("{table}: {e:?}"));
-            assert_eq!(db_err.code(), &SqlState::FEATURE_NOT_SUPPORTED, "{table}: {db_err:?}");
+            assert_eq!(
+                db_err.code(),
+                &SqlState::FEATURE_NOT_SUPPORTED,
+                "{table}: {db_err:?}"
+            );
             let detail = db_err.detail().unwrap_or_default();
-            assert!(detail.contains(needle), "{table}: {needle:?} not in {detail:?}");
+            assert!(
+                detail.contains(needle),
+                "{table}: {needle:?} not in {detail:?}"
+            );
         }
     };
     refused("nopk", "no primary key").await;
-    refused("numkey", "column k has type numeric, whose equality is not byte equality").await;
+    refused(
+        "numkey",
+        "column k has type numeric, whose equality is not byte equality",
+    )
+    .await;
     refused("odd", "column at has type point").await;
     refused("odd", "odd_code_key").await;
     refused("parent", "child_parent_id_fkey on child").await;
@@ -285,13 +394,22 @@ async fn tables_that_cannot_be_tiered_are_refused_with_every_offender_named() {
     refused("parted", "partitioned").await;
     refused("deferred", "primary key is DEFERRABLE").await;
 
-    let e = admin(&c, "SELECT coldwire.tier_table('missing')").await.unwrap_err();
+    let e = admin(&c, "SELECT coldwire.tier_table('missing')")
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::UNDEFINED_TABLE));
     // Nothing was created for any of them.
-    let n: i64 = direct.query_one("SELECT count(*) FROM coldwire.tables", &[]).await.unwrap().get(0);
+    let n: i64 = direct
+        .query_one("SELECT count(*) FROM coldwire.tables", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(n, 0);
     let triggers: i64 = direct
-        .query_one("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'coldwire%'", &[])
+        .query_one(
+            "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'coldwire%'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -304,50 +422,115 @@ async fn only_owners_and_coldwire_admins_may_tier() {
     psql_admin(&db, "CREATE TABLE owned(id int PRIMARY KEY); CREATE ROLE mallory LOGIN; GRANT ALL ON owned TO mallory;");
     let proxy = tiering_proxy(&db).await;
     let mallory = common::connect_url(&proxy.url("mallory", &db)).await;
-    let e = admin(&mallory, "SELECT coldwire.tier_table('owned')").await.unwrap_err();
+    let e = admin(&mallory, "SELECT coldwire.tier_table('owned')")
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE));
-    assert!(e.as_db_error().unwrap().message().contains("owner of table public.owned"));
-    let e = admin(&mallory, r#"SELECT coldwire.set_policy('owned', '{"auto_flush": false}')"#).await.unwrap_err();
+    assert!(e
+        .as_db_error()
+        .unwrap()
+        .message()
+        .contains("owner of table public.owned"));
+    let e = admin(
+        &mallory,
+        r#"SELECT coldwire.set_policy('owned', '{"auto_flush": false}')"#,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE));
     // The owner may.
     let owner = proxy.connect(&db).await;
-    assert_eq!(admin(&owner, "SELECT coldwire.tier_table('owned')").await.unwrap()["mirror_rows"], 0);
+    assert_eq!(
+        admin(&owner, "SELECT coldwire.tier_table('owned')")
+            .await
+            .unwrap()["mirror_rows"],
+        0
+    );
 }
 
 #[tokio::test]
 async fn policies_are_validated_stored_and_merged() {
     let db = create_db("policy");
-    psql_admin(&db, "CREATE TABLE p(id uuid PRIMARY KEY, v text); CREATE TABLE plain(id int PRIMARY KEY);");
+    psql_admin(
+        &db,
+        "CREATE TABLE p(id uuid PRIMARY KEY, v text); CREATE TABLE plain(id int PRIMARY KEY);",
+    );
     let proxy = tiering_proxy(&db).await;
     let c = proxy.connect(&db).await;
 
-    let e = admin(&c, r#"SELECT coldwire.tier_table('p', '{"max_rows_per_file": 0}')"#).await.unwrap_err();
+    let e = admin(
+        &c,
+        r#"SELECT coldwire.tier_table('p', '{"max_rows_per_file": 0}')"#,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::INVALID_PARAMETER_VALUE));
-    assert!(e.as_db_error().unwrap().message().contains("max_rows_per_file"));
+    assert!(e
+        .as_db_error()
+        .unwrap()
+        .message()
+        .contains("max_rows_per_file"));
     let direct = connect_direct(&db).await;
-    let n: i64 = direct.query_one("SELECT count(*) FROM coldwire.tables", &[]).await.unwrap().get(0);
+    let n: i64 = direct
+        .query_one("SELECT count(*) FROM coldwire.tables", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(n, 0, "a bad policy creates nothing");
 
     // Extended protocol, typed parameters, jsonb result.
-    let stmt = c.prepare_typed("SELECT coldwire.tier_table($1, $2)", &[Type::TEXT, Type::JSONB]).await.unwrap();
-    let row = c.query_one(&stmt, &[&"p", &json!({"check_interval": "1s"})]).await.unwrap();
+    let stmt = c
+        .prepare_typed(
+            "SELECT coldwire.tier_table($1, $2)",
+            &[Type::TEXT, Type::JSONB],
+        )
+        .await
+        .unwrap();
+    let row = c
+        .query_one(&stmt, &[&"p", &json!({"check_interval": "1s"})])
+        .await
+        .unwrap();
     let result: Value = row.get(0);
     assert_eq!(result["policy"]["check_interval"], "1s");
 
-    let updated = admin(&c, r#"SELECT coldwire.set_policy('p', '{"hot_row_limit": 42}')"#).await.unwrap();
+    let updated = admin(
+        &c,
+        r#"SELECT coldwire.set_policy('p', '{"hot_row_limit": 42}')"#,
+    )
+    .await
+    .unwrap();
     assert_eq!(updated["policy"]["hot_row_limit"], 42);
-    assert_eq!(updated["policy"]["check_interval"], "1s", "earlier keys are kept");
-    let stored: Value = direct.query_one("SELECT policy FROM coldwire.tables", &[]).await.unwrap().get(0);
+    assert_eq!(
+        updated["policy"]["check_interval"], "1s",
+        "earlier keys are kept"
+    );
+    let stored: Value = direct
+        .query_one("SELECT policy FROM coldwire.tables", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(stored, updated["policy"]);
 
-    let e = admin(&c, r#"SELECT coldwire.set_policy('plain', '{"hot_row_limit": 1}')"#).await.unwrap_err();
+    let e = admin(
+        &c,
+        r#"SELECT coldwire.set_policy('plain', '{"hot_row_limit": 1}')"#,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE));
-    let e = admin(&c, "SELECT coldwire.flush_table('plain')").await.unwrap_err();
+    let e = admin(&c, "SELECT coldwire.flush_table('plain')")
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE));
 
     // A session on another database cannot tier through this proxy's catalog.
     let other = create_db("policy_other");
     let c2 = proxy.connect(&other).await;
-    let e = admin(&c2, "SELECT coldwire.tier_table('p')").await.unwrap_err();
-    assert!(e.as_db_error().unwrap().message().contains("service_url"), "{e:?}");
+    let e = admin(&c2, "SELECT coldwire.tier_table('p')")
+        .await
+        .unwrap_err();
+    assert!(
+        e.as_db_error().unwrap().message().contains("service_url"),
+        "{e:?}"
+    );
 }

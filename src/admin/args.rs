@@ -37,7 +37,13 @@ pub struct Param<'a> {
 const UNKNOWN: u32 = 705;
 
 /// Types whose text form a parameter may carry for a regclass argument.
-const TEXTUAL: [u32; 5] = [oid::TEXT, 1043 /* varchar */, 19 /* name */, UNKNOWN, 0];
+const TEXTUAL: [u32; 5] = [
+    oid::TEXT,
+    1043, /* varchar */
+    19,   /* name */
+    UNKNOWN,
+    0,
+];
 
 /// The call's arguments read for its declared parameter types.
 ///
@@ -55,10 +61,16 @@ pub fn resolve(call: &AdminCall, params: &[Param<'_>]) -> Result<Vec<Resolved>, 
                 Some(ArgValue::Literal(text)) => from_text(function, name, type_oid, text)?,
                 Some(ArgValue::Bool(b)) if type_oid == oid::BOOL => Resolved::Bool(*b),
                 Some(ArgValue::Bool(_)) => {
-                    return Err(AdminError::WrongType { function, name, expected: type_name(type_oid) })
+                    return Err(AdminError::WrongType {
+                        function,
+                        name,
+                        expected: type_name(type_oid),
+                    })
                 }
                 Some(ArgValue::Param(n)) => {
-                    let p = params.get(n - 1).ok_or(AdminError::MissingParameter { number: *n })?;
+                    let p = params
+                        .get(n - 1)
+                        .ok_or(AdminError::MissingParameter { number: *n })?;
                     from_param(function, name, type_oid, p)?
                 }
             };
@@ -70,20 +82,39 @@ pub fn resolve(call: &AdminCall, params: &[Param<'_>]) -> Result<Vec<Resolved>, 
         .collect()
 }
 
-fn from_text(function: &'static str, name: &'static str, type_oid: u32, text: &str) -> Result<Resolved, AdminError> {
-    let invalid = || AdminError::InvalidText { type_name: type_name(type_oid), value: text.chars().take(80).collect() };
+fn from_text(
+    function: &'static str,
+    name: &'static str,
+    type_oid: u32,
+    text: &str,
+) -> Result<Resolved, AdminError> {
+    let invalid = || AdminError::InvalidText {
+        type_name: type_name(type_oid),
+        value: text.chars().take(80).collect(),
+    };
     let _ = (function, name);
     match type_oid {
         oid::REGCLASS => Ok(Resolved::Table(TableRef::Name(text.to_owned()))),
-        oid::JSONB => serde_json::from_str(text).map(Resolved::Json).map_err(|_| invalid()),
+        oid::JSONB => serde_json::from_str(text)
+            .map(Resolved::Json)
+            .map_err(|_| invalid()),
         oid::BOOL => parse_bool(text).map(Resolved::Bool).ok_or_else(invalid),
         _ => Err(invalid()),
     }
 }
 
-fn from_param(function: &'static str, name: &'static str, declared: u32, p: &Param<'_>) -> Result<Resolved, AdminError> {
-    let Some(bytes) = p.value else { return Ok(Resolved::Default) };
-    let bad_binary = || AdminError::BadBinary { type_name: type_name(declared) };
+fn from_param(
+    function: &'static str,
+    name: &'static str,
+    declared: u32,
+    p: &Param<'_>,
+) -> Result<Resolved, AdminError> {
+    let Some(bytes) = p.value else {
+        return Ok(Resolved::Default);
+    };
+    let bad_binary = || AdminError::BadBinary {
+        type_name: type_name(declared),
+    };
     if !p.binary {
         let text = std::str::from_utf8(bytes).map_err(|_| bad_binary())?;
         return from_text(function, name, declared, text);
@@ -93,21 +124,29 @@ fn from_param(function: &'static str, name: &'static str, declared: u32, p: &Par
             let b: [u8; 4] = bytes.try_into().map_err(|_| bad_binary())?;
             Ok(Resolved::Table(TableRef::Oid(u32::from_be_bytes(b))))
         }
-        (oid::REGCLASS, t) if TEXTUAL.contains(&t) => {
-            Ok(Resolved::Table(TableRef::Name(std::str::from_utf8(bytes).map_err(|_| bad_binary())?.to_owned())))
-        }
+        (oid::REGCLASS, t) if TEXTUAL.contains(&t) => Ok(Resolved::Table(TableRef::Name(
+            std::str::from_utf8(bytes)
+                .map_err(|_| bad_binary())?
+                .to_owned(),
+        ))),
         (oid::JSONB, oid::JSONB | 0) => match bytes.split_first() {
-            Some((1, json)) => serde_json::from_slice(json).map(Resolved::Json).map_err(|_| bad_binary()),
+            Some((1, json)) => serde_json::from_slice(json)
+                .map(Resolved::Json)
+                .map_err(|_| bad_binary()),
             _ => Err(bad_binary()),
         },
-        (oid::JSONB, 114 /* json */) | (oid::JSONB, oid::TEXT) => {
-            serde_json::from_slice(bytes).map(Resolved::Json).map_err(|_| bad_binary())
-        }
+        (oid::JSONB, 114 /* json */) | (oid::JSONB, oid::TEXT) => serde_json::from_slice(bytes)
+            .map(Resolved::Json)
+            .map_err(|_| bad_binary()),
         (oid::BOOL, oid::BOOL | 0) => match bytes {
             [b] => Ok(Resolved::Bool(*b != 0)),
             _ => Err(bad_binary()),
         },
-        _ => Err(AdminError::WrongType { function, name, expected: type_name(declared) }),
+        _ => Err(AdminError::WrongType {
+            function,
+            name,
+            expected: type_name(declared),
+        }),
     }
 }
 
@@ -166,13 +205,25 @@ mod tests {
         let c = call(r#"SELECT coldwire.tier_table('s."Ev"', '{"hot_row_limit": 3}')"#);
         assert_eq!(
             resolve(&c, &[]).unwrap(),
-            vec![Resolved::Table(TableRef::Name(r#"s."Ev""#.into())), Resolved::Json(json!({"hot_row_limit": 3}))]
+            vec![
+                Resolved::Table(TableRef::Name(r#"s."Ev""#.into())),
+                Resolved::Json(json!({"hot_row_limit": 3}))
+            ]
         );
         let c = call("SELECT coldwire.flush_table('t', wait => 'yes')");
         assert_eq!(resolve(&c, &[]).unwrap()[1], Resolved::Bool(true));
-        assert!(matches!(resolve(&call("SELECT coldwire.tier_table('t', '{oops')"), &[]), Err(AdminError::InvalidText { .. })));
-        assert!(matches!(resolve(&call("SELECT coldwire.tier_table(NULL)"), &[]), Err(AdminError::NullArgument { .. })));
-        assert!(matches!(resolve(&call("SELECT coldwire.tier_table(true)"), &[]), Err(AdminError::WrongType { .. })));
+        assert!(matches!(
+            resolve(&call("SELECT coldwire.tier_table('t', '{oops')"), &[]),
+            Err(AdminError::InvalidText { .. })
+        ));
+        assert!(matches!(
+            resolve(&call("SELECT coldwire.tier_table(NULL)"), &[]),
+            Err(AdminError::NullArgument { .. })
+        ));
+        assert!(matches!(
+            resolve(&call("SELECT coldwire.tier_table(true)"), &[]),
+            Err(AdminError::WrongType { .. })
+        ));
     }
 
     #[test]
@@ -180,23 +231,56 @@ mod tests {
         let c = call("SELECT coldwire.flush_table($1, wait => $2, drain => $3)");
         let oid_bytes = 16384u32.to_be_bytes();
         let params = [
-            Param { value: Some(&oid_bytes), binary: true, type_oid: oid::REGCLASS },
-            Param { value: Some(&[1]), binary: true, type_oid: oid::BOOL },
-            Param { value: Some(b"off"), binary: false, type_oid: 0 },
+            Param {
+                value: Some(&oid_bytes),
+                binary: true,
+                type_oid: oid::REGCLASS,
+            },
+            Param {
+                value: Some(&[1]),
+                binary: true,
+                type_oid: oid::BOOL,
+            },
+            Param {
+                value: Some(b"off"),
+                binary: false,
+                type_oid: 0,
+            },
         ];
         assert_eq!(
             resolve(&c, &params).unwrap(),
-            vec![Resolved::Table(TableRef::Oid(16384)), Resolved::Bool(true), Resolved::Bool(false)]
+            vec![
+                Resolved::Table(TableRef::Oid(16384)),
+                Resolved::Bool(true),
+                Resolved::Bool(false)
+            ]
         );
-        assert!(matches!(resolve(&c, &params[..1]), Err(AdminError::MissingParameter { number: 2 })));
+        assert!(matches!(
+            resolve(&c, &params[..1]),
+            Err(AdminError::MissingParameter { number: 2 })
+        ));
         let c = call("SELECT coldwire.set_policy($1, $2)");
         let jsonb = [&[1u8][..], br#"{"auto_flush": false}"#].concat();
         let params = [
-            Param { value: Some(b"events"), binary: true, type_oid: oid::TEXT },
-            Param { value: Some(&jsonb), binary: true, type_oid: oid::JSONB },
+            Param {
+                value: Some(b"events"),
+                binary: true,
+                type_oid: oid::TEXT,
+            },
+            Param {
+                value: Some(&jsonb),
+                binary: true,
+                type_oid: oid::JSONB,
+            },
         ];
-        assert_eq!(resolve(&c, &params).unwrap()[1], Resolved::Json(json!({"auto_flush": false})));
+        assert_eq!(
+            resolve(&c, &params).unwrap()[1],
+            Resolved::Json(json!({"auto_flush": false}))
+        );
         assert_eq!(parameter_types(&c, &[]), vec![oid::REGCLASS, oid::JSONB]);
-        assert_eq!(parameter_types(&c, &[oid::TEXT]), vec![oid::TEXT, oid::JSONB]);
+        assert_eq!(
+            parameter_types(&c, &[oid::TEXT]),
+            vec![oid::TEXT, oid::JSONB]
+        );
     }
 }

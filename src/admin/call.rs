@@ -22,7 +22,11 @@ pub mod oid {
 }
 
 impl AdminFunction {
-    const ALL: [AdminFunction; 3] = [AdminFunction::TierTable, AdminFunction::SetPolicy, AdminFunction::FlushTable];
+    const ALL: [AdminFunction; 3] = [
+        AdminFunction::TierTable,
+        AdminFunction::SetPolicy,
+        AdminFunction::FlushTable,
+    ];
 
     /// The SQL name, without schema.
     pub fn name(self) -> &'static str {
@@ -36,11 +40,17 @@ impl AdminFunction {
     /// Declared parameters, in order: name, type OID, and whether it may be omitted.
     pub fn params(self) -> &'static [(&'static str, u32, bool)] {
         match self {
-            AdminFunction::TierTable => &[("t", oid::REGCLASS, false), ("policy", oid::JSONB, true)],
-            AdminFunction::SetPolicy => &[("t", oid::REGCLASS, false), ("policy", oid::JSONB, false)],
-            AdminFunction::FlushTable => {
-                &[("t", oid::REGCLASS, false), ("wait", oid::BOOL, true), ("drain", oid::BOOL, true)]
+            AdminFunction::TierTable => {
+                &[("t", oid::REGCLASS, false), ("policy", oid::JSONB, true)]
             }
+            AdminFunction::SetPolicy => {
+                &[("t", oid::REGCLASS, false), ("policy", oid::JSONB, false)]
+            }
+            AdminFunction::FlushTable => &[
+                ("t", oid::REGCLASS, false),
+                ("wait", oid::BOOL, true),
+                ("drain", oid::BOOL, true),
+            ],
         }
     }
 
@@ -76,7 +86,10 @@ pub struct AdminCall {
 /// an admin call (identifiers fold to lower case, so compare ignoring ASCII case).
 pub fn mentions_coldwire(sql: &[u8]) -> bool {
     const NEEDLE: &[u8] = b"coldwire";
-    sql.len() >= NEEDLE.len() && sql.windows(NEEDLE.len()).any(|w| w.eq_ignore_ascii_case(NEEDLE))
+    sql.len() >= NEEDLE.len()
+        && sql
+            .windows(NEEDLE.len())
+            .any(|w| w.eq_ignore_ascii_case(NEEDLE))
 }
 
 /// The admin call `sql` consists of, `Ok(None)` when it calls no admin function (or does not
@@ -87,7 +100,9 @@ pub fn mentions_coldwire(sql: &[u8]) -> bool {
 /// An admin function used other than as `SELECT coldwire.f(args) [AS alias]`, unknown
 /// named parameters, missing or surplus arguments.
 pub fn recognize(sql: &str) -> Result<Option<AdminCall>, AdminError> {
-    let Ok(parsed) = pg_query::parse(sql, 0) else { return Ok(None) };
+    let Ok(parsed) = pg_query::parse(sql, 0) else {
+        return Ok(None);
+    };
     let tree = &parsed.protobuf;
     let uses_admin = tree.nodes().iter().any(|(node, _, _, _)| match node {
         pg_query::NodeRef::FuncCall(f) => admin_function(f).is_some(),
@@ -97,7 +112,9 @@ pub fn recognize(sql: &str) -> Result<Option<AdminCall>, AdminError> {
         return Ok(None);
     }
     let misuse = || AdminError::Misuse;
-    let [raw] = tree.stmts.as_slice() else { return Err(misuse()) };
+    let [raw] = tree.stmts.as_slice() else {
+        return Err(misuse());
+    };
     let Some(N::SelectStmt(select)) = raw.stmt.as_ref().and_then(|s| s.node.as_ref()) else {
         return Err(misuse());
     };
@@ -114,8 +131,12 @@ pub fn recognize(sql: &str) -> Result<Option<AdminCall>, AdminError> {
         && select.distinct_clause.is_empty()
         && select.values_lists.is_empty()
         && select.larg.is_none();
-    let [target] = select.target_list.as_slice() else { return Err(misuse()) };
-    let Some(N::ResTarget(target)) = target.node.as_ref() else { return Err(misuse()) };
+    let [target] = select.target_list.as_slice() else {
+        return Err(misuse());
+    };
+    let Some(N::ResTarget(target)) = target.node.as_ref() else {
+        return Err(misuse());
+    };
     let Some(N::FuncCall(call)) = target.val.as_ref().and_then(|v| v.node.as_ref()) else {
         return Err(misuse());
     };
@@ -131,19 +152,33 @@ pub fn recognize(sql: &str) -> Result<Option<AdminCall>, AdminError> {
         let (slot, value) = match arg.node.as_ref() {
             Some(N::NamedArgExpr(named)) => {
                 named_seen = true;
-                let slot = declared.iter().position(|(n, _, _)| *n == named.name).ok_or_else(|| {
-                    AdminError::UnknownParameter { function: function.name(), name: named.name.clone() }
-                })?;
+                let slot = declared
+                    .iter()
+                    .position(|(n, _, _)| *n == named.name)
+                    .ok_or_else(|| AdminError::UnknownParameter {
+                        function: function.name(),
+                        name: named.name.clone(),
+                    })?;
                 (slot, arg_value(function, named.arg.as_deref())?)
             }
-            _ if named_seen => return Err(AdminError::PositionalAfterNamed { function: function.name() }),
+            _ if named_seen => {
+                return Err(AdminError::PositionalAfterNamed {
+                    function: function.name(),
+                })
+            }
             _ => (position, arg_value(function, Some(arg))?),
         };
         if slot >= declared.len() {
-            return Err(AdminError::TooManyArguments { function: function.name(), max: declared.len() });
+            return Err(AdminError::TooManyArguments {
+                function: function.name(),
+                max: declared.len(),
+            });
         }
         if args[slot].is_some() {
-            return Err(AdminError::DuplicateArgument { function: function.name(), name: declared[slot].0 });
+            return Err(AdminError::DuplicateArgument {
+                function: function.name(),
+                name: declared[slot].0,
+            });
         }
         if let ArgValue::Param(n) = value {
             param_count = param_count.max(n);
@@ -152,11 +187,23 @@ pub fn recognize(sql: &str) -> Result<Option<AdminCall>, AdminError> {
     }
     for ((name, _, optional), arg) in declared.iter().zip(&args) {
         if !optional && arg.is_none() {
-            return Err(AdminError::MissingArgument { function: function.name(), name });
+            return Err(AdminError::MissingArgument {
+                function: function.name(),
+                name,
+            });
         }
     }
-    let column = if target.name.is_empty() { function.name().to_owned() } else { target.name.clone() };
-    Ok(Some(AdminCall { function, args, column, param_count }))
+    let column = if target.name.is_empty() {
+        function.name().to_owned()
+    } else {
+        target.name.clone()
+    };
+    Ok(Some(AdminCall {
+        function,
+        args,
+        column,
+        param_count,
+    }))
 }
 
 /// The admin function a call names, if it is `coldwire.<admin function>`.
@@ -176,7 +223,9 @@ fn admin_function(call: &FuncCall) -> Option<AdminFunction> {
 }
 
 fn arg_value(function: AdminFunction, node: Option<&Node>) -> Result<ArgValue, AdminError> {
-    let computed = || AdminError::ComputedArgument { function: function.name() };
+    let computed = || AdminError::ComputedArgument {
+        function: function.name(),
+    };
     match node.and_then(|n| n.node.as_ref()).ok_or_else(computed)? {
         N::AConst(c) if c.isnull => Ok(ArgValue::Null),
         N::AConst(c) => match c.val.as_ref().ok_or_else(computed)? {
@@ -199,7 +248,9 @@ mod tests {
     use super::*;
 
     fn call(sql: &str) -> AdminCall {
-        recognize(sql).unwrap().unwrap_or_else(|| panic!("{sql} not recognized"))
+        recognize(sql)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{sql} not recognized"))
     }
 
     #[test]
@@ -213,18 +264,35 @@ mod tests {
         assert_eq!(c.function, AdminFunction::FlushTable);
         assert_eq!(
             c.args,
-            vec![Some(ArgValue::Literal("s.events".into())), Some(ArgValue::Bool(true)), Some(ArgValue::Bool(false))]
+            vec![
+                Some(ArgValue::Literal("s.events".into())),
+                Some(ArgValue::Bool(true)),
+                Some(ArgValue::Bool(false))
+            ]
         );
         assert_eq!(c.column, "job");
 
         let c = call("SELECT coldwire.set_policy($1, $2::jsonb)");
-        assert_eq!(c.args, vec![Some(ArgValue::Param(1)), Some(ArgValue::Param(2))]);
+        assert_eq!(
+            c.args,
+            vec![Some(ArgValue::Param(1)), Some(ArgValue::Param(2))]
+        );
         assert_eq!(c.param_count, 2);
 
         let c = call(r#"SELECT coldwire.tier_table('"Mixed Case"', '{"hot_row_limit": 5}')"#);
-        assert_eq!(c.args[1], Some(ArgValue::Literal(r#"{"hot_row_limit": 5}"#.into())));
+        assert_eq!(
+            c.args[1],
+            Some(ArgValue::Literal(r#"{"hot_row_limit": 5}"#.into()))
+        );
         let c = call("SELECT coldwire.flush_table('t', drain => true)");
-        assert_eq!(c.args, vec![Some(ArgValue::Literal("t".into())), None, Some(ArgValue::Bool(true))]);
+        assert_eq!(
+            c.args,
+            vec![
+                Some(ArgValue::Literal("t".into())),
+                None,
+                Some(ArgValue::Bool(true))
+            ]
+        );
     }
 
     #[test]
@@ -242,15 +310,42 @@ mod tests {
 
     #[test]
     fn misuse_is_an_error_naming_the_problem() {
-        assert!(matches!(recognize("SELECT coldwire.tier_table('a'); SELECT 1"), Err(AdminError::Misuse)));
-        assert!(matches!(recognize("SELECT coldwire.tier_table(relname) FROM pg_class"), Err(AdminError::Misuse)));
-        assert!(matches!(recognize("SELECT 1, coldwire.flush_table('t')"), Err(AdminError::Misuse)));
-        assert!(matches!(recognize("SELECT coldwire.flush_table('t' || 'x')"), Err(AdminError::ComputedArgument { .. })));
-        assert!(matches!(recognize("SELECT coldwire.flush_table('t', hurry => true)"), Err(AdminError::UnknownParameter { .. })));
-        assert!(matches!(recognize("SELECT coldwire.set_policy('t')"), Err(AdminError::MissingArgument { name: "policy", .. })));
-        assert!(matches!(recognize("SELECT coldwire.tier_table('t', NULL, 1)"), Err(AdminError::TooManyArguments { .. })));
-        assert!(matches!(recognize("SELECT coldwire.tier_table(t => 'a', t => 'b')"), Err(AdminError::DuplicateArgument { .. })));
-        assert!(matches!(recognize("SELECT coldwire.flush_table(wait => true, 't')"), Err(AdminError::PositionalAfterNamed { .. })));
+        assert!(matches!(
+            recognize("SELECT coldwire.tier_table('a'); SELECT 1"),
+            Err(AdminError::Misuse)
+        ));
+        assert!(matches!(
+            recognize("SELECT coldwire.tier_table(relname) FROM pg_class"),
+            Err(AdminError::Misuse)
+        ));
+        assert!(matches!(
+            recognize("SELECT 1, coldwire.flush_table('t')"),
+            Err(AdminError::Misuse)
+        ));
+        assert!(matches!(
+            recognize("SELECT coldwire.flush_table('t' || 'x')"),
+            Err(AdminError::ComputedArgument { .. })
+        ));
+        assert!(matches!(
+            recognize("SELECT coldwire.flush_table('t', hurry => true)"),
+            Err(AdminError::UnknownParameter { .. })
+        ));
+        assert!(matches!(
+            recognize("SELECT coldwire.set_policy('t')"),
+            Err(AdminError::MissingArgument { name: "policy", .. })
+        ));
+        assert!(matches!(
+            recognize("SELECT coldwire.tier_table('t', NULL, 1)"),
+            Err(AdminError::TooManyArguments { .. })
+        ));
+        assert!(matches!(
+            recognize("SELECT coldwire.tier_table(t => 'a', t => 'b')"),
+            Err(AdminError::DuplicateArgument { .. })
+        ));
+        assert!(matches!(
+            recognize("SELECT coldwire.flush_table(wait => true, 't')"),
+            Err(AdminError::PositionalAfterNamed { .. })
+        ));
     }
 
     #[test]

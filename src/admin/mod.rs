@@ -20,25 +20,44 @@ pub enum AdminError {
     #[error("arguments of coldwire.{function} must be literals or parameters")]
     ComputedArgument { function: &'static str },
     #[error("coldwire.{function} has no parameter named \"{name}\"")]
-    UnknownParameter { function: &'static str, name: String },
+    UnknownParameter {
+        function: &'static str,
+        name: String,
+    },
     #[error("coldwire.{function} takes at most {max} arguments")]
     TooManyArguments { function: &'static str, max: usize },
     #[error("coldwire.{function}: argument \"{name}\" given twice")]
-    DuplicateArgument { function: &'static str, name: &'static str },
+    DuplicateArgument {
+        function: &'static str,
+        name: &'static str,
+    },
     #[error("coldwire.{function}: positional argument after a named one")]
     PositionalAfterNamed { function: &'static str },
     #[error("coldwire.{function}: argument \"{name}\" is required")]
-    MissingArgument { function: &'static str, name: &'static str },
+    MissingArgument {
+        function: &'static str,
+        name: &'static str,
+    },
     #[error("invalid policy: {0}")]
     Policy(#[from] policy::PolicyError),
     #[error("invalid input syntax for type {type_name}: \"{value}\"")]
-    InvalidText { type_name: &'static str, value: String },
+    InvalidText {
+        type_name: &'static str,
+        value: String,
+    },
     #[error("incorrect binary data format for a {type_name} parameter")]
     BadBinary { type_name: &'static str },
     #[error("coldwire.{function}: argument \"{name}\" must be of type {expected}")]
-    WrongType { function: &'static str, name: &'static str, expected: &'static str },
+    WrongType {
+        function: &'static str,
+        name: &'static str,
+        expected: &'static str,
+    },
     #[error("coldwire.{function}: argument \"{name}\" must not be null")]
-    NullArgument { function: &'static str, name: &'static str },
+    NullArgument {
+        function: &'static str,
+        name: &'static str,
+    },
     #[error("there is no parameter ${number}")]
     MissingParameter { number: usize },
     #[error("coldwire tiering is not enabled on this proxy (no service_url)")]
@@ -60,7 +79,12 @@ pub enum AdminError {
     #[error("{0} is not implemented yet")]
     NotImplemented(&'static str),
     #[error("{message}")]
-    Postgres { code: String, message: String, detail: Option<String>, hint: Option<String> },
+    Postgres {
+        code: String,
+        message: String,
+        detail: Option<String>,
+        hint: Option<String>,
+    },
     #[error("coldwire's service connection to Postgres failed")]
     ServiceUnavailable,
 }

@@ -57,14 +57,28 @@ impl Policy {
         };
         let mut p = self.clone();
         for (key, value) in map {
-            let bad = |reason: &str| PolicyError::BadValue { key: key.clone(), reason: reason.into() };
+            let bad = |reason: &str| PolicyError::BadValue {
+                key: key.clone(),
+                reason: reason.into(),
+            };
             match key.as_str() {
-                "hot_row_limit" => p.hot_row_limit = whole(value, 0).ok_or_else(|| bad("must be a whole number ≥ 0"))?,
-                "min_flush_rows" => p.min_flush_rows = whole(value, 1).ok_or_else(|| bad("must be a whole number ≥ 1"))?,
-                "max_rows_per_file" => {
-                    p.max_rows_per_file = whole(value, 1).ok_or_else(|| bad("must be a whole number ≥ 1"))?
+                "hot_row_limit" => {
+                    p.hot_row_limit =
+                        whole(value, 0).ok_or_else(|| bad("must be a whole number ≥ 0"))?
                 }
-                "auto_flush" => p.auto_flush = value.as_bool().ok_or_else(|| bad("must be true or false"))?,
+                "min_flush_rows" => {
+                    p.min_flush_rows =
+                        whole(value, 1).ok_or_else(|| bad("must be a whole number ≥ 1"))?
+                }
+                "max_rows_per_file" => {
+                    p.max_rows_per_file =
+                        whole(value, 1).ok_or_else(|| bad("must be a whole number ≥ 1"))?
+                }
+                "auto_flush" => {
+                    p.auto_flush = value
+                        .as_bool()
+                        .ok_or_else(|| bad("must be true or false"))?
+                }
                 "check_interval" => {
                     let interval = match value {
                         Value::String(s) => parse_interval(s),
@@ -90,7 +104,10 @@ impl Policy {
         m.insert("min_flush_rows".into(), self.min_flush_rows.into());
         m.insert("max_rows_per_file".into(), self.max_rows_per_file.into());
         m.insert("auto_flush".into(), self.auto_flush.into());
-        m.insert("check_interval".into(), format_interval(self.check_interval).into());
+        m.insert(
+            "check_interval".into(),
+            format_interval(self.check_interval).into(),
+        );
         Value::Object(m)
     }
 }
@@ -113,7 +130,9 @@ fn json_kind(v: &Value) -> &'static str {
 /// `500ms`, `10s`, `10 seconds`, `5min`, `2h`, or a bare number of seconds.
 fn parse_interval(text: &str) -> Option<Duration> {
     let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let n: f64 = number.parse().ok().filter(|n: &f64| n.is_finite())?;
     let seconds = match unit.trim() {
@@ -149,27 +168,62 @@ mod tests {
         assert_eq!(p.max_rows_per_file, 1_000_000);
         assert!(!p.auto_flush);
         assert_eq!(p.check_interval, Duration::from_millis(250));
-        assert_eq!(Policy::default().merged(&json!({"check_interval": 2})).unwrap().check_interval, Duration::from_secs(2));
-        assert_eq!(Policy::default().merged(&json!({"check_interval": "5min"})).unwrap().check_interval, Duration::from_secs(300));
+        assert_eq!(
+            Policy::default()
+                .merged(&json!({"check_interval": 2}))
+                .unwrap()
+                .check_interval,
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            Policy::default()
+                .merged(&json!({"check_interval": "5min"}))
+                .unwrap()
+                .check_interval,
+            Duration::from_secs(300)
+        );
     }
 
     #[test]
     fn round_trips_through_json() {
-        let p = Policy { check_interval: Duration::from_millis(1500), ..Policy::default() };
+        let p = Policy {
+            check_interval: Duration::from_millis(1500),
+            ..Policy::default()
+        };
         assert_eq!(Policy::default().merged(&p.to_json()).unwrap(), p);
-        assert_eq!(Policy::default().merged(&Policy::default().to_json()).unwrap(), Policy::default());
+        assert_eq!(
+            Policy::default()
+                .merged(&Policy::default().to_json())
+                .unwrap(),
+            Policy::default()
+        );
     }
 
     #[test]
     fn names_the_offending_key() {
         let err = |v: Value| Policy::default().merged(&v).unwrap_err();
-        assert_eq!(err(json!({"hot_rows": 1})), PolicyError::UnknownKey("hot_rows".into()));
-        assert!(matches!(err(json!({"hot_row_limit": -1})), PolicyError::BadValue { key, .. } if key == "hot_row_limit"));
-        assert!(matches!(err(json!({"min_flush_rows": 0})), PolicyError::BadValue { key, .. } if key == "min_flush_rows"));
-        assert!(matches!(err(json!({"max_rows_per_file": "big"})), PolicyError::BadValue { key, .. } if key == "max_rows_per_file"));
-        assert!(matches!(err(json!({"auto_flush": 1})), PolicyError::BadValue { key, .. } if key == "auto_flush"));
-        assert!(matches!(err(json!({"check_interval": "soon"})), PolicyError::BadValue { key, .. } if key == "check_interval"));
-        assert!(matches!(err(json!({"check_interval": "10ms"})), PolicyError::BadValue { key, .. } if key == "check_interval"));
+        assert_eq!(
+            err(json!({"hot_rows": 1})),
+            PolicyError::UnknownKey("hot_rows".into())
+        );
+        assert!(
+            matches!(err(json!({"hot_row_limit": -1})), PolicyError::BadValue { key, .. } if key == "hot_row_limit")
+        );
+        assert!(
+            matches!(err(json!({"min_flush_rows": 0})), PolicyError::BadValue { key, .. } if key == "min_flush_rows")
+        );
+        assert!(
+            matches!(err(json!({"max_rows_per_file": "big"})), PolicyError::BadValue { key, .. } if key == "max_rows_per_file")
+        );
+        assert!(
+            matches!(err(json!({"auto_flush": 1})), PolicyError::BadValue { key, .. } if key == "auto_flush")
+        );
+        assert!(
+            matches!(err(json!({"check_interval": "soon"})), PolicyError::BadValue { key, .. } if key == "check_interval")
+        );
+        assert!(
+            matches!(err(json!({"check_interval": "10ms"})), PolicyError::BadValue { key, .. } if key == "check_interval")
+        );
         assert!(matches!(err(json!([1])), PolicyError::NotAnObject(_)));
     }
 }

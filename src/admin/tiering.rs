@@ -25,7 +25,11 @@ pub struct Tiering {
 impl Tiering {
     /// An executor for the catalog reached through `service`.
     pub fn new(service: tokio_postgres::Config) -> Self {
-        let database = service.get_dbname().or(service.get_user()).unwrap_or("postgres").to_owned();
+        let database = service
+            .get_dbname()
+            .or(service.get_user())
+            .unwrap_or("postgres")
+            .to_owned();
         Self { service, database }
     }
 }
@@ -39,7 +43,9 @@ impl AdminExecutor for Tiering {
                     session: request.database.clone(),
                 });
             }
-            let mut client = catalog::connect(&self.service).await.map_err(service_error)?;
+            let mut client = catalog::connect(&self.service)
+                .await
+                .map_err(service_error)?;
             match request.function {
                 AdminFunction::TierTable => tier_table(&mut client, &request).await,
                 AdminFunction::SetPolicy => set_policy(&mut client, &request).await,
@@ -56,14 +62,21 @@ async fn tier_table(client: &mut Client, request: &AdminRequest) -> Result<Value
         _ => json!({}),
     };
     let policy = Policy::default().merged(&changes)?;
-    let facts = inspect::table_facts(client, table).await.map_err(service_error)?;
+    let facts = inspect::table_facts(client, table)
+        .await
+        .map_err(service_error)?;
     check_may_manage(client, &request.user, &facts).await?;
     if facts.tiered_id.is_some() {
-        return Err(AdminError::AlreadyTiered { table: facts.display_name() });
+        return Err(AdminError::AlreadyTiered {
+            table: facts.display_name(),
+        });
     }
     let reasons = facts.refusals();
     if !reasons.is_empty() {
-        return Err(AdminError::Refused { table: facts.display_name(), reasons });
+        return Err(AdminError::Refused {
+            table: facts.display_name(),
+            reasons,
+        });
     }
     let columns: Vec<Value> = facts
         .columns
@@ -75,7 +88,11 @@ async fn tier_table(client: &mut Client, request: &AdminRequest) -> Result<Value
     // 1. Catalog row, mirror, capture function and triggers: one short transaction (the
     //    triggers lock out writers until it commits).
     let tx = client.transaction().await.map_err(pg_error)?;
-    tx.batch_execute(&format!("SET LOCAL lock_timeout = '{TRIGGER_LOCK_TIMEOUT}'")).await.map_err(pg_error)?;
+    tx.batch_execute(&format!(
+        "SET LOCAL lock_timeout = '{TRIGGER_LOCK_TIMEOUT}'"
+    ))
+    .await
+    .map_err(pg_error)?;
     let prefix = format!("{}.{}", facts.schema, facts.name);
     let id: i64 = tx
         .query_one(
@@ -102,7 +119,11 @@ async fn tier_table(client: &mut Client, request: &AdminRequest) -> Result<Value
         id,
         schema: facts.schema.clone(),
         table: facts.name.clone(),
-        pk: facts.pk_columns().iter().map(|c| (c.name.clone(), c.type_name.clone())).collect(),
+        pk: facts
+            .pk_columns()
+            .iter()
+            .map(|c| (c.name.clone(), c.type_name.clone()))
+            .collect(),
     };
     for statement in spec.install() {
         tx.batch_execute(&statement).await.map_err(pg_error)?;
@@ -114,7 +135,11 @@ async fn tier_table(client: &mut Client, request: &AdminRequest) -> Result<Value
     let seeded = async {
         let tx = client.transaction().await?;
         let rows = tx.execute(&spec.seed(), &[]).await?;
-        tx.execute("UPDATE coldwire.tables SET state = 'active' WHERE id = $1", &[&id]).await?;
+        tx.execute(
+            "UPDATE coldwire.tables SET state = 'active' WHERE id = $1",
+            &[&id],
+        )
+        .await?;
         tx.batch_execute("NOTIFY coldwire_catalog").await?;
         tx.commit().await?;
         Ok::<u64, tokio_postgres::Error>(rows)
@@ -146,26 +171,41 @@ async fn tier_table(client: &mut Client, request: &AdminRequest) -> Result<Value
 async fn set_policy(client: &mut Client, request: &AdminRequest) -> Result<Value, AdminError> {
     let table = table_arg(request)?;
     let Some(Resolved::Json(changes)) = request.args.get(1) else {
-        return Err(AdminError::NullArgument { function: "set_policy", name: "policy" });
+        return Err(AdminError::NullArgument {
+            function: "set_policy",
+            name: "policy",
+        });
     };
     // Check the keys before looking anything up.
     Policy::default().merged(changes)?;
-    let facts = inspect::table_facts(client, table).await.map_err(service_error)?;
+    let facts = inspect::table_facts(client, table)
+        .await
+        .map_err(service_error)?;
     check_may_manage(client, &request.user, &facts).await?;
     let Some(id) = facts.tiered_id else {
-        return Err(AdminError::NotTiered { table: facts.display_name() });
+        return Err(AdminError::NotTiered {
+            table: facts.display_name(),
+        });
     };
     let tx = client.transaction().await.map_err(pg_error)?;
     let current: Value = tx
-        .query_one("SELECT policy FROM coldwire.tables WHERE id = $1 FOR UPDATE", &[&id])
+        .query_one(
+            "SELECT policy FROM coldwire.tables WHERE id = $1 FOR UPDATE",
+            &[&id],
+        )
         .await
         .map_err(pg_error)?
         .get(0);
     let policy = Policy::default().merged(&current)?.merged(changes)?;
-    tx.execute("UPDATE coldwire.tables SET policy = $2 WHERE id = $1", &[&id, &policy.to_json()])
+    tx.execute(
+        "UPDATE coldwire.tables SET policy = $2 WHERE id = $1",
+        &[&id, &policy.to_json()],
+    )
+    .await
+    .map_err(pg_error)?;
+    tx.batch_execute("NOTIFY coldwire_catalog")
         .await
         .map_err(pg_error)?;
-    tx.batch_execute("NOTIFY coldwire_catalog").await.map_err(pg_error)?;
     tx.commit().await.map_err(pg_error)?;
     Ok(json!({"table": facts.display_name(), "policy": policy.to_json()}))
 }
@@ -175,15 +215,23 @@ async fn flush_table(client: &mut Client, request: &AdminRequest) -> Result<Valu
     let table = table_arg(request)?;
     let flag = |i: usize| matches!(request.args.get(i), Some(Resolved::Bool(true)));
     let (wait, drain) = (flag(1), flag(2));
-    let facts = inspect::table_facts(client, table).await.map_err(service_error)?;
+    let facts = inspect::table_facts(client, table)
+        .await
+        .map_err(service_error)?;
     check_may_manage(client, &request.user, &facts).await?;
     let Some(id) = facts.tiered_id else {
-        return Err(AdminError::NotTiered { table: facts.display_name() });
+        return Err(AdminError::NotTiered {
+            table: facts.display_name(),
+        });
     };
-    let mut job = crate::flush::jobs::enqueue_flush(client, id, drain).await.map_err(pg_error)?;
+    let mut job = crate::flush::jobs::enqueue_flush(client, id, drain)
+        .await
+        .map_err(pg_error)?;
     while wait && matches!(job.state.as_str(), "pending" | "running") {
         tokio::time::sleep(FLUSH_POLL).await;
-        job = crate::flush::jobs::get(client, job.id).await.map_err(pg_error)?;
+        job = crate::flush::jobs::get(client, job.id)
+            .await
+            .map_err(pg_error)?;
     }
     let mut result = job.to_json();
     result["table"] = Value::String(facts.display_name());
@@ -196,13 +244,20 @@ const FLUSH_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 fn table_arg(request: &AdminRequest) -> Result<&TableRef, AdminError> {
     match request.args.first() {
         Some(Resolved::Table(t)) => Ok(t),
-        _ => Err(AdminError::NullArgument { function: request.function.name(), name: "t" }),
+        _ => Err(AdminError::NullArgument {
+            function: request.function.name(),
+            name: "t",
+        }),
     }
 }
 
 /// DESIGN §8: the table's owner (or a member of the owning role) or a member of
 /// `coldwire_admin`; the session's authenticated user is the one checked.
-async fn check_may_manage(client: &Client, user: &str, facts: &TableFacts) -> Result<(), AdminError> {
+async fn check_may_manage(
+    client: &Client,
+    user: &str,
+    facts: &TableFacts,
+) -> Result<(), AdminError> {
     let allowed: bool = client
         .query_one(
             "SELECT pg_has_role($1::text::name, $2::oid, 'USAGE') \
@@ -216,7 +271,9 @@ async fn check_may_manage(client: &Client, user: &str, facts: &TableFacts) -> Re
     if allowed {
         Ok(())
     } else {
-        Err(AdminError::NotOwner { table: facts.display_name() })
+        Err(AdminError::NotOwner {
+            table: facts.display_name(),
+        })
     }
 }
 

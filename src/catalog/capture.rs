@@ -24,8 +24,12 @@ pub mod op {
 }
 
 /// Names of the capture triggers, one per event (transition tables allow one event each).
-pub const TRIGGERS: [&str; 4] =
-    ["coldwire_capture_insert", "coldwire_capture_update", "coldwire_capture_delete", "coldwire_capture_truncate"];
+pub const TRIGGERS: [&str; 4] = [
+    "coldwire_capture_insert",
+    "coldwire_capture_update",
+    "coldwire_capture_delete",
+    "coldwire_capture_truncate",
+];
 
 /// `"name"`, with embedded quotes doubled: safe for any identifier.
 pub fn quote_ident(name: &str) -> String {
@@ -58,7 +62,11 @@ impl CaptureSpec {
     }
 
     fn pk_list(&self, prefix: &str) -> String {
-        self.pk.iter().map(|(n, _)| format!("{prefix}{}", quote_ident(n))).collect::<Vec<_>>().join(", ")
+        self.pk
+            .iter()
+            .map(|(n, _)| format!("{prefix}{}", quote_ident(n)))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn pk_match(&self, left: &str, right: &str) -> String {
@@ -75,7 +83,11 @@ impl CaptureSpec {
         let mirror = self.mirror();
         let function = self.capture_function();
         let table = self.qualified_table();
-        let columns: Vec<String> = self.pk.iter().map(|(n, t)| format!("{} {t} NOT NULL", quote_ident(n))).collect();
+        let columns: Vec<String> = self
+            .pk
+            .iter()
+            .map(|(n, t)| format!("{} {t} NOT NULL", quote_ident(n)))
+            .collect();
         let mut sql = vec![
             format!(
                 "CREATE TABLE {mirror} ({}, seq bigint NOT NULL, op smallint NOT NULL, \
@@ -89,7 +101,10 @@ impl CaptureSpec {
         ];
         let events = [
             ("INSERT", "REFERENCING NEW TABLE AS coldwire_new"),
-            ("UPDATE", "REFERENCING OLD TABLE AS coldwire_old NEW TABLE AS coldwire_new"),
+            (
+                "UPDATE",
+                "REFERENCING OLD TABLE AS coldwire_old NEW TABLE AS coldwire_new",
+            ),
             ("DELETE", "REFERENCING OLD TABLE AS coldwire_old"),
             ("TRUNCATE", ""),
         ];
@@ -119,8 +134,14 @@ impl CaptureSpec {
     /// Statements that remove what [`CaptureSpec::install`] created.
     pub fn uninstall(&self) -> Vec<String> {
         let table = self.qualified_table();
-        let mut sql: Vec<String> = TRIGGERS.iter().map(|t| format!("DROP TRIGGER IF EXISTS {t} ON {table}")).collect();
-        sql.push(format!("DROP FUNCTION IF EXISTS {}()", self.capture_function()));
+        let mut sql: Vec<String> = TRIGGERS
+            .iter()
+            .map(|t| format!("DROP TRIGGER IF EXISTS {t} ON {table}"))
+            .collect();
+        sql.push(format!(
+            "DROP FUNCTION IF EXISTS {}()",
+            self.capture_function()
+        ));
         sql.push(format!("DROP TABLE IF EXISTS {}", self.mirror()));
         sql
     }
@@ -130,7 +151,11 @@ impl CaptureSpec {
     /// function (same name, owner and grants) and no index on the mirror's `seq`.
     pub fn upgrade(&self) -> Vec<String> {
         vec![
-            self.capture_function_sql().replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1),
+            self.capture_function_sql().replacen(
+                "CREATE FUNCTION",
+                "CREATE OR REPLACE FUNCTION",
+                1,
+            ),
             format!("DROP INDEX IF EXISTS coldwire.m_{}_seq", self.id),
         ]
     }
@@ -209,7 +234,10 @@ mod tests {
             id: 7,
             schema: "app".into(),
             table: "Odd \"name\"".into(),
-            pk: vec![("tenant".into(), "integer".into()), ("id".into(), "bigint".into())],
+            pk: vec![
+                ("tenant".into(), "integer".into()),
+                ("id".into(), "bigint".into()),
+            ],
         }
     }
 
@@ -217,8 +245,16 @@ mod tests {
     fn identifiers_are_quoted_everywhere() {
         let s = spec();
         assert_eq!(s.qualified_table(), r#""app"."Odd ""name""""#);
-        for stmt in s.install().iter().chain(s.uninstall().iter()).chain(std::iter::once(&s.seed())) {
-            assert!(!stmt.contains("Odd \"name\" "), "unquoted table name in {stmt}");
+        for stmt in s
+            .install()
+            .iter()
+            .chain(s.uninstall().iter())
+            .chain(std::iter::once(&s.seed()))
+        {
+            assert!(
+                !stmt.contains("Odd \"name\" "),
+                "unquoted table name in {stmt}"
+            );
         }
         assert!(s.install()[0].contains(r#""tenant" integer NOT NULL, "id" bigint NOT NULL"#));
         assert!(s.install()[0].contains(r#"PRIMARY KEY ("tenant", "id")"#));
@@ -227,7 +263,12 @@ mod tests {
     #[test]
     fn every_event_has_a_statement_trigger_enabled_always() {
         let sql = spec().install().join("\n");
-        for event in ["AFTER INSERT", "AFTER UPDATE", "AFTER DELETE", "AFTER TRUNCATE"] {
+        for event in [
+            "AFTER INSERT",
+            "AFTER UPDATE",
+            "AFTER DELETE",
+            "AFTER TRUNCATE",
+        ] {
             assert!(sql.contains(event), "{event}");
         }
         assert_eq!(sql.matches("FOR EACH STATEMENT").count(), 4);
@@ -239,10 +280,16 @@ mod tests {
     #[test]
     fn the_mirror_has_no_seq_index_and_upgrade_drops_an_old_one() {
         let s = spec();
-        assert!(!s.install().iter().any(|stmt| stmt.contains("INDEX")), "only the primary key is indexed");
+        assert!(
+            !s.install().iter().any(|stmt| stmt.contains("INDEX")),
+            "only the primary key is indexed"
+        );
         let upgrade = s.upgrade();
         assert!(upgrade[0].starts_with("CREATE OR REPLACE FUNCTION coldwire.capture_7()"));
-        assert_eq!(upgrade[0].replacen("CREATE OR REPLACE", "CREATE", 1), s.capture_function_sql());
+        assert_eq!(
+            upgrade[0].replacen("CREATE OR REPLACE", "CREATE", 1),
+            s.capture_function_sql()
+        );
         assert_eq!(upgrade[1], "DROP INDEX IF EXISTS coldwire.m_7_seq");
     }
 
@@ -254,6 +301,10 @@ mod tests {
         assert_eq!(insert.matches("EXISTS (SELECT 1 FROM ONLY").count(), 1);
         assert!(insert.contains(r#"WHEN m.op = 3 AND m.xid = cur AND NOT EXISTS"#));
         assert!(insert.contains(r#"h."tenant" = EXCLUDED."tenant" AND h."id" = EXCLUDED."id""#));
-        assert_eq!(sql.matches("pg_current_xact_id()").count(), 1, "read once per call");
+        assert_eq!(
+            sql.matches("pg_current_xact_id()").count(),
+            1,
+            "read once per call"
+        );
     }
 }

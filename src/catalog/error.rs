@@ -13,7 +13,11 @@ pub enum CatalogError {
     Postgres(#[from] tokio_postgres::Error),
     /// A migration's SQL failed; the transaction was rolled back, nothing changed.
     #[error("catalog migration {version} ({name}) failed: {}", postgres_text(.source))]
-    Migration { version: i32, name: &'static str, source: tokio_postgres::Error },
+    Migration {
+        version: i32,
+        name: &'static str,
+        source: tokio_postgres::Error,
+    },
     /// The database is not UTF8 (DESIGN §3: cold values are stored as UTF-8).
     #[error(
         "the database encoding is {found}, but coldwire needs UTF8; \

@@ -52,8 +52,9 @@ pub struct TableFacts {
 /// Primary-key types whose equality is byte equality (so a key found in cold data is the
 /// key Postgres would match): integers, text and varchar under a deterministic collation,
 /// uuid, bytea, date, time, timestamp, timestamptz, bool.
-const BYTE_EQUAL_KEY_TYPES: [u32; 13] = [21, 23, 20, 25, 1043, 2950, 17, 1082, 1083, 1114, 1184, 16, 19];
-
+const BYTE_EQUAL_KEY_TYPES: [u32; 13] = [
+    21, 23, 20, 25, 1043, 2950, 17, 1082, 1083, 1114, 1184, 16, 19,
+];
 
 /// Reads the facts about `table`, resolved like a regclass literal under the service
 /// connection's search_path (schema-qualify names to be independent of it).
@@ -61,13 +62,22 @@ const BYTE_EQUAL_KEY_TYPES: [u32; 13] = [21, 23, 20, 25, 1043, 2950, 17, 1082, 1
 /// # Errors
 /// [`CatalogError::UndefinedTable`] when nothing is found; Postgres errors otherwise.
 pub async fn table_facts(client: &Client, table: &TableRef) -> Result<TableFacts, CatalogError> {
-    const RELATION: &str = "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text, c.relowner, \
+    const RELATION: &str =
+        "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text, c.relowner, \
         c.relrowsecurity, c.relispartition, c.relhassubclass, \
         EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid) \
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ";
     let row = match table {
-        TableRef::Name(name) => client.query_opt(&format!("{RELATION} to_regclass($1)"), &[name]).await?,
-        TableRef::Oid(oid) => client.query_opt(&format!("{RELATION} $1::oid"), &[oid]).await?,
+        TableRef::Name(name) => {
+            client
+                .query_opt(&format!("{RELATION} to_regclass($1)"), &[name])
+                .await?
+        }
+        TableRef::Oid(oid) => {
+            client
+                .query_opt(&format!("{RELATION} $1::oid"), &[oid])
+                .await?
+        }
     };
     let Some(row) = row else {
         let shown = match table {
@@ -106,7 +116,11 @@ pub async fn table_facts(client: &Client, table: &TableRef) -> Result<TableFacts
         .await?;
     let pk = pk_row.as_ref().map(|r| r.get::<_, Vec<i16>>(0));
     let pk_deferrable = pk_row.as_ref().is_some_and(|r| r.get::<_, bool>(1));
-    let strings = |rows: Vec<tokio_postgres::Row>| rows.into_iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>();
+    let strings = |rows: Vec<tokio_postgres::Row>| {
+        rows.into_iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+    };
     let inbound_fks = strings(
         client
             .query(
@@ -168,7 +182,11 @@ impl TableFacts {
 
     /// `schema.table`, quoted where needed, for messages.
     pub fn display_name(&self) -> String {
-        format!("{}.{}", display_ident(&self.schema), display_ident(&self.name))
+        format!(
+            "{}.{}",
+            display_ident(&self.schema),
+            display_ident(&self.name)
+        )
     }
 
     /// The primary-key columns, in key order.
@@ -195,7 +213,10 @@ impl TableFacts {
             reasons.push("it takes part in table inheritance (not supported yet)".to_owned());
         }
         if self.row_security {
-            reasons.push("row-level security is enabled: coldwire cannot carry its policies to cold rows".to_owned());
+            reasons.push(
+                "row-level security is enabled: coldwire cannot carry its policies to cold rows"
+                    .to_owned(),
+            );
         }
         if self.pk.is_none() {
             reasons.push("it has no primary key".to_owned());
@@ -203,7 +224,9 @@ impl TableFacts {
         if self.pk_deferrable {
             // Capture relies on keys being unique within each statement, and the write path
             // on duplicates of cold keys failing at the statement (DESIGN §4, §7).
-            reasons.push("its primary key is DEFERRABLE: coldwire needs it checked per statement".to_owned());
+            reasons.push(
+                "its primary key is DEFERRABLE: coldwire needs it checked per statement".to_owned(),
+            );
         }
         for c in self.pk_columns() {
             if !BYTE_EQUAL_KEY_TYPES.contains(&c.type_oid) {
@@ -213,7 +236,10 @@ impl TableFacts {
                     c.type_name
                 ));
             } else if !c.deterministic {
-                reasons.push(format!("primary-key column {} has a nondeterministic collation", display_ident(&c.name)));
+                reasons.push(format!(
+                    "primary-key column {} has a nondeterministic collation",
+                    display_ident(&c.name)
+                ));
             }
         }
         for c in &self.columns {
@@ -227,13 +253,19 @@ impl TableFacts {
             }
         }
         for fk in &self.inbound_fks {
-            reasons.push(format!("foreign key {fk} references it (flushing would fire its actions)"));
+            reasons.push(format!(
+                "foreign key {fk} references it (flushing would fire its actions)"
+            ));
         }
         for u in &self.other_unique {
-            reasons.push(format!("unique or exclusion constraint {u} cannot be enforced across hot and cold rows"));
+            reasons.push(format!(
+                "unique or exclusion constraint {u} cannot be enforced across hot and cold rows"
+            ));
         }
         for t in &self.row_triggers {
-            reasons.push(format!("row trigger {t} would fire when cold rows are rehydrated"));
+            reasons.push(format!(
+                "row trigger {t} would fire when cold rows are rehydrated"
+            ));
         }
         reasons
     }
@@ -242,8 +274,13 @@ impl TableFacts {
 /// An identifier as Postgres shows it: bare when it is a plain lower-case name.
 fn display_ident(name: &str) -> String {
     let plain = !name.is_empty()
-        && name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
     if plain {
         name.to_owned()
     } else {
@@ -279,7 +316,10 @@ mod tests {
             is_partition: false,
             has_children: false,
             inherits: false,
-            columns: vec![column(1, "id", 20, "bigint"), column(2, "body", 3802, "jsonb")],
+            columns: vec![
+                column(1, "id", 20, "bigint"),
+                column(2, "body", 3802, "jsonb"),
+            ],
             pk: Some(vec![1]),
             pk_deferrable: false,
             inbound_fks: vec![],

@@ -31,8 +31,18 @@ pub struct Migration {
 
 /// Every migration this binary knows, oldest first.
 pub const MIGRATIONS: &[Migration] = &[
-    Migration { version: 1, name: "catalog", sql: include_str!("sql/v001_catalog.sql"), upgrade_capture: false },
-    Migration { version: 2, name: "capture", sql: include_str!("sql/v002_capture.sql"), upgrade_capture: true },
+    Migration {
+        version: 1,
+        name: "catalog",
+        sql: include_str!("sql/v001_catalog.sql"),
+        upgrade_capture: false,
+    },
+    Migration {
+        version: 2,
+        name: "capture",
+        sql: include_str!("sql/v002_capture.sql"),
+        upgrade_capture: true,
+    },
 ];
 
 /// The catalog version this binary creates.
@@ -66,7 +76,8 @@ pub enum AdminRole {
 }
 
 /// The table that holds the version, created before the version can be read.
-const CREATE_META: &str = "CREATE TABLE IF NOT EXISTS coldwire.meta (key text PRIMARY KEY, value text NOT NULL)";
+const CREATE_META: &str =
+    "CREATE TABLE IF NOT EXISTS coldwire.meta (key text PRIMARY KEY, value text NOT NULL)";
 
 /// Brings the catalog of the connected database to [`latest_version`], in one transaction.
 ///
@@ -82,11 +93,21 @@ const CREATE_META: &str = "CREATE TABLE IF NOT EXISTS coldwire.meta (key text PR
 pub async fn migrate(client: &mut Client) -> Result<MigrationReport, CatalogError> {
     // Read committed, whatever the role's default: each statement after the lock must see
     // what a proxy that held the lock before us committed.
-    let mut tx = client.build_transaction().isolation_level(IsolationLevel::ReadCommitted).start().await?;
-    // Only built-in names resolve unqualified; IF NOT EXISTS notices are noise.
-    tx.batch_execute("SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL client_min_messages = warning")
+    let mut tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .start()
         .await?;
-    tx.execute("SELECT pg_catalog.pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY]).await?;
+    // Only built-in names resolve unqualified; IF NOT EXISTS notices are noise.
+    tx.batch_execute(
+        "SET LOCAL search_path = pg_catalog, pg_temp; SET LOCAL client_min_messages = warning",
+    )
+    .await?;
+    tx.execute(
+        "SELECT pg_catalog.pg_advisory_xact_lock($1)",
+        &[&MIGRATION_LOCK_KEY],
+    )
+    .await?;
     check_encoding(&tx).await?;
     // CREATE SCHEMA checks CREATE on the database even with IF NOT EXISTS.
     if !schema_exists(&tx).await? {
@@ -97,7 +118,10 @@ pub async fn migrate(client: &mut Client) -> Result<MigrationReport, CatalogErro
     let from_version = recorded_version(&tx).await?;
     let known = latest_version();
     if from_version > known {
-        return Err(CatalogError::TooNew { found: from_version, known });
+        return Err(CatalogError::TooNew {
+            found: from_version,
+            known,
+        });
     }
     let mut applied = Vec::new();
     for m in MIGRATIONS.iter().filter(|m| m.version > from_version) {
@@ -108,7 +132,11 @@ pub async fn migrate(client: &mut Client) -> Result<MigrationReport, CatalogErro
             }
             Ok(())
         };
-        step.await.map_err(|source| CatalogError::Migration { version: m.version, name: m.name, source })?;
+        step.await.map_err(|source| CatalogError::Migration {
+            version: m.version,
+            name: m.name,
+            source,
+        })?;
         applied.push(*m);
     }
     if !applied.is_empty() {
@@ -123,7 +151,12 @@ pub async fn migrate(client: &mut Client) -> Result<MigrationReport, CatalogErro
     // need the role even when the catalog is current, so this runs every time.
     let admin_role = ensure_admin_role(&mut tx).await?;
     tx.commit().await?;
-    Ok(MigrationReport { from_version, to_version: known, applied, admin_role })
+    Ok(MigrationReport {
+        from_version,
+        to_version: known,
+        applied,
+        admin_role,
+    })
 }
 
 /// Brings the capture objects of every tiered table (whose table and mirror still exist)
@@ -163,7 +196,9 @@ async fn upgrade_capture(tx: &Transaction<'_>) -> Result<(), tokio_postgres::Err
 }
 
 async fn check_encoding(tx: &Transaction<'_>) -> Result<(), CatalogError> {
-    let row = tx.query_one("SELECT pg_catalog.current_setting('server_encoding')", &[]).await?;
+    let row = tx
+        .query_one("SELECT pg_catalog.current_setting('server_encoding')", &[])
+        .await?;
     let found: String = row.try_get(0)?;
     if found != "UTF8" {
         return Err(CatalogError::Encoding { found });
@@ -183,14 +218,21 @@ async fn schema_exists(tx: &Transaction<'_>) -> Result<bool, CatalogError> {
         )
         .await?;
     match row {
-        Some(row) if !row.try_get::<_, bool>(1)? => Err(CatalogError::ForeignSchema { owner: row.try_get(0)? }),
+        Some(row) if !row.try_get::<_, bool>(1)? => Err(CatalogError::ForeignSchema {
+            owner: row.try_get(0)?,
+        }),
         Some(_) => Ok(true),
         None => Ok(false),
     }
 }
 
 async fn recorded_version(tx: &Transaction<'_>) -> Result<i32, CatalogError> {
-    let row = tx.query_opt("SELECT value FROM coldwire.meta WHERE key = 'schema_version'", &[]).await?;
+    let row = tx
+        .query_opt(
+            "SELECT value FROM coldwire.meta WHERE key = 'schema_version'",
+            &[],
+        )
+        .await?;
     let Some(row) = row else { return Ok(0) };
     let text: String = row.try_get(0)?;
     match text.trim().parse::<i32>() {
@@ -217,12 +259,16 @@ async fn ensure_admin_role(tx: &mut Transaction<'_>) -> Result<AdminRole, Catalo
     // Under a savepoint: a proxy migrating another database of the cluster may create the
     // role at the same moment (roles are not covered by the per-database advisory lock).
     let savepoint = tx.transaction().await?;
-    match savepoint.batch_execute(&format!("CREATE ROLE {ADMIN_ROLE} NOLOGIN")).await {
+    match savepoint
+        .batch_execute(&format!("CREATE ROLE {ADMIN_ROLE} NOLOGIN"))
+        .await
+    {
         Ok(()) => {
             savepoint.commit().await?;
             Ok(AdminRole::Created)
         }
-        Err(e) if matches!(e.code(), Some(c) if *c == SqlState::DUPLICATE_OBJECT || *c == SqlState::UNIQUE_VIOLATION) => {
+        Err(e) if matches!(e.code(), Some(c) if *c == SqlState::DUPLICATE_OBJECT || *c == SqlState::UNIQUE_VIOLATION) =>
+        {
             savepoint.rollback().await?;
             Ok(AdminRole::Existed)
         }
@@ -260,8 +306,18 @@ mod tests {
     fn migrations_stay_within_what_an_ordinary_owner_may_do() {
         for m in MIGRATIONS {
             let sql = m.sql.to_ascii_uppercase();
-            for forbidden in ["CREATE EXTENSION", "ALTER SYSTEM", "CREATE EVENT TRIGGER", "LANGUAGE C", "CREATE TABLE COLDWIRE.META"] {
-                assert!(!sql.contains(forbidden), "migration {} contains {forbidden}", m.name);
+            for forbidden in [
+                "CREATE EXTENSION",
+                "ALTER SYSTEM",
+                "CREATE EVENT TRIGGER",
+                "LANGUAGE C",
+                "CREATE TABLE COLDWIRE.META",
+            ] {
+                assert!(
+                    !sql.contains(forbidden),
+                    "migration {} contains {forbidden}",
+                    m.name
+                );
             }
         }
     }

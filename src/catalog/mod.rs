@@ -7,9 +7,10 @@ pub mod inspect;
 mod migrate;
 mod service;
 
-pub use error::CatalogError;
 pub(crate) use error::postgres_text;
+pub use error::CatalogError;
 pub use migrate::{
-    latest_version, migrate, AdminRole, Migration, MigrationReport, ADMIN_ROLE, MIGRATIONS, MIGRATION_LOCK_KEY,
+    latest_version, migrate, AdminRole, Migration, MigrationReport, ADMIN_ROLE, MIGRATIONS,
+    MIGRATION_LOCK_KEY,
 };
 pub use service::{connect, describe};

@@ -55,9 +55,13 @@ mod tests {
 
     #[test]
     fn description_names_user_host_and_database_but_not_the_password() {
-        let c: Config = "postgres://svc:s3cret@db.internal:6543/app".parse().unwrap();
+        let c: Config = "postgres://svc:s3cret@db.internal:6543/app"
+            .parse()
+            .unwrap();
         assert_eq!(describe(&c), "svc@db.internal:6543/app");
-        let c: Config = "host=/run/pg,h2 port=5432 user=u password=s3cret dbname=d".parse().unwrap();
+        let c: Config = "host=/run/pg,h2 port=5432 user=u password=s3cret dbname=d"
+            .parse()
+            .unwrap();
         let text = describe(&c);
         assert_eq!(text, "u@/run/pg:5432,h2:5432/d");
         assert!(!text.contains("s3cret"));

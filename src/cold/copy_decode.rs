@@ -113,7 +113,8 @@ impl CopyDecoder {
             return Err(ColdError::Failed);
         }
         let result = if self.pending.is_empty() {
-            self.consume(chunk).map(|used| self.pending.extend_from_slice(&chunk[used..]))
+            self.consume(chunk)
+                .map(|used| self.pending.extend_from_slice(&chunk[used..]))
         } else {
             let mut pending = std::mem::take(&mut self.pending);
             pending.extend_from_slice(chunk);
@@ -149,7 +150,11 @@ impl CopyDecoder {
             }
             State::Tuples { .. } => {
                 self.state = State::Failed;
-                Err(ColdError::Truncated(if self.pending.is_empty() { "the tuples (no trailer)" } else { "a tuple" }))
+                Err(ColdError::Truncated(if self.pending.is_empty() {
+                    "the tuples (no trailer)"
+                } else {
+                    "a tuple"
+                }))
             }
         }
     }
@@ -163,7 +168,12 @@ impl CopyDecoder {
                 State::Header => self.header(rest)?,
                 State::Tuples { oids } => self.tuple(rest, oids)?,
                 State::Done if rest.is_empty() => return Ok(pos),
-                State::Done => return Err(ColdError::Stream(format!("{} bytes after the trailer", rest.len()))),
+                State::Done => {
+                    return Err(ColdError::Stream(format!(
+                        "{} bytes after the trailer",
+                        rest.len()
+                    )))
+                }
                 State::Failed => return Err(ColdError::Failed),
             };
             match used {
@@ -177,12 +187,18 @@ impl CopyDecoder {
     fn header(&mut self, data: &[u8]) -> Result<Option<usize>, ColdError> {
         let signature_part = &data[..data.len().min(COPY_SIGNATURE.len())];
         if signature_part != &COPY_SIGNATURE[..signature_part.len()] {
-            return Err(ColdError::Stream("missing PGCOPY signature (not binary COPY output)".into()));
+            return Err(ColdError::Stream(
+                "missing PGCOPY signature (not binary COPY output)".into(),
+            ));
         }
-        let Some(fixed) = data.get(..COPY_HEADER_LEN) else { return Ok(None) };
+        let Some(fixed) = data.get(..COPY_HEADER_LEN) else {
+            return Ok(None);
+        };
         let flags = u32::from_be_bytes([fixed[11], fixed[12], fixed[13], fixed[14]]);
         if flags & CRITICAL_FLAGS & !FLAG_OIDS != 0 {
-            return Err(ColdError::Stream(format!("unknown critical header flags 0x{flags:08x}")));
+            return Err(ColdError::Stream(format!(
+                "unknown critical header flags 0x{flags:08x}"
+            )));
         }
         let extension = i32::from_be_bytes([fixed[15], fixed[16], fixed[17], fixed[18]]);
         let extension = usize::try_from(extension)
@@ -194,13 +210,17 @@ impl CopyDecoder {
         if data.len() < COPY_HEADER_LEN + extension {
             return Ok(None);
         }
-        self.state = State::Tuples { oids: flags & FLAG_OIDS != 0 };
+        self.state = State::Tuples {
+            oids: flags & FLAG_OIDS != 0,
+        };
         Ok(Some(COPY_HEADER_LEN + extension))
     }
 
     /// One tuple or the trailer, once the whole of it is in `data`.
     fn tuple(&mut self, data: &[u8], oids: bool) -> Result<Option<usize>, ColdError> {
-        let Some(count) = data.get(..2) else { return Ok(None) };
+        let Some(count) = data.get(..2) else {
+            return Ok(None);
+        };
         let count = i16::from_be_bytes([count[0], count[1]]);
         if count == -1 {
             self.state = State::Done;
@@ -220,13 +240,20 @@ impl CopyDecoder {
         let skipped = usize::from(oids);
         self.fields.clear();
         for i in 0..skipped + self.columns.len() {
-            let Some(len) = data.get(pos..pos + 4) else { return Ok(None) };
+            let Some(len) = data.get(pos..pos + 4) else {
+                return Ok(None);
+            };
             let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
             pos += 4;
             let size = match len {
                 -1 => 0,
                 n if n >= 0 => n as usize,
-                n => return Err(ColdError::Stream(format!("tuple {} field {i} has length {n}", self.tuples))),
+                n => {
+                    return Err(ColdError::Stream(format!(
+                        "tuple {} field {i} has length {n}",
+                        self.tuples
+                    )))
+                }
             };
             if data.len() < pos + size {
                 return Ok(None);
@@ -239,7 +266,9 @@ impl CopyDecoder {
         if self.rows_in_batch > 0 && self.bytes_in_batch + pos > MAX_BATCH_BYTES {
             self.cut_batch()?;
         }
-        for (column, (builder, &(start, len))) in self.builders.iter_mut().zip(&self.fields).enumerate() {
+        for (column, (builder, &(start, len))) in
+            self.builders.iter_mut().zip(&self.fields).enumerate()
+        {
             let field = (len >= 0).then(|| &data[start..start + len as usize]);
             builder.append(field).map_err(|source| ColdError::Value {
                 column: self.columns[column].name.clone(),
@@ -261,8 +290,13 @@ impl CopyDecoder {
         if self.rows_in_batch == 0 {
             return Ok(());
         }
-        let arrays = self.builders.iter_mut().map(ColumnBuilder::finish).collect::<Result<Vec<ArrayRef>, _>>()?;
-        self.ready.push_back(RecordBatch::try_new(Arc::clone(&self.schema), arrays)?);
+        let arrays = self
+            .builders
+            .iter_mut()
+            .map(ColumnBuilder::finish)
+            .collect::<Result<Vec<ArrayRef>, _>>()?;
+        self.ready
+            .push_back(RecordBatch::try_new(Arc::clone(&self.schema), arrays)?);
         self.rows_in_batch = 0;
         self.bytes_in_batch = 0;
         Ok(())
@@ -270,7 +304,10 @@ impl CopyDecoder {
 }
 
 fn new_builders(columns: &[ColdColumn], capacity: usize) -> Result<Vec<ColumnBuilder>, ColdError> {
-    Ok(columns.iter().map(|c| ColumnBuilder::new(&c.ty, capacity)).collect::<Result<_, _>>()?)
+    Ok(columns
+        .iter()
+        .map(|c| ColumnBuilder::new(&c.ty, capacity))
+        .collect::<Result<_, _>>()?)
 }
 
 #[cfg(test)]

@@ -16,7 +16,10 @@ fn columns() -> Vec<ColdColumn> {
         ColdColumn::new("tags", ColdType::Array(ScalarType::Int4)),
         ColdColumn::new(
             "amount",
-            ColdType::Scalar(ScalarType::Numeric(NumericRepr::Decimal { precision: 5, scale: 2 })),
+            ColdType::Scalar(ScalarType::Numeric(NumericRepr::Decimal {
+                precision: 5,
+                scale: 2,
+            })),
         ),
     ]
 }
@@ -60,7 +63,12 @@ fn numeric_cents(cents: i32) -> Vec<u8> {
         (i, f) => (vec![i, f], 0),
     };
     let mut v = Vec::new();
-    for x in [digits.len() as u16, weight as u16, if digits.is_empty() { 0 } else { sign }, 2] {
+    for x in [
+        digits.len() as u16,
+        weight as u16,
+        if digits.is_empty() { 0 } else { sign },
+        2,
+    ] {
         v.extend_from_slice(&x.to_be_bytes());
     }
     for d in digits {
@@ -81,7 +89,14 @@ fn tuple(out: &mut Vec<u8>, id: i32) {
     out.extend_from_slice(&4_i16.to_be_bytes());
     field(out, Some(&id.to_be_bytes()));
     let name = ["", "é", "🦀 crab", "line\nbreak"][id as usize % 4];
-    field(out, if id % 5 == 4 { None } else { Some(name.as_bytes()) });
+    field(
+        out,
+        if id % 5 == 4 {
+            None
+        } else {
+            Some(name.as_bytes())
+        },
+    );
     let tags = match id % 3 {
         0 => Some(int4_array(&[], 1)),
         1 => Some(int4_array(&[Some(id), None, Some(-id)], 1)),
@@ -127,7 +142,13 @@ fn encode(batches: &[RecordBatch]) -> Vec<u8> {
 fn decodes_and_reencodes_byte_identically() {
     let s = stream(10);
     let batches = decode_chunks(&[&s], 3).unwrap();
-    assert_eq!(batches.iter().map(RecordBatch::num_rows).collect::<Vec<_>>(), vec![3, 3, 3, 1]);
+    assert_eq!(
+        batches
+            .iter()
+            .map(RecordBatch::num_rows)
+            .collect::<Vec<_>>(),
+        vec![3, 3, 3, 1]
+    );
     let ids = batches[1].column(0).as_primitive::<Int32Type>();
     assert_eq!(ids.values().to_vec(), vec![3, 4, 5]);
     assert!(batches[1].column(1).is_null(1)); // id 4
@@ -143,12 +164,20 @@ fn every_chunk_boundary_gives_the_same_batches() {
     let s = stream(6);
     let whole = decode_chunks(&[&s], 4).unwrap();
     for i in 0..=s.len() {
-        assert_eq!(decode_chunks(&[&s[..i], &s[i..]], 4).unwrap(), whole, "split at {i}");
+        assert_eq!(
+            decode_chunks(&[&s[..i], &s[i..]], 4).unwrap(),
+            whole,
+            "split at {i}"
+        );
     }
     for i in 0..s.len() {
         for j in i..=s.len() {
             if (j - i) % 7 == 0 {
-                assert_eq!(decode_chunks(&[&s[..i], &s[i..j], &s[j..]], 4).unwrap(), whole, "split at {i}, {j}");
+                assert_eq!(
+                    decode_chunks(&[&s[..i], &s[i..j], &s[j..]], 4).unwrap(),
+                    whole,
+                    "split at {i}, {j}"
+                );
             }
         }
     }
@@ -169,9 +198,15 @@ fn every_truncation_is_an_error() {
 fn bad_headers() {
     let mut s = stream(1);
     s[0] = b'X';
-    assert!(matches!(decode_chunks(&[&s[..1]], 2), Err(ColdError::Stream(_))), "signature checked early");
+    assert!(
+        matches!(decode_chunks(&[&s[..1]], 2), Err(ColdError::Stream(_))),
+        "signature checked early"
+    );
     let text_copy = b"1\tabc\n";
-    assert!(matches!(decode_chunks(&[text_copy], 2), Err(ColdError::Stream(_))));
+    assert!(matches!(
+        decode_chunks(&[text_copy], 2),
+        Err(ColdError::Stream(_))
+    ));
     // a critical flag other than OIDs
     let mut s = header(1 << 17, &[]);
     s.extend_from_slice(&(-1_i16).to_be_bytes());
@@ -208,7 +243,10 @@ fn field_length_overruns_and_garbage() {
     s.extend_from_slice(&1000_i32.to_be_bytes());
     s.extend_from_slice(&[0; 10]);
     s.extend_from_slice(&(-1_i16).to_be_bytes());
-    assert!(matches!(decode_chunks(&[&s], 2), Err(ColdError::Truncated(_))));
+    assert!(matches!(
+        decode_chunks(&[&s], 2),
+        Err(ColdError::Truncated(_))
+    ));
     // an int4 field of 3 bytes
     let mut s = header(0, &[]);
     s.extend_from_slice(&4_i16.to_be_bytes());
@@ -227,7 +265,10 @@ fn field_length_overruns_and_garbage() {
     let n = arr.len();
     arr[n - 8..n - 4].copy_from_slice(&100_i32.to_be_bytes());
     let e = decode_one_tags(&arr).unwrap_err();
-    assert!(e.to_string().contains("element 1 declares 100 bytes"), "{e}");
+    assert!(
+        e.to_string().contains("element 1 declares 100 bytes"),
+        "{e}"
+    );
     // a negative length other than -1
     let mut s = header(0, &[]);
     s.extend_from_slice(&4_i16.to_be_bytes());
@@ -257,8 +298,20 @@ fn decode_one_tags(tags: &[u8]) -> Result<Vec<RecordBatch>, ColdError> {
 #[test]
 fn refuses_multidimensional_arrays_and_other_lower_bounds() {
     let e = decode_one_tags(&int4_array(&[Some(1), Some(2)], 0)).unwrap_err();
-    assert!(matches!(&e, ColdError::Value { source: ValueError::Unrepresentable { .. }, .. }), "{e}");
-    assert!(e.to_string().contains("lower bound 0") && e.to_string().contains("\"tags\""), "{e}");
+    assert!(
+        matches!(
+            &e,
+            ColdError::Value {
+                source: ValueError::Unrepresentable { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("lower bound 0") && e.to_string().contains("\"tags\""),
+        "{e}"
+    );
     // '{{1,2}}': ndim 2, dims (1, 1) and (2, 1)
     let mut two_d = Vec::new();
     for x in [2_i32, 0, 23, 1, 1, 2, 1] {
@@ -272,7 +325,10 @@ fn refuses_multidimensional_arrays_and_other_lower_bounds() {
     // wrong element type
     let mut wrong = int4_array(&[Some(1)], 1);
     wrong[8..12].copy_from_slice(&20_u32.to_be_bytes());
-    assert!(decode_one_tags(&wrong).unwrap_err().to_string().contains("element type OID 20"));
+    assert!(decode_one_tags(&wrong)
+        .unwrap_err()
+        .to_string()
+        .contains("element type OID 20"));
 }
 
 #[test]

@@ -28,12 +28,21 @@ pub fn encode_trailer(out: &mut BytesMut) {
 /// [`ColdError::Schema`] when the batch's columns are not those of `columns`;
 /// [`ColdError::Value`] for a value that maps to no Postgres value. `out` may then hold a
 /// partial tuple and must be discarded.
-pub fn encode_batch(columns: &[ColdColumn], batch: &RecordBatch, out: &mut BytesMut) -> Result<(), ColdError> {
+pub fn encode_batch(
+    columns: &[ColdColumn],
+    batch: &RecordBatch,
+    out: &mut BytesMut,
+) -> Result<(), ColdError> {
     if batch.num_columns() != columns.len() {
-        return Err(ColdError::Schema(format!("{} columns, expected {}", batch.num_columns(), columns.len())));
+        return Err(ColdError::Schema(format!(
+            "{} columns, expected {}",
+            batch.num_columns(),
+            columns.len()
+        )));
     }
-    let field_count = i16::try_from(columns.len())
-        .map_err(|_| ColdError::Schema(format!("{} columns do not fit a COPY tuple", columns.len())))?;
+    let field_count = i16::try_from(columns.len()).map_err(|_| {
+        ColdError::Schema(format!("{} columns do not fit a COPY tuple", columns.len()))
+    })?;
     let views = columns
         .iter()
         .zip(batch.columns())

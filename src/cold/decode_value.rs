@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use arrow::array::NullBufferBuilder;
 use arrow::array::{
-    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, FixedSizeBinaryBuilder, Float32Builder,
-    Float64Builder, Int16Builder, Int32Builder, Int64Builder, ListArray, StringBuilder, StructArray,
-    Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
+    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder,
+    FixedSizeBinaryBuilder, Float32Builder, Float64Builder, Int16Builder, Int32Builder,
+    Int64Builder, ListArray, StringBuilder, StructArray, Time64MicrosecondBuilder,
+    TimestampMicrosecondBuilder,
 };
 use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field};
@@ -80,7 +81,9 @@ impl ColumnBuilder {
             ColdType::Scalar(s) => ColumnBuilder::Scalar(ScalarBuilder::new(*s, capacity)?),
             ColdType::Array(s) => {
                 let DataType::List(item) = ty.data_type() else {
-                    return Err(ArrowError::SchemaError("array column without a list type".into()));
+                    return Err(ArrowError::SchemaError(
+                        "array column without a list type".into(),
+                    ));
                 };
                 let mut offsets = Vec::with_capacity(capacity + 1);
                 offsets.push(0);
@@ -120,7 +123,9 @@ impl ColumnBuilder {
 
 /// Reads exactly N bytes of a fixed-width value.
 fn fixed<const N: usize>(ty: &'static str, bytes: &[u8]) -> Result<[u8; N], ValueError> {
-    bytes.try_into().map_err(|_| ValueError::malformed(ty, format!("{} bytes, expected {N}", bytes.len())))
+    bytes
+        .try_into()
+        .map_err(|_| ValueError::malformed(ty, format!("{} bytes, expected {N}", bytes.len())))
 }
 
 fn utf8<'a>(ty: &'static str, bytes: &'a [u8]) -> Result<&'a str, ValueError> {
@@ -136,23 +141,31 @@ impl ScalarBuilder {
             ScalarType::Float4 => Values::Float4(Float32Builder::with_capacity(capacity)),
             ScalarType::Float8 => Values::Float8(Float64Builder::with_capacity(capacity)),
             ScalarType::Numeric(NumericRepr::Decimal { precision, scale }) => Values::Decimal {
-                value: Decimal128Builder::with_capacity(capacity).with_precision_and_scale(precision, scale)?,
+                value: Decimal128Builder::with_capacity(capacity)
+                    .with_precision_and_scale(precision, scale)?,
                 special: StringBuilder::new(),
                 nulls: NullBufferBuilder::new(capacity),
                 precision,
                 scale,
             },
-            ScalarType::Numeric(NumericRepr::Text) | ScalarType::Text(_) | ScalarType::Json | ScalarType::Jsonb => {
+            ScalarType::Numeric(NumericRepr::Text)
+            | ScalarType::Text(_)
+            | ScalarType::Json
+            | ScalarType::Jsonb => {
                 Values::Utf8(StringBuilder::with_capacity(capacity, capacity * 16))
             }
             ScalarType::Bool => Values::Bool(BooleanBuilder::with_capacity(capacity)),
-            ScalarType::Bytea => Values::Bytea(BinaryBuilder::with_capacity(capacity, capacity * 16)),
+            ScalarType::Bytea => {
+                Values::Bytea(BinaryBuilder::with_capacity(capacity, capacity * 16))
+            }
             ScalarType::Date => Values::Date(Date32Builder::with_capacity(capacity)),
             ScalarType::Time => Values::Time(Time64MicrosecondBuilder::with_capacity(capacity)),
-            ScalarType::Timestamp => Values::Timestamp(TimestampMicrosecondBuilder::with_capacity(capacity)),
-            ScalarType::Timestamptz => {
-                Values::Timestamp(TimestampMicrosecondBuilder::with_capacity(capacity).with_timezone("UTC"))
+            ScalarType::Timestamp => {
+                Values::Timestamp(TimestampMicrosecondBuilder::with_capacity(capacity))
             }
+            ScalarType::Timestamptz => Values::Timestamp(
+                TimestampMicrosecondBuilder::with_capacity(capacity).with_timezone("UTC"),
+            ),
             ScalarType::Interval => Values::Interval {
                 months: Int32Builder::with_capacity(capacity),
                 days: Int32Builder::with_capacity(capacity),
@@ -161,7 +174,11 @@ impl ScalarBuilder {
             },
             ScalarType::Uuid => Values::Uuid(FixedSizeBinaryBuilder::with_capacity(capacity, 16)),
         };
-        Ok(Self { ty, values, scratch: String::new() })
+        Ok(Self {
+            ty,
+            values,
+            scratch: String::new(),
+        })
     }
 
     fn append(&mut self, field: Option<&[u8]>) -> Result<(), ValueError> {
@@ -181,7 +198,12 @@ impl ScalarBuilder {
             Values::Int8(b) => b.append_null(),
             Values::Float4(b) => b.append_null(),
             Values::Float8(b) => b.append_null(),
-            Values::Decimal { value, special, nulls, .. } => {
+            Values::Decimal {
+                value,
+                special,
+                nulls,
+                ..
+            } => {
                 value.append_null();
                 special.append_null();
                 nulls.append_null();
@@ -192,7 +214,12 @@ impl ScalarBuilder {
             Values::Date(b) => b.append_null(),
             Values::Time(b) => b.append_null(),
             Values::Timestamp(b) => b.append_null(),
-            Values::Interval { months, days, micros, nulls } => {
+            Values::Interval {
+                months,
+                days,
+                micros,
+                nulls,
+            } => {
                 // children are non-nullable: a masked zero under the struct's null
                 months.append_value(0);
                 days.append_value(0);
@@ -209,9 +236,19 @@ impl ScalarBuilder {
             Values::Int2(b) => b.append_value(i16::from_be_bytes(fixed(name, bytes)?)),
             Values::Int4(b) => b.append_value(i32::from_be_bytes(fixed(name, bytes)?)),
             Values::Int8(b) => b.append_value(i64::from_be_bytes(fixed(name, bytes)?)),
-            Values::Float4(b) => b.append_value(f32::from_bits(u32::from_be_bytes(fixed(name, bytes)?))),
-            Values::Float8(b) => b.append_value(f64::from_bits(u64::from_be_bytes(fixed(name, bytes)?))),
-            Values::Decimal { value, special, nulls, precision, scale } => {
+            Values::Float4(b) => {
+                b.append_value(f32::from_bits(u32::from_be_bytes(fixed(name, bytes)?)))
+            }
+            Values::Float8(b) => {
+                b.append_value(f64::from_bits(u64::from_be_bytes(fixed(name, bytes)?)))
+            }
+            Values::Decimal {
+                value,
+                special,
+                nulls,
+                precision,
+                scale,
+            } => {
                 match numeric::parse(bytes)? {
                     Parsed::Finite(n) => {
                         value.append_value(n.to_decimal(*precision, *scale)?);
@@ -235,7 +272,12 @@ impl ScalarBuilder {
                 }
                 ScalarType::Jsonb => match bytes.split_first() {
                     Some((1, text)) => b.append_value(utf8(name, text)?),
-                    Some((v, _)) => return Err(ValueError::malformed(name, format!("unsupported jsonb version {v}"))),
+                    Some((v, _)) => {
+                        return Err(ValueError::malformed(
+                            name,
+                            format!("unsupported jsonb version {v}"),
+                        ))
+                    }
                     None => return Err(ValueError::malformed(name, "empty value")),
                 },
                 _ => b.append_value(utf8(name, bytes)?),
@@ -246,12 +288,22 @@ impl ScalarBuilder {
                 _ => return Err(ValueError::malformed(name, "expected one byte 0 or 1")),
             },
             Values::Bytea(b) => b.append_value(bytes),
-            Values::Date(b) => b.append_value(temporal::date_to_arrow(i32::from_be_bytes(fixed(name, bytes)?))?),
-            Values::Time(b) => b.append_value(temporal::check_time(i64::from_be_bytes(fixed(name, bytes)?))?),
-            Values::Timestamp(b) => {
-                b.append_value(temporal::timestamp_to_arrow(name, i64::from_be_bytes(fixed(name, bytes)?))?)
-            }
-            Values::Interval { months, days, micros, nulls } => {
+            Values::Date(b) => b.append_value(temporal::date_to_arrow(i32::from_be_bytes(fixed(
+                name, bytes,
+            )?))?),
+            Values::Time(b) => b.append_value(temporal::check_time(i64::from_be_bytes(fixed(
+                name, bytes,
+            )?))?),
+            Values::Timestamp(b) => b.append_value(temporal::timestamp_to_arrow(
+                name,
+                i64::from_be_bytes(fixed(name, bytes)?),
+            )?),
+            Values::Interval {
+                months,
+                days,
+                micros,
+                nulls,
+            } => {
                 let v: [u8; 16] = fixed(name, bytes)?;
                 let (time, rest) = v.split_at(8);
                 let (day, month) = rest.split_at(4);
@@ -262,7 +314,8 @@ impl ScalarBuilder {
             }
             Values::Uuid(b) => {
                 let v: [u8; 16] = fixed(name, bytes)?;
-                b.append_value(v).map_err(|e| ValueError::malformed(name, e.to_string()))?;
+                b.append_value(v)
+                    .map_err(|e| ValueError::malformed(name, e.to_string()))?;
             }
         }
         Ok(())
@@ -275,9 +328,16 @@ impl ScalarBuilder {
             Values::Int8(b) => Arc::new(b.finish()),
             Values::Float4(b) => Arc::new(b.finish()),
             Values::Float8(b) => Arc::new(b.finish()),
-            Values::Decimal { value, special, nulls, .. } => {
+            Values::Decimal {
+                value,
+                special,
+                nulls,
+                ..
+            } => {
                 let DataType::Struct(fields) = self.ty.data_type() else {
-                    return Err(ArrowError::SchemaError("numeric without a struct type".into()));
+                    return Err(ArrowError::SchemaError(
+                        "numeric without a struct type".into(),
+                    ));
                 };
                 Arc::new(StructArray::try_new(
                     fields,
@@ -291,12 +351,22 @@ impl ScalarBuilder {
             Values::Date(b) => Arc::new(b.finish()),
             Values::Time(b) => Arc::new(b.finish()),
             Values::Timestamp(b) => Arc::new(b.finish()),
-            Values::Interval { months, days, micros, nulls } => {
+            Values::Interval {
+                months,
+                days,
+                micros,
+                nulls,
+            } => {
                 let DataType::Struct(fields) = self.ty.data_type() else {
-                    return Err(ArrowError::SchemaError("interval without a struct type".into()));
+                    return Err(ArrowError::SchemaError(
+                        "interval without a struct type".into(),
+                    ));
                 };
-                let children: Vec<ArrayRef> =
-                    vec![Arc::new(months.finish()), Arc::new(days.finish()), Arc::new(micros.finish())];
+                let children: Vec<ArrayRef> = vec![
+                    Arc::new(months.finish()),
+                    Arc::new(days.finish()),
+                    Arc::new(micros.finish()),
+                ];
                 Arc::new(StructArray::try_new(fields, children, nulls.finish())?)
             }
             Values::Uuid(b) => Arc::new(b.finish()),
@@ -320,7 +390,9 @@ impl<'a> Reader<'a> {
     }
 
     fn i32(&mut self) -> Option<i32> {
-        self.take(4).and_then(|b| b.try_into().ok()).map(i32::from_be_bytes)
+        self.take(4)
+            .and_then(|b| b.try_into().ok())
+            .map(i32::from_be_bytes)
     }
 }
 
@@ -345,7 +417,10 @@ impl ListBuilder {
         }
         let expected_oid = self.elements.ty.type_oid();
         if elem_oid != expected_oid {
-            return Err(ValueError::malformed(ty, format!("element type OID {elem_oid}, expected {expected_oid}")));
+            return Err(ValueError::malformed(
+                ty,
+                format!("element type OID {elem_oid}, expected {expected_oid}"),
+            ));
         }
         let count = match ndim {
             0 => 0,
@@ -354,7 +429,10 @@ impl ListBuilder {
                 let lower = r.i32().ok_or_else(truncated)?;
                 if len <= 0 {
                     // Postgres sends an empty array with ndim 0
-                    return Err(ValueError::malformed(ty, format!("dimension of length {len}")));
+                    return Err(ValueError::malformed(
+                        ty,
+                        format!("dimension of length {len}"),
+                    ));
                 }
                 if lower != 1 {
                     return Err(ValueError::unrepresentable(
@@ -370,7 +448,12 @@ impl ListBuilder {
                     format!("{n}-dimensional array (only one-dimensional arrays are stored)"),
                 ));
             }
-            n => return Err(ValueError::malformed(ty, format!("invalid number of dimensions {n}"))),
+            n => {
+                return Err(ValueError::malformed(
+                    ty,
+                    format!("invalid number of dimensions {n}"),
+                ))
+            }
         };
         for i in 0..count {
             let len = r.i32().ok_or_else(truncated)?;
@@ -379,21 +462,36 @@ impl ListBuilder {
                 n if n >= 0 => Some(r.take(n as usize).ok_or_else(|| {
                     ValueError::malformed(
                         ty,
-                        format!("element {} declares {n} bytes, more than the value holds", i + 1),
+                        format!(
+                            "element {} declares {n} bytes, more than the value holds",
+                            i + 1
+                        ),
                     )
                 })?),
-                n => return Err(ValueError::malformed(ty, format!("element {} has length {n}", i + 1))),
+                n => {
+                    return Err(ValueError::malformed(
+                        ty,
+                        format!("element {} has length {n}", i + 1),
+                    ))
+                }
             };
-            self.elements.append(element).map_err(|e| in_element(e, i + 1))?;
+            self.elements
+                .append(element)
+                .map_err(|e| in_element(e, i + 1))?;
         }
         if !r.bytes.is_empty() {
-            return Err(ValueError::malformed(ty, format!("{} bytes after the last element", r.bytes.len())));
+            return Err(ValueError::malformed(
+                ty,
+                format!("{} bytes after the last element", r.bytes.len()),
+            ));
         }
         let last = self.offsets.last().copied().unwrap_or(0);
         let next = i32::try_from(count)
             .ok()
             .and_then(|c| last.checked_add(c))
-            .ok_or_else(|| ValueError::unrepresentable(ty, "more than 2^31 elements in one batch"))?;
+            .ok_or_else(|| {
+                ValueError::unrepresentable(ty, "more than 2^31 elements in one batch")
+            })?;
         self.offsets.push(next);
         self.nulls.append_non_null();
         Ok(())
@@ -403,18 +501,25 @@ impl ListBuilder {
         let offsets = std::mem::replace(&mut self.offsets, vec![0]);
         let values = self.elements.finish()?;
         let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-        Ok(Arc::new(ListArray::try_new(Arc::clone(&self.item), offsets, values, self.nulls.finish())?))
+        Ok(Arc::new(ListArray::try_new(
+            Arc::clone(&self.item),
+            offsets,
+            values,
+            self.nulls.finish(),
+        )?))
     }
 }
 
 /// Names the array element an error is about.
 fn in_element(e: ValueError, index: usize) -> ValueError {
     match e {
-        ValueError::Malformed { ty, detail } => {
-            ValueError::Malformed { ty, detail: format!("array element {index}: {detail}") }
-        }
-        ValueError::Unrepresentable { ty, detail } => {
-            ValueError::Unrepresentable { ty, detail: format!("array element {index}: {detail}") }
-        }
+        ValueError::Malformed { ty, detail } => ValueError::Malformed {
+            ty,
+            detail: format!("array element {index}: {detail}"),
+        },
+        ValueError::Unrepresentable { ty, detail } => ValueError::Unrepresentable {
+            ty,
+            detail: format!("array element {index}: {detail}"),
+        },
     }
 }

@@ -2,9 +2,9 @@
 //! what binary COPY FROM and binary bind parameters take.
 
 use arrow::array::{
-    Array, BinaryArray, BooleanArray, Date32Array, Decimal128Array, FixedSizeBinaryArray, Float32Array, Float64Array,
-    Int16Array, Int32Array, Int64Array, ListArray, StringArray, StructArray, Time64MicrosecondArray,
-    TimestampMicrosecondArray,
+    Array, BinaryArray, BooleanArray, Date32Array, Decimal128Array, FixedSizeBinaryArray,
+    Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, ListArray, StringArray,
+    StructArray, Time64MicrosecondArray, TimestampMicrosecondArray,
 };
 use bytes::{BufMut, BytesMut};
 
@@ -16,7 +16,10 @@ use super::types::{ColdColumn, ColdType, NumericRepr, ScalarType};
 /// Typed access to one column's array, checked once against its cold type.
 pub(crate) enum ColumnView<'a> {
     Scalar(ScalarView<'a>),
-    List { array: &'a ListArray, elements: ScalarView<'a> },
+    List {
+        array: &'a ListArray,
+        elements: ScalarView<'a>,
+    },
 }
 
 /// Typed access to an array of one scalar type.
@@ -31,14 +34,24 @@ enum ValuesView<'a> {
     Int8(&'a Int64Array),
     Float4(&'a Float32Array),
     Float8(&'a Float64Array),
-    Decimal { array: &'a StructArray, value: &'a Decimal128Array, special: &'a StringArray, scale: i8 },
+    Decimal {
+        array: &'a StructArray,
+        value: &'a Decimal128Array,
+        special: &'a StringArray,
+        scale: i8,
+    },
     Utf8(&'a StringArray),
     Bool(&'a BooleanArray),
     Bytea(&'a BinaryArray),
     Date(&'a Date32Array),
     Time(&'a Time64MicrosecondArray),
     Timestamp(&'a TimestampMicrosecondArray),
-    Interval { array: &'a StructArray, months: &'a Int32Array, days: &'a Int32Array, micros: &'a Int64Array },
+    Interval {
+        array: &'a StructArray,
+        months: &'a Int32Array,
+        days: &'a Int32Array,
+        micros: &'a Int64Array,
+    },
     Uuid(&'a FixedSizeBinaryArray),
 }
 
@@ -49,9 +62,16 @@ fn downcast<'a, T: 'static>(array: &'a dyn Array, what: &str) -> Result<&'a T, C
         .ok_or_else(|| ColdError::Schema(format!("{what}: unexpected array {}", array.data_type())))
 }
 
-fn child<'a, T: 'static>(array: &'a StructArray, index: usize, what: &str) -> Result<&'a T, ColdError> {
+fn child<'a, T: 'static>(
+    array: &'a StructArray,
+    index: usize,
+    what: &str,
+) -> Result<&'a T, ColdError> {
     if array.num_columns() <= index {
-        return Err(ColdError::Schema(format!("{what}: struct with {} children", array.num_columns())));
+        return Err(ColdError::Schema(format!(
+            "{what}: struct with {} children",
+            array.num_columns()
+        )));
     }
     downcast::<T>(array.column(index).as_ref(), what)
 }
@@ -76,7 +96,10 @@ impl<'a> ColumnView<'a> {
             ColdType::Scalar(s) => ColumnView::Scalar(ScalarView::new(s, array, &column.name)?),
             ColdType::Array(s) => {
                 let list = downcast::<ListArray>(array, &column.name)?;
-                ColumnView::List { array: list, elements: ScalarView::new(s, list.values().as_ref(), &column.name)? }
+                ColumnView::List {
+                    array: list,
+                    elements: ScalarView::new(s, list.values().as_ref(), &column.name)?,
+                }
             }
         })
     }
@@ -101,10 +124,23 @@ impl<'a> ColumnView<'a> {
 
 /// Postgres's array_send for a one-dimensional array with lower bound 1 (ndim 0 when
 /// empty). The has-null flag is derived from the elements, as array_recv does.
-fn write_array(elements: &ScalarView<'_>, offsets: &[i32], row: usize, out: &mut BytesMut) -> Result<(), ValueError> {
+fn write_array(
+    elements: &ScalarView<'_>,
+    offsets: &[i32],
+    row: usize,
+    out: &mut BytesMut,
+) -> Result<(), ValueError> {
     let bad = || ValueError::malformed("array", "list offsets out of range");
-    let start = offsets.get(row).copied().and_then(|o| usize::try_from(o).ok()).ok_or_else(bad)?;
-    let end = offsets.get(row + 1).copied().and_then(|o| usize::try_from(o).ok()).ok_or_else(bad)?;
+    let start = offsets
+        .get(row)
+        .copied()
+        .and_then(|o| usize::try_from(o).ok())
+        .ok_or_else(bad)?;
+    let end = offsets
+        .get(row + 1)
+        .copied()
+        .and_then(|o| usize::try_from(o).ok())
+        .ok_or_else(bad)?;
     let count = end.checked_sub(start).ok_or_else(bad)?;
     let has_null = (start..end).any(|i| elements.is_null(i));
     out.put_i32(if count == 0 { 0 } else { 1 });
@@ -121,15 +157,19 @@ fn write_array(elements: &ScalarView<'_>, offsets: &[i32], row: usize, out: &mut
 }
 
 /// Writes a length-prefixed field (-1 for NULL) around what `value` writes.
-pub(crate) fn write_field<E>(out: &mut BytesMut, value: impl FnOnce(&mut BytesMut) -> Result<bool, E>) -> Result<(), E>
+pub(crate) fn write_field<E>(
+    out: &mut BytesMut,
+    value: impl FnOnce(&mut BytesMut) -> Result<bool, E>,
+) -> Result<(), E>
 where
     E: From<ValueError>,
 {
     let at = out.len();
     out.put_i32(-1);
     if value(out)? {
-        let len = i32::try_from(out.len() - at - 4)
-            .map_err(|_| ValueError::unrepresentable("value", "longer than 2 GiB in binary format"))?;
+        let len = i32::try_from(out.len() - at - 4).map_err(|_| {
+            ValueError::unrepresentable("value", "longer than 2 GiB in binary format")
+        })?;
         out[at..at + 4].copy_from_slice(&len.to_be_bytes());
     }
     Ok(())
@@ -145,16 +185,24 @@ impl<'a> ScalarView<'a> {
             ScalarType::Float8 => ValuesView::Float8(downcast(array, what)?),
             ScalarType::Numeric(NumericRepr::Decimal { scale, .. }) => {
                 let s = downcast::<StructArray>(array, what)?;
-                ValuesView::Decimal { array: s, value: child(s, 0, what)?, special: child(s, 1, what)?, scale }
+                ValuesView::Decimal {
+                    array: s,
+                    value: child(s, 0, what)?,
+                    special: child(s, 1, what)?,
+                    scale,
+                }
             }
-            ScalarType::Numeric(NumericRepr::Text) | ScalarType::Text(_) | ScalarType::Json | ScalarType::Jsonb => {
-                ValuesView::Utf8(downcast(array, what)?)
-            }
+            ScalarType::Numeric(NumericRepr::Text)
+            | ScalarType::Text(_)
+            | ScalarType::Json
+            | ScalarType::Jsonb => ValuesView::Utf8(downcast(array, what)?),
             ScalarType::Bool => ValuesView::Bool(downcast(array, what)?),
             ScalarType::Bytea => ValuesView::Bytea(downcast(array, what)?),
             ScalarType::Date => ValuesView::Date(downcast(array, what)?),
             ScalarType::Time => ValuesView::Time(downcast(array, what)?),
-            ScalarType::Timestamp | ScalarType::Timestamptz => ValuesView::Timestamp(downcast(array, what)?),
+            ScalarType::Timestamp | ScalarType::Timestamptz => {
+                ValuesView::Timestamp(downcast(array, what)?)
+            }
             ScalarType::Interval => {
                 let s = downcast::<StructArray>(array, what)?;
                 ValuesView::Interval {
@@ -200,11 +248,17 @@ impl<'a> ScalarView<'a> {
             ValuesView::Int8(a) => out.put_i64(a.value(row)),
             ValuesView::Float4(a) => out.put_u32(a.value(row).to_bits()),
             ValuesView::Float8(a) => out.put_u64(a.value(row).to_bits()),
-            ValuesView::Decimal { value, special, scale, .. } => {
+            ValuesView::Decimal {
+                value,
+                special,
+                scale,
+                ..
+            } => {
                 if special.is_valid(row) {
                     let text = special.value(row);
-                    let s = Special::parse(text)
-                        .ok_or_else(|| ValueError::malformed(name, format!("unknown special value {text:?}")))?;
+                    let s = Special::parse(text).ok_or_else(|| {
+                        ValueError::malformed(name, format!("unknown special value {text:?}"))
+                    })?;
                     numeric::write_special(s, out);
                 } else if value.is_valid(row) {
                     numeric::write_decimal(value.value(row), *scale, out)?;
@@ -227,8 +281,15 @@ impl<'a> ScalarView<'a> {
             ValuesView::Bytea(a) => out.put_slice(a.value(row)),
             ValuesView::Date(a) => out.put_i32(temporal::date_from_arrow(a.value(row))?),
             ValuesView::Time(a) => out.put_i64(temporal::check_time(a.value(row))?),
-            ValuesView::Timestamp(a) => out.put_i64(temporal::timestamp_from_arrow(name, a.value(row))?),
-            ValuesView::Interval { months, days, micros, .. } => {
+            ValuesView::Timestamp(a) => {
+                out.put_i64(temporal::timestamp_from_arrow(name, a.value(row))?)
+            }
+            ValuesView::Interval {
+                months,
+                days,
+                micros,
+                ..
+            } => {
                 out.put_i64(micros.value(row));
                 out.put_i32(days.value(row));
                 out.put_i32(months.value(row));
@@ -259,7 +320,11 @@ impl<'a> ColumnEncoder<'a> {
     /// # Errors
     /// [`ColdError::Schema`] when the array is not of the column's cold type.
     pub fn new(column: &'a ColdColumn, array: &'a dyn Array) -> Result<Self, ColdError> {
-        Ok(Self { column, len: array.len(), view: ColumnView::new(column, array)? })
+        Ok(Self {
+            column,
+            len: array.len(),
+            view: ColumnView::new(column, array)?,
+        })
     }
 
     /// Number of values in the column.
@@ -280,14 +345,20 @@ impl<'a> ColumnEncoder<'a> {
     /// maps to no Postgres value (corrupt cold data).
     pub fn encode(&self, row: usize, out: &mut BytesMut) -> Result<Option<usize>, ColdError> {
         if row >= self.len {
-            return Err(ColdError::Schema(format!("row {row} of a column of {} values", self.len)));
+            return Err(ColdError::Schema(format!(
+                "row {row} of a column of {} values",
+                self.len
+            )));
         }
         let at = out.len();
-        let written = self.view.write(row, out).map_err(|source| ColdError::Value {
-            column: self.column.name.clone(),
-            row: row as u64,
-            source,
-        })?;
+        let written = self
+            .view
+            .write(row, out)
+            .map_err(|source| ColdError::Value {
+                column: self.column.name.clone(),
+                row: row as u64,
+                source,
+            })?;
         Ok(written.then(|| out.len() - at))
     }
 }

@@ -47,10 +47,16 @@ pub enum ValueError {
 
 impl ValueError {
     pub(crate) fn malformed(ty: &'static str, detail: impl Into<String>) -> Self {
-        ValueError::Malformed { ty, detail: detail.into() }
+        ValueError::Malformed {
+            ty,
+            detail: detail.into(),
+        }
     }
 
     pub(crate) fn unrepresentable(ty: &'static str, detail: impl Into<String>) -> Self {
-        ValueError::Unrepresentable { ty, detail: detail.into() }
+        ValueError::Unrepresentable {
+            ty,
+            detail: detail.into(),
+        }
     }
 }

@@ -15,4 +15,6 @@ pub use copy_decode::CopyDecoder;
 pub use copy_encode::{encode_batch, encode_header, encode_trailer};
 pub use encode_value::{encode_value, ColumnEncoder};
 pub use error::{ColdError, ValueError};
-pub use types::{arrow_schema, ColdColumn, ColdType, NumericRepr, ScalarType, TextKind, UnsupportedType};
+pub use types::{
+    arrow_schema, ColdColumn, ColdType, NumericRepr, ScalarType, TextKind, UnsupportedType,
+};

@@ -93,35 +93,62 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed<'_>, ValueError> {
     let header: [u8; 8] = bytes
         .get(..8)
         .and_then(|h| h.try_into().ok())
-        .ok_or_else(|| ValueError::malformed(TY, format!("{} bytes, below the 8-byte header", bytes.len())))?;
+        .ok_or_else(|| {
+            ValueError::malformed(
+                TY,
+                format!("{} bytes, below the 8-byte header", bytes.len()),
+            )
+        })?;
     let ndigits = i16::from_be_bytes([header[0], header[1]]);
     let weight = i16::from_be_bytes([header[2], header[3]]);
     let sign = u16::from_be_bytes([header[4], header[5]]);
     let dscale = u16::from_be_bytes([header[6], header[7]]);
     let digits = &bytes[8..];
     if ndigits < 0 || digits.len() != 2 * ndigits as usize {
-        return Err(ValueError::malformed(TY, format!("{ndigits} digits declared, {} bytes follow", digits.len())));
+        return Err(ValueError::malformed(
+            TY,
+            format!("{ndigits} digits declared, {} bytes follow", digits.len()),
+        ));
     }
     let special = match sign {
         SIGN_POS | SIGN_NEG => None,
         SIGN_NAN => Some(Special::NaN),
         SIGN_PINF => Some(Special::PosInf),
         SIGN_NINF => Some(Special::NegInf),
-        other => return Err(ValueError::malformed(TY, format!("invalid sign 0x{other:04x}"))),
+        other => {
+            return Err(ValueError::malformed(
+                TY,
+                format!("invalid sign 0x{other:04x}"),
+            ))
+        }
     };
     if let Some(special) = special {
         if ndigits != 0 || weight != 0 || dscale != special.dscale() {
-            return Err(ValueError::malformed(TY, "a special value with digits, weight or an unexpected scale"));
+            return Err(ValueError::malformed(
+                TY,
+                "a special value with digits, weight or an unexpected scale",
+            ));
         }
         return Ok(Parsed::Special(special));
     }
     if dscale & DSCALE_MASK != dscale {
-        return Err(ValueError::malformed(TY, format!("invalid display scale {dscale}")));
+        return Err(ValueError::malformed(
+            TY,
+            format!("invalid display scale {dscale}"),
+        ));
     }
-    let n = Numeric { negative: sign == SIGN_NEG, weight, dscale, digits };
+    let n = Numeric {
+        negative: sign == SIGN_NEG,
+        weight,
+        dscale,
+        digits,
+    };
     for i in 0..n.ndigits() {
         if n.digit(i) > 9999 {
-            return Err(ValueError::malformed(TY, format!("digit {} out of range", n.digit(i))));
+            return Err(ValueError::malformed(
+                TY,
+                format!("digit {} out of range", n.digit(i)),
+            ));
         }
     }
     n.check_canonical()?;
@@ -147,17 +174,24 @@ impl Numeric<'_> {
         let n = self.ndigits();
         if n == 0 {
             if self.weight != 0 || self.negative {
-                return Err(ValueError::malformed(TY, "zero with a weight or a negative sign"));
+                return Err(ValueError::malformed(
+                    TY,
+                    "zero with a weight or a negative sign",
+                ));
             }
             return Ok(());
         }
         if self.digit(0) == 0 || self.digit(n - 1) == 0 {
-            return Err(ValueError::malformed(TY, "leading or trailing zero digit group (not in stored form)"));
+            return Err(ValueError::malformed(
+                TY,
+                "leading or trailing zero digit group (not in stored form)",
+            ));
         }
         // decimal places the last digit group reaches past the point, beyond the scale
         let last_places = 4 * (n as i64 - 1 - i64::from(self.weight));
         let excess = last_places - i64::from(self.dscale);
-        let ok = excess <= 0 || (excess < 4 && i64::from(self.digit(n - 1)) % 10_i64.pow(excess as u32) == 0);
+        let ok = excess <= 0
+            || (excess < 4 && i64::from(self.digit(n - 1)) % 10_i64.pow(excess as u32) == 0);
         if !ok {
             return Err(ValueError::malformed(TY, "digits beyond the display scale"));
         }
@@ -178,18 +212,28 @@ impl Numeric<'_> {
         if i32::from(self.dscale) != i32::from(scale) {
             return Err(ValueError::unrepresentable(
                 TY,
-                format!("display scale {} differs from the column's scale {scale}", self.dscale),
+                format!(
+                    "display scale {} differs from the column's scale {scale}",
+                    self.dscale
+                ),
             ));
         }
-        let out_of_range =
-            || ValueError::unrepresentable(TY, format!("value does not fit numeric({precision},{scale})"));
+        let out_of_range = || {
+            ValueError::unrepresentable(
+                TY,
+                format!("value does not fit numeric({precision},{scale})"),
+            )
+        };
         let mut unscaled: i128 = 0;
         for i in 0..self.ndigits() {
             let d = i128::from(self.digit(i));
             // this group is worth d * 10^(4 * (weight - i)); scaled by 10^scale
             let exp = 4 * (i64::from(self.weight) - i as i64) + i64::from(scale);
             let term = if exp >= 0 {
-                let p = u32::try_from(exp).ok().and_then(|e| 10_i128.checked_pow(e)).ok_or_else(out_of_range)?;
+                let p = u32::try_from(exp)
+                    .ok()
+                    .and_then(|e| 10_i128.checked_pow(e))
+                    .ok_or_else(out_of_range)?;
                 d.checked_mul(p).ok_or_else(out_of_range)?
             } else {
                 // canonical form guarantees the dropped places are zero
@@ -268,11 +312,16 @@ fn write_groups(
         Some(f) => {
             weight -= f as i32;
             let last = groups.iter().rposition(|&d| d != 0).unwrap_or(f);
-            (if negative { SIGN_NEG } else { SIGN_POS }, &groups[f..=last])
+            (
+                if negative { SIGN_NEG } else { SIGN_POS },
+                &groups[f..=last],
+            )
         }
     };
-    let weight = i16::try_from(weight).map_err(|_| ValueError::malformed(TY, "weight out of range"))?;
-    let ndigits = i16::try_from(digits.len()).map_err(|_| ValueError::malformed(TY, "too many digits"))?;
+    let weight =
+        i16::try_from(weight).map_err(|_| ValueError::malformed(TY, "weight out of range"))?;
+    let ndigits =
+        i16::try_from(digits.len()).map_err(|_| ValueError::malformed(TY, "too many digits"))?;
     out.put_i16(ndigits);
     out.put_i16(weight);
     out.put_u16(sign);
@@ -288,8 +337,11 @@ fn write_groups(
 /// # Errors
 /// A negative scale (Decimal128 columns of coldwire never have one).
 pub fn write_decimal(unscaled: i128, scale: i8, out: &mut BytesMut) -> Result<(), ValueError> {
-    let scale = u32::try_from(scale).map_err(|_| ValueError::malformed(TY, "negative decimal scale"))?;
-    let pow = 10_u128.checked_pow(scale).ok_or_else(|| ValueError::malformed(TY, "decimal scale above 38"))?;
+    let scale =
+        u32::try_from(scale).map_err(|_| ValueError::malformed(TY, "negative decimal scale"))?;
+    let pow = 10_u128
+        .checked_pow(scale)
+        .ok_or_else(|| ValueError::malformed(TY, "decimal scale above 38"))?;
     let abs = unscaled.unsigned_abs();
     let mut int_part = abs / pow;
     let mut frac_part = abs % pow;
@@ -314,7 +366,13 @@ pub fn write_decimal(unscaled: i128, scale: i8, out: &mut BytesMut) -> Result<()
         }
     }
     let dscale = u16::try_from(scale).unwrap_or(0);
-    write_groups(unscaled < 0, int_groups.len() as i32 - 1, &groups, dscale, out)
+    write_groups(
+        unscaled < 0,
+        int_groups.len() as i32 - 1,
+        &groups,
+        dscale,
+        out,
+    )
 }
 
 /// Writes the numeric whose Postgres text is `text` (as produced by [`Numeric::write_text`]
@@ -327,7 +385,12 @@ pub fn write_text_as_binary(text: &str, out: &mut BytesMut) -> Result<(), ValueE
         write_special(special, out);
         return Ok(());
     }
-    let bad = || ValueError::malformed(TY, format!("not a numeric in Postgres's text form: {:.40}", text));
+    let bad = || {
+        ValueError::malformed(
+            TY,
+            format!("not a numeric in Postgres's text form: {:.40}", text),
+        )
+    };
     let (negative, unsigned) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),
@@ -345,7 +408,10 @@ pub fn write_text_as_binary(text: &str, out: &mut BytesMut) -> Result<(), ValueE
     {
         return Err(bad());
     }
-    let dscale = u16::try_from(frac_text.len()).ok().filter(|d| d & DSCALE_MASK == *d).ok_or_else(bad)?;
+    let dscale = u16::try_from(frac_text.len())
+        .ok()
+        .filter(|d| d & DSCALE_MASK == *d)
+        .ok_or_else(bad)?;
     let int_groups = int_text.len().div_ceil(4);
     let frac_groups = frac_text.len().div_ceil(4);
     let mut groups = vec![0_i16; int_groups + frac_groups];
@@ -398,7 +464,9 @@ mod tests {
     }
 
     fn via_decimal(bytes: &[u8], p: u8, s: i8) -> (i128, Vec<u8>) {
-        let Parsed::Finite(n) = parse(bytes).unwrap() else { panic!("finite") };
+        let Parsed::Finite(n) = parse(bytes).unwrap() else {
+            panic!("finite")
+        };
         let v = n.to_decimal(p, s).unwrap();
         let mut out = BytesMut::new();
         write_decimal(v, s, &mut out).unwrap();
@@ -433,11 +501,26 @@ mod tests {
 
     #[test]
     fn decimal_round_trips() {
-        assert_eq!(via_decimal(&bin(2, 0, SIGN_POS, 2, &[1, 5000]), 5, 2), (150, bin(2, 0, SIGN_POS, 2, &[1, 5000])));
-        assert_eq!(via_decimal(&bin(1, -1, SIGN_NEG, 3, &[10]), 10, 3), (-1, bin(1, -1, SIGN_NEG, 3, &[10])));
-        assert_eq!(via_decimal(&bin(0, 0, SIGN_POS, 4, &[]), 10, 4), (0, bin(0, 0, SIGN_POS, 4, &[])));
+        assert_eq!(
+            via_decimal(&bin(2, 0, SIGN_POS, 2, &[1, 5000]), 5, 2),
+            (150, bin(2, 0, SIGN_POS, 2, &[1, 5000]))
+        );
+        assert_eq!(
+            via_decimal(&bin(1, -1, SIGN_NEG, 3, &[10]), 10, 3),
+            (-1, bin(1, -1, SIGN_NEG, 3, &[10]))
+        );
+        assert_eq!(
+            via_decimal(&bin(0, 0, SIGN_POS, 4, &[]), 10, 4),
+            (0, bin(0, 0, SIGN_POS, 4, &[]))
+        );
         // numeric(38,10) extremes: 28 nines . 10 nines
-        let max = bin(10, 6, SIGN_POS, 10, &[9999, 9999, 9999, 9999, 9999, 9999, 9999, 9999, 9999, 9900]);
+        let max = bin(
+            10,
+            6,
+            SIGN_POS,
+            10,
+            &[9999, 9999, 9999, 9999, 9999, 9999, 9999, 9999, 9999, 9900],
+        );
         let (v, back) = via_decimal(&max, 38, 10);
         assert_eq!(v, 10_i128.pow(38) - 1);
         assert_eq!(back, max);
@@ -459,12 +542,25 @@ mod tests {
     #[test]
     fn decimal_refuses_other_scales_and_overflow() {
         let b = bin(2, 0, SIGN_POS, 2, &[1, 5000]);
-        let Parsed::Finite(n) = parse(&b).unwrap() else { panic!() };
-        assert!(matches!(n.to_decimal(10, 3), Err(ValueError::Unrepresentable { .. })));
-        assert!(matches!(n.to_decimal(2, 2), Err(ValueError::Unrepresentable { .. })));
+        let Parsed::Finite(n) = parse(&b).unwrap() else {
+            panic!()
+        };
+        assert!(matches!(
+            n.to_decimal(10, 3),
+            Err(ValueError::Unrepresentable { .. })
+        ));
+        assert!(matches!(
+            n.to_decimal(2, 2),
+            Err(ValueError::Unrepresentable { .. })
+        ));
         let b = bin(1, 12, SIGN_POS, 0, &[1]);
-        let Parsed::Finite(n) = parse(&b).unwrap() else { panic!() };
-        assert!(matches!(n.to_decimal(38, 0), Err(ValueError::Unrepresentable { .. })));
+        let Parsed::Finite(n) = parse(&b).unwrap() else {
+            panic!()
+        };
+        assert!(matches!(
+            n.to_decimal(38, 0),
+            Err(ValueError::Unrepresentable { .. })
+        ));
     }
 
     #[test]
@@ -478,8 +574,13 @@ mod tests {
         assert!(parse(&bin(0, 0, SIGN_PINF, 0, &[])).is_err()); // Postgres sends dscale 32
         assert!(parse(&bin(2, 0, SIGN_POS, 0, &[1])).is_err()); // declared 2, one present
         assert!(parse(&[0, 0, 0]).is_err());
-        for bad in ["", "-", "1.", ".5", "01", "-0", "1e5", "+1", " 1", "1.2.3", "nan"] {
-            assert!(write_text_as_binary(bad, &mut BytesMut::new()).is_err(), "{bad:?}");
+        for bad in [
+            "", "-", "1.", ".5", "01", "-0", "1e5", "+1", " 1", "1.2.3", "nan",
+        ] {
+            assert!(
+                write_text_as_binary(bad, &mut BytesMut::new()).is_err(),
+                "{bad:?}"
+            );
         }
     }
 

@@ -82,7 +82,10 @@ pub fn check_time(micros: i64) -> Result<i64, ValueError> {
     if (0..=MICROS_PER_DAY).contains(&micros) {
         Ok(micros)
     } else {
-        Err(ValueError::malformed("time", format!("{micros} µs is outside 00:00:00..24:00:00")))
+        Err(ValueError::malformed(
+            "time",
+            format!("{micros} µs is outside 00:00:00..24:00:00"),
+        ))
     }
 }
 
@@ -119,13 +122,23 @@ mod tests {
     #[test]
     fn timestamps_shift_keep_infinity_and_refuse_the_far_future() {
         assert_eq!(timestamp_to_arrow("timestamp", 0).unwrap(), PG_EPOCH_MICROS);
-        for t in [i64::MIN, i64::MAX, PG_TS_MIN, -1, 1, i64::MAX - PG_EPOCH_MICROS - 1] {
+        for t in [
+            i64::MIN,
+            i64::MAX,
+            PG_TS_MIN,
+            -1,
+            1,
+            i64::MAX - PG_EPOCH_MICROS - 1,
+        ] {
             let a = timestamp_to_arrow("timestamp", t).unwrap();
             assert_eq!(timestamp_from_arrow("timestamp", a).unwrap(), t);
         }
         // the first refused instant, 294247-01-10 04:00:54.775807, lands on the sentinel
         let first_refused = i64::MAX - PG_EPOCH_MICROS;
-        assert!(matches!(timestamp_to_arrow("timestamp", first_refused), Err(ValueError::Unrepresentable { .. })));
+        assert!(matches!(
+            timestamp_to_arrow("timestamp", first_refused),
+            Err(ValueError::Unrepresentable { .. })
+        ));
         assert!(timestamp_to_arrow("timestamp", PG_TS_MAX).is_err());
         assert!(timestamp_from_arrow("timestamp", i64::MIN + 1).is_err());
     }

@@ -248,7 +248,10 @@ impl ScalarType {
             (ScalarType::Numeric(_), ScalarType::Numeric(_)) => true,
             _ => a == b,
         };
-        BUILTINS.iter().find(|(_, _, s)| same(s, self)).map_or((0, 0), |(oid, array_oid, _)| (*oid, *array_oid))
+        BUILTINS
+            .iter()
+            .find(|(_, _, s)| same(s, self))
+            .map_or((0, 0), |(oid, array_oid, _)| (*oid, *array_oid))
     }
 
     /// The Postgres name, for error messages.
@@ -284,16 +287,21 @@ impl ScalarType {
             ScalarType::Int8 => DataType::Int64,
             ScalarType::Float4 => DataType::Float32,
             ScalarType::Float8 => DataType::Float64,
-            ScalarType::Numeric(NumericRepr::Decimal { .. }) => DataType::Struct(numeric_fields(self)),
-            ScalarType::Numeric(NumericRepr::Text) | ScalarType::Text(_) | ScalarType::Json | ScalarType::Jsonb => {
-                DataType::Utf8
+            ScalarType::Numeric(NumericRepr::Decimal { .. }) => {
+                DataType::Struct(numeric_fields(self))
             }
+            ScalarType::Numeric(NumericRepr::Text)
+            | ScalarType::Text(_)
+            | ScalarType::Json
+            | ScalarType::Jsonb => DataType::Utf8,
             ScalarType::Bool => DataType::Boolean,
             ScalarType::Bytea => DataType::Binary,
             ScalarType::Date => DataType::Date32,
             ScalarType::Time => DataType::Time64(TimeUnit::Microsecond),
             ScalarType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
-            ScalarType::Timestamptz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            ScalarType::Timestamptz => {
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+            }
             ScalarType::Interval => DataType::Struct(interval_fields()),
             ScalarType::Uuid => DataType::FixedSizeBinary(16),
         }
@@ -303,9 +311,10 @@ impl ScalarType {
     pub fn field(&self, name: &str) -> Field {
         let field = Field::new(name, self.data_type(), true);
         match self {
-            ScalarType::Uuid => {
-                field.with_metadata(HashMap::from([(EXTENSION_NAME_KEY.to_owned(), "arrow.uuid".to_owned())]))
-            }
+            ScalarType::Uuid => field.with_metadata(HashMap::from([(
+                EXTENSION_NAME_KEY.to_owned(),
+                "arrow.uuid".to_owned(),
+            )])),
             ScalarType::Json | ScalarType::Jsonb => field.with_metadata(HashMap::from([
                 (EXTENSION_NAME_KEY.to_owned(), "arrow.json".to_owned()),
                 (EXTENSION_METADATA_KEY.to_owned(), String::new()),
@@ -326,8 +335,15 @@ impl NumericRepr {
         // Postgres 15+ stores the scale as an 11-bit signed field (negative scales allowed).
         let scale = ((t & 0x7ff) ^ 1024) - 1024;
         match (u8::try_from(precision), i8::try_from(scale)) {
-            (Ok(p), Ok(s)) if (1..=DECIMAL128_MAX_PRECISION).contains(&p) && s >= 0 && i32::from(s) <= i32::from(p) => {
-                NumericRepr::Decimal { precision: p, scale: s }
+            (Ok(p), Ok(s))
+                if (1..=DECIMAL128_MAX_PRECISION).contains(&p)
+                    && s >= 0
+                    && i32::from(s) <= i32::from(p) =>
+            {
+                NumericRepr::Decimal {
+                    precision: p,
+                    scale: s,
+                }
             }
             _ => NumericRepr::Text,
         }
@@ -367,13 +383,21 @@ pub struct ColdColumn {
 
 impl ColdColumn {
     pub fn new(name: impl Into<String>, ty: ColdType) -> Self {
-        Self { name: name.into(), ty }
+        Self {
+            name: name.into(),
+            ty,
+        }
     }
 }
 
 /// The Arrow schema of record batches holding `columns`, in order.
 pub fn arrow_schema(columns: &[ColdColumn]) -> Schema {
-    Schema::new(columns.iter().map(|c| c.ty.field(&c.name)).collect::<Vec<_>>())
+    Schema::new(
+        columns
+            .iter()
+            .map(|c| c.ty.field(&c.name))
+            .collect::<Vec<_>>(),
+    )
 }
 
 impl fmt::Display for ColdType {
@@ -412,14 +436,41 @@ mod tests {
     #[test]
     fn numeric_typmods() {
         assert_eq!(NumericRepr::for_typmod(-1), NumericRepr::Text);
-        assert_eq!(NumericRepr::for_typmod(numeric_typmod(38, 10)), NumericRepr::Decimal { precision: 38, scale: 10 });
-        assert_eq!(NumericRepr::for_typmod(numeric_typmod(5, 0)), NumericRepr::Decimal { precision: 5, scale: 0 });
-        assert_eq!(NumericRepr::for_typmod(numeric_typmod(39, 2)), NumericRepr::Text);
+        assert_eq!(
+            NumericRepr::for_typmod(numeric_typmod(38, 10)),
+            NumericRepr::Decimal {
+                precision: 38,
+                scale: 10
+            }
+        );
+        assert_eq!(
+            NumericRepr::for_typmod(numeric_typmod(5, 0)),
+            NumericRepr::Decimal {
+                precision: 5,
+                scale: 0
+            }
+        );
+        assert_eq!(
+            NumericRepr::for_typmod(numeric_typmod(39, 2)),
+            NumericRepr::Text
+        );
         // Postgres 15: negative scale and scale above precision go to text
-        assert_eq!(NumericRepr::for_typmod(numeric_typmod(5, -2)), NumericRepr::Text);
-        assert_eq!(NumericRepr::for_typmod(numeric_typmod(3, 5)), NumericRepr::Text);
+        assert_eq!(
+            NumericRepr::for_typmod(numeric_typmod(5, -2)),
+            NumericRepr::Text
+        );
+        assert_eq!(
+            NumericRepr::for_typmod(numeric_typmod(3, 5)),
+            NumericRepr::Text
+        );
         let t = ColdType::for_column(1231, numeric_typmod(10, 2)).unwrap();
-        assert_eq!(t, ColdType::Array(ScalarType::Numeric(NumericRepr::Decimal { precision: 10, scale: 2 })));
+        assert_eq!(
+            t,
+            ColdType::Array(ScalarType::Numeric(NumericRepr::Decimal {
+                precision: 10,
+                scale: 2
+            }))
+        );
     }
 
     #[test]
@@ -428,16 +479,30 @@ mod tests {
         assert!(e.to_string().contains("point (OID 600)"), "{e}");
         let e = ColdType::for_column(790, -1).unwrap_err();
         assert!(e.to_string().contains("money"), "{e}");
-        let e = ColdType::for_column(16390, -1).unwrap_err().with_type_name("public.pair");
-        assert!(e.to_string().contains("public.pair (OID 16390)") && e.to_string().contains("user-defined"), "{e}");
+        let e = ColdType::for_column(16390, -1)
+            .unwrap_err()
+            .with_type_name("public.pair");
+        assert!(
+            e.to_string().contains("public.pair (OID 16390)")
+                && e.to_string().contains("user-defined"),
+            "{e}"
+        );
     }
 
     #[test]
     fn fields_carry_extension_types() {
         let f = ColdType::Scalar(ScalarType::Uuid).field("u");
-        assert_eq!(f.metadata().get(EXTENSION_NAME_KEY).map(String::as_str), Some("arrow.uuid"));
+        assert_eq!(
+            f.metadata().get(EXTENSION_NAME_KEY).map(String::as_str),
+            Some("arrow.uuid")
+        );
         let f = ColdType::Array(ScalarType::Jsonb).field("j");
-        let DataType::List(item) = f.data_type() else { panic!("list") };
-        assert_eq!(item.metadata().get(EXTENSION_NAME_KEY).map(String::as_str), Some("arrow.json"));
+        let DataType::List(item) = f.data_type() else {
+            panic!("list")
+        };
+        assert_eq!(
+            item.metadata().get(EXTENSION_NAME_KEY).map(String::as_str),
+            Some("arrow.json")
+        );
     }
 }

@@ -76,9 +76,14 @@ impl Config {
     /// # Errors
     /// An unreadable file, invalid TOML, or an unknown key.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.display().to_string(), source })
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.display().to_string(),
+            source,
+        })
     }
 
     /// Checks what can be checked before anything starts.
@@ -89,10 +94,16 @@ impl Config {
         self.upstream()?;
         self.service()?;
         if self.tls_cert.is_some() != self.tls_key.is_some() {
-            return Err(ConfigError::Invalid { field: "tls_cert/tls_key", reason: "set both or neither".into() });
+            return Err(ConfigError::Invalid {
+                field: "tls_cert/tls_key",
+                reason: "set both or neither".into(),
+            });
         }
         if self.require_tls && self.tls_cert.is_none() {
-            return Err(ConfigError::Invalid { field: "require_tls", reason: "needs tls_cert and tls_key".into() });
+            return Err(ConfigError::Invalid {
+                field: "require_tls",
+                reason: "needs tls_cert and tls_key".into(),
+            });
         }
         if !(1024..=(1 << 30)).contains(&self.max_message_bytes) {
             return Err(ConfigError::Invalid {
@@ -101,7 +112,10 @@ impl Config {
             });
         }
         if self.connect_timeout_ms == 0 {
-            return Err(ConfigError::Invalid { field: "connect_timeout_ms", reason: "must be positive".into() });
+            return Err(ConfigError::Invalid {
+                field: "connect_timeout_ms",
+                reason: "must be positive".into(),
+            });
         }
         Ok(())
     }
@@ -121,7 +135,9 @@ impl Config {
     /// A value that is not a connection string. The message does not repeat the value, which
     /// may hold a password.
     pub fn service(&self) -> Result<Option<tokio_postgres::Config>, ConfigError> {
-        let Some(url) = &self.service_url else { return Ok(None) };
+        let Some(url) = &self.service_url else {
+            return Ok(None);
+        };
         let mut service: tokio_postgres::Config = url.parse().map_err(|_| ConfigError::Invalid {
             field: "service_url",
             reason: "not a postgres://user:password@host:port/dbname URL or key=value connection string".into(),
@@ -155,40 +171,85 @@ mod tests {
         let c: Config = toml::from_str("listen = '0.0.0.0:7000'\nrequire_tls = false").unwrap();
         assert_eq!(c.listen, "0.0.0.0:7000");
         assert_eq!(c.upstream, Config::default().upstream);
-        let err = toml::from_str::<Config>("lisen = 'x'").unwrap_err().to_string();
+        let err = toml::from_str::<Config>("lisen = 'x'")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown field"), "{err}");
     }
 
     #[test]
     fn example_file_documents_the_defaults() {
-        let example: Config = toml::from_str(include_str!("../../config/coldwire.example.toml")).unwrap();
+        let example: Config =
+            toml::from_str(include_str!("../../config/coldwire.example.toml")).unwrap();
         assert_eq!(example, Config::default());
     }
 
     #[test]
     fn validation_names_the_field() {
-        let c = Config { require_tls: true, ..Config::default() };
-        assert!(matches!(c.validate(), Err(ConfigError::Invalid { field: "require_tls", .. })));
-        let c = Config { tls_cert: Some("a".into()), ..Config::default() };
-        assert!(matches!(c.validate(), Err(ConfigError::Invalid { field: "tls_cert/tls_key", .. })));
-        let c = Config { service_url: Some("postgres://u:s3cret@h:notaport/d".into()), ..Config::default() };
+        let c = Config {
+            require_tls: true,
+            ..Config::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Invalid {
+                field: "require_tls",
+                ..
+            })
+        ));
+        let c = Config {
+            tls_cert: Some("a".into()),
+            ..Config::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Invalid {
+                field: "tls_cert/tls_key",
+                ..
+            })
+        ));
+        let c = Config {
+            service_url: Some("postgres://u:s3cret@h:notaport/d".into()),
+            ..Config::default()
+        };
         let err = c.validate().unwrap_err();
-        assert!(matches!(err, ConfigError::Invalid { field: "service_url", .. }));
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                field: "service_url",
+                ..
+            }
+        ));
         assert!(!err.to_string().contains("s3cret"), "{err}");
-        let c = Config { max_message_bytes: 10, ..Config::default() };
-        assert!(matches!(c.validate(), Err(ConfigError::Invalid { field: "max_message_bytes", .. })));
+        let c = Config {
+            max_message_bytes: 10,
+            ..Config::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Invalid {
+                field: "max_message_bytes",
+                ..
+            })
+        ));
         assert!(Config::default().validate().is_ok());
     }
 
     #[test]
     fn service_connection_gets_coldwire_defaults_unless_the_url_sets_them() {
         assert!(Config::default().service().unwrap().is_none());
-        let c = Config { service_url: Some("postgres://svc@h/app".into()), connect_timeout_ms: 1234, ..Config::default() };
+        let c = Config {
+            service_url: Some("postgres://svc@h/app".into()),
+            connect_timeout_ms: 1234,
+            ..Config::default()
+        };
         let s = c.service().unwrap().unwrap();
         assert_eq!(s.get_connect_timeout(), Some(&Duration::from_millis(1234)));
         assert_eq!(s.get_application_name(), Some("coldwire"));
         let c = Config {
-            service_url: Some("postgres://svc@h/app?connect_timeout=2&application_name=mine".into()),
+            service_url: Some(
+                "postgres://svc@h/app?connect_timeout=2&application_name=mine".into(),
+            ),
             ..Config::default()
         };
         let s = c.service().unwrap().unwrap();

@@ -29,7 +29,10 @@ pub enum ClusterError {
     )]
     BinariesNotFound,
     #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
     #[error("{program} failed: {output}")]
     Command { program: String, output: String },
     #[error("postgres did not start: {log_tail}")]
@@ -73,7 +76,8 @@ impl LocalCluster {
     /// # Errors
     /// None found: the message says how to install them.
     pub fn find_bin_dir() -> Result<PathBuf, ClusterError> {
-        let has_server = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+        let has_server =
+            |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
         let mut candidates: Vec<PathBuf> = Vec::new();
         if let Some(dir) = std::env::var_os("COLDWIRE_PG_BINDIR") {
             candidates.push(dir.into());
@@ -93,10 +97,18 @@ impl LocalCluster {
             candidates.extend(versions.into_iter().map(|(_, p)| p));
         }
         candidates.push("/usr/local/pgsql/bin".into());
-        let dir = candidates.into_iter().find(|d| has_server(d)).ok_or(ClusterError::BinariesNotFound)?;
+        let dir = candidates
+            .into_iter()
+            .find(|d| has_server(d))
+            .ok_or(ClusterError::BinariesNotFound)?;
         // A PATH entry may hold only symlinks to a few programs; the directory they point
         // into has the client programs (psql, pgbench) too.
-        Ok(dir.join("initdb").canonicalize().ok().and_then(|p| p.parent().map(Path::to_path_buf)).unwrap_or(dir))
+        Ok(dir
+            .join("initdb")
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or(dir))
     }
 
     /// Initializes and starts a cluster as `opts` says.
@@ -108,7 +120,13 @@ impl LocalCluster {
         let owner = unprivileged_owner();
         let root = opts.root.clone();
         fs::create_dir_all(&root).map_err(io_err(format!("create {}", root.display())))?;
-        let mut cluster = LocalCluster { bin_dir, root, port: 0, child: None, keep: opts.keep };
+        let mut cluster = LocalCluster {
+            bin_dir,
+            root,
+            port: 0,
+            child: None,
+            keep: opts.keep,
+        };
         for dir in [cluster.root.clone(), cluster.socket_dir()] {
             fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
             if let Some((uid, gid)) = owner {
@@ -126,7 +144,9 @@ impl LocalCluster {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or(ClusterError::NotStarted { log_tail: String::new() }))
+        Err(last.unwrap_or(ClusterError::NotStarted {
+            log_tail: String::new(),
+        }))
     }
 
     /// The TCP port the server listens on (127.0.0.1).
@@ -156,7 +176,9 @@ impl LocalCluster {
 
     /// Stops the server (fast shutdown, then SIGKILL after a timeout).
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         let pid = Pid::from_raw(child.id() as i32);
         let _ = kill(pid, Signal::SIGINT);
         let deadline = Instant::now() + STOP_TIMEOUT;
@@ -192,7 +214,16 @@ impl LocalCluster {
             .command("initdb", owner)
             .arg("-D")
             .arg(self.data_dir())
-            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+            .args([
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ])
             .stdin(Stdio::null())
             .output()
             .map_err(io_err("run initdb"))?;
@@ -207,18 +238,27 @@ impl LocalCluster {
             hba.push_str(line);
             hba.push('\n');
         }
-        hba.push_str("local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n");
+        hba.push_str(
+            "local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n",
+        );
         let hba_path = self.data_dir().join("pg_hba.conf");
         fs::write(&hba_path, hba).map_err(io_err(format!("write {}", hba_path.display())))?;
         Ok(())
     }
 
     /// Writes the port into the config, starts the postmaster and waits for it.
-    fn launch(&mut self, opts: &ClusterOptions, owner: Option<(Uid, Gid)>) -> Result<(), ClusterError> {
+    fn launch(
+        &mut self,
+        opts: &ClusterOptions,
+        owner: Option<(Uid, Gid)>,
+    ) -> Result<(), ClusterError> {
         let mut conf = vec![
             ("listen_addresses".to_owned(), "'127.0.0.1'".to_owned()),
             ("port".to_owned(), self.port.to_string()),
-            ("unix_socket_directories".to_owned(), format!("'{}'", self.socket_dir().display())),
+            (
+                "unix_socket_directories".to_owned(),
+                format!("'{}'", self.socket_dir().display()),
+            ),
             ("max_connections".to_owned(), "200".to_owned()),
             ("fsync".to_owned(), "off".to_owned()),
             ("synchronous_commit".to_owned(), "off".to_owned()),
@@ -236,7 +276,11 @@ impl LocalCluster {
         let log = fs::File::create(self.log_path()).map_err(io_err("create postgres.log"))?;
         let log_err = log.try_clone().map_err(io_err("open postgres.log"))?;
         let mut cmd = self.command("postgres", owner);
-        cmd.arg("-D").arg(self.data_dir()).stdin(Stdio::null()).stdout(log).stderr(log_err);
+        cmd.arg("-D")
+            .arg(self.data_dir())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
         if opts.die_with_parent {
             // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
             unsafe {
@@ -252,7 +296,11 @@ impl LocalCluster {
             if log.contains(READY_LINE) {
                 return Ok(());
             }
-            let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()).is_some();
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+                .is_some();
             if exited || Instant::now() > deadline {
                 self.stop();
                 let tail: Vec<&str> = log.lines().rev().take(10).collect();
@@ -287,6 +335,9 @@ fn unprivileged_owner() -> Option<(Uid, Gid)> {
 
 fn free_port() -> Result<u16, ClusterError> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(io_err("find a free port"))?;
-    let port = listener.local_addr().map_err(io_err("find a free port"))?.port();
+    let port = listener
+        .local_addr()
+        .map_err(io_err("find a free port"))?
+        .port();
     Ok(port)
 }

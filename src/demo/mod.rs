@@ -46,8 +46,16 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> Result<(), Demo
     let root = args.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("coldwire-demo-{}", std::process::id()))
     });
-    let opts = ClusterOptions { root: root.clone(), die_with_parent: true, keep: args.keep, ..Default::default() };
-    println!("coldwire demo: starting a throwaway PostgreSQL in {} ...", root.display());
+    let opts = ClusterOptions {
+        root: root.clone(),
+        die_with_parent: true,
+        keep: args.keep,
+        ..Default::default()
+    };
+    println!(
+        "coldwire demo: starting a throwaway PostgreSQL in {} ...",
+        root.display()
+    );
     let cluster = LocalCluster::start(&opts)?;
     let config = Config {
         listen: args.listen.clone(),
@@ -58,10 +66,18 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> Result<(), Demo
         ..Config::default()
     };
     let server = Server::bind(config).await?;
-    let addr = server.local_addr().map(|a| a.to_string()).unwrap_or(args.listen);
+    let addr = server
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or(args.listen);
     println!("coldwire listening on {addr}");
     println!();
-    println!("  PostgreSQL {} (binaries in {}), port {}", pg_version(&cluster), cluster.bin_dir().display(), cluster.port());
+    println!(
+        "  PostgreSQL {} (binaries in {}), port {}",
+        pg_version(&cluster),
+        cluster.bin_dir().display(),
+        cluster.port()
+    );
     println!("  cold store  file://{}", root.join("cold").display());
     if let Some(m) = server.metrics_addr() {
         println!("  metrics     http://{m}/metrics");
@@ -70,7 +86,10 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> Result<(), Demo
     println!("Connect through coldwire with:");
     println!("  psql \"postgres://postgres@{addr}/postgres\"");
     println!();
-    println!("Press Ctrl-C to stop; the cluster and its files are then {}.", if args.keep { "kept" } else { "removed" });
+    println!(
+        "Press Ctrl-C to stop; the cluster and its files are then {}.",
+        if args.keep { "kept" } else { "removed" }
+    );
     server.run(shutdown).await;
     drop(cluster);
     Ok(())

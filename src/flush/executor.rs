@@ -38,7 +38,12 @@ pub async fn run(service: tokio_postgres::Config, store: ColdStore, shutdown: Ca
             }
             match jobs::claim(&mut client, &worker).await {
                 Ok(Some(job)) => {
-                    let span = tracing::info_span!("flush", job_id = job.id, table_id = job.table_id, attempt = job.attempt);
+                    let span = tracing::info_span!(
+                        "flush",
+                        job_id = job.id,
+                        table_id = job.table_id,
+                        attempt = job.attempt
+                    );
                     execute(&mut client, &store, &job).instrument(span).await;
                     if client.is_closed() {
                         break;
@@ -62,7 +67,9 @@ pub async fn run(service: tokio_postgres::Config, store: ColdStore, shutdown: Ca
 
 async fn execute(client: &mut Client, store: &ColdStore, job: &jobs::Job) {
     let started = Instant::now();
-    let outcome = |o: &'static str| metrics::counter!(crate::metrics::FLUSH_JOBS_TOTAL, "outcome" => o).increment(1);
+    let outcome = |o: &'static str| {
+        metrics::counter!(crate::metrics::FLUSH_JOBS_TOTAL, "outcome" => o).increment(1)
+    };
     match run::run(client, store, job).await {
         Ok(done) => {
             outcome("completed");
@@ -93,7 +100,10 @@ async fn execute(client: &mut Client, store: &ColdStore, job: &jobs::Job) {
 /// Enqueues a flush for every active table with `auto_flush` whose mirror is over its
 /// hot_row_limit, looking at each table at most once per `check_interval`. The mirror size
 /// comes from statistics estimates; the exact count is taken only when one looks due.
-async fn schedule(client: &Client, last_check: &mut HashMap<i64, Instant>) -> Result<(), tokio_postgres::Error> {
+async fn schedule(
+    client: &Client,
+    last_check: &mut HashMap<i64, Instant>,
+) -> Result<(), tokio_postgres::Error> {
     let tables = client
         .query(
             "SELECT t.id, t.policy, coalesce(s.n_live_tup, 0) FROM coldwire.tables t \
@@ -105,8 +115,14 @@ async fn schedule(client: &Client, last_check: &mut HashMap<i64, Instant>) -> Re
         .await?;
     for row in tables {
         let id: i64 = row.get(0);
-        let Ok(policy) = Policy::default().merged(&row.get::<_, serde_json::Value>(1)) else { continue };
-        if !policy.auto_flush || last_check.get(&id).is_some_and(|t| t.elapsed() < policy.check_interval) {
+        let Ok(policy) = Policy::default().merged(&row.get::<_, serde_json::Value>(1)) else {
+            continue;
+        };
+        if !policy.auto_flush
+            || last_check
+                .get(&id)
+                .is_some_and(|t| t.elapsed() < policy.check_interval)
+        {
             continue;
         }
         last_check.insert(id, Instant::now());
@@ -114,15 +130,26 @@ async fn schedule(client: &Client, last_check: &mut HashMap<i64, Instant>) -> Re
         if estimate <= policy.hot_row_limit {
             continue;
         }
-        let exact: i64 = client.query_one(&format!("SELECT count(*) FROM coldwire.m_{id}"), &[]).await?.get(0);
+        let exact: i64 = client
+            .query_one(&format!("SELECT count(*) FROM coldwire.m_{id}"), &[])
+            .await?
+            .get(0);
         if rows_to_flush(exact, &policy, false) > 0 {
             let job = jobs::enqueue_flush(client, id, false).await?;
-            tracing::info!(table_id = id, job_id = job.id, mirror_rows = exact, "auto flush queued");
+            tracing::info!(
+                table_id = id,
+                job_id = job.id,
+                mirror_rows = exact,
+                "auto flush queued"
+            );
         }
     }
     Ok(())
 }
 
 fn hostname() -> String {
-    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "coldwire".into())
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "coldwire".into())
 }

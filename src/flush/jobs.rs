@@ -25,7 +25,8 @@ pub struct Job {
     pub error: Option<String>,
 }
 
-const COLUMNS: &str = "id, table_id, kind, state, attempt, drain, target_seq, rows_total, rows_done, segments, error";
+const COLUMNS: &str =
+    "id, table_id, kind, state, attempt, drain, target_seq, rows_total, rows_done, segments, error";
 
 impl Job {
     fn from_row(r: &Row) -> Job {
@@ -66,7 +67,11 @@ impl Job {
 ///
 /// # Errors
 /// Postgres errors.
-pub async fn enqueue_flush(client: &Client, table_id: i64, drain: bool) -> Result<Job, tokio_postgres::Error> {
+pub async fn enqueue_flush(
+    client: &Client,
+    table_id: i64,
+    drain: bool,
+) -> Result<Job, tokio_postgres::Error> {
     loop {
         let inserted = client
             .query_opt(
@@ -103,7 +108,12 @@ pub async fn enqueue_flush(client: &Client, table_id: i64, drain: bool) -> Resul
 /// # Errors
 /// Postgres errors, or no such job.
 pub async fn get(client: &Client, id: i64) -> Result<Job, tokio_postgres::Error> {
-    let row = client.query_one(&format!("SELECT {COLUMNS} FROM coldwire.jobs WHERE id = $1"), &[&id]).await?;
+    let row = client
+        .query_one(
+            &format!("SELECT {COLUMNS} FROM coldwire.jobs WHERE id = $1"),
+            &[&id],
+        )
+        .await?;
     Ok(Job::from_row(&row))
 }
 
@@ -116,7 +126,10 @@ pub async fn get(client: &Client, id: i64) -> Result<Job, tokio_postgres::Error>
 ///
 /// # Errors
 /// Postgres errors.
-pub async fn claim(client: &mut Client, worker: &str) -> Result<Option<Job>, tokio_postgres::Error> {
+pub async fn claim(
+    client: &mut Client,
+    worker: &str,
+) -> Result<Option<Job>, tokio_postgres::Error> {
     let tx = client.transaction().await?;
     let claimed = tx
         .query_opt(
@@ -141,7 +154,10 @@ pub async fn claim(client: &mut Client, worker: &str) -> Result<Option<Job>, tok
     let Some(row) = claimed else { return Ok(None) };
     let job = Job::from_row(&row);
     let locked: bool = tx
-        .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&FLUSH_LOCK_CLASS, &(job.table_id as i32)])
+        .query_one(
+            "SELECT pg_try_advisory_lock($1, $2)",
+            &[&FLUSH_LOCK_CLASS, &(job.table_id as i32)],
+        )
         .await?
         .get(0);
     if !locked {
@@ -157,7 +173,11 @@ pub async fn claim(client: &mut Client, worker: &str) -> Result<Option<Job>, tok
 ///
 /// # Errors
 /// Postgres errors.
-pub async fn heartbeat(client: &Client, job: &Job, rows_done: i64) -> Result<bool, tokio_postgres::Error> {
+pub async fn heartbeat(
+    client: &Client,
+    job: &Job,
+    rows_done: i64,
+) -> Result<bool, tokio_postgres::Error> {
     let n = client
         .execute(
             "UPDATE coldwire.jobs SET heartbeat_at = now(), rows_done = $3 \
@@ -188,6 +208,11 @@ pub async fn fail(client: &Client, job: &Job, error: &str) -> Result<(), tokio_p
 /// # Errors
 /// Postgres errors.
 pub async fn release(client: &Client, job: &Job) -> Result<(), tokio_postgres::Error> {
-    client.execute("SELECT pg_advisory_unlock($1, $2)", &[&FLUSH_LOCK_CLASS, &(job.table_id as i32)]).await?;
+    client
+        .execute(
+            "SELECT pg_advisory_unlock($1, $2)",
+            &[&FLUSH_LOCK_CLASS, &(job.table_id as i32)],
+        )
+        .await?;
     Ok(())
 }

@@ -6,8 +6,8 @@ use bytes::Bytes;
 use futures_util::{pin_mut, TryStreamExt};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::metadata::SortingColumn;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 use tokio_postgres::Client;
 
@@ -72,7 +72,11 @@ pub struct FlushOutcome {
 /// # Errors
 /// Postgres, encoding, Parquet or store failures; [`FlushError::Fenced`] when the job was
 /// reclaimed meanwhile. Nothing this attempt did is visible until the finalize commits.
-pub async fn run(client: &mut Client, store: &ColdStore, job: &Job) -> Result<FlushOutcome, FlushError> {
+pub async fn run(
+    client: &mut Client,
+    store: &ColdStore,
+    job: &Job,
+) -> Result<FlushOutcome, FlushError> {
     let table = load(client, job.table_id).await?;
     clean_stale_attempts(client, store, job, &table).await?;
 
@@ -80,14 +84,29 @@ pub async fn run(client: &mut Client, store: &ColdStore, job: &Job) -> Result<Fl
     let (cutoff, total) = match (job.target_seq, job.rows_total) {
         (Some(cutoff), Some(total)) => (cutoff, total),
         _ => {
-            let pending: i64 = client.query_one(&format!("SELECT count(*) FROM coldwire.m_{}", table.id), &[]).await?.get(0);
+            let pending: i64 = client
+                .query_one(
+                    &format!("SELECT count(*) FROM coldwire.m_{}", table.id),
+                    &[],
+                )
+                .await?
+                .get(0);
             let n = rows_to_flush(pending, &table.policy, job.drain);
             if n == 0 {
                 finalize_empty(client, job).await?;
-                return Ok(FlushOutcome { rows: 0, segments: 0 });
+                return Ok(FlushOutcome {
+                    rows: 0,
+                    segments: 0,
+                });
             }
             let cutoff: i64 = client
-                .query_one(&format!("SELECT seq FROM coldwire.m_{} ORDER BY seq OFFSET $1 LIMIT 1", table.id), &[&(n - 1)])
+                .query_one(
+                    &format!(
+                        "SELECT seq FROM coldwire.m_{} ORDER BY seq OFFSET $1 LIMIT 1",
+                        table.id
+                    ),
+                    &[&(n - 1)],
+                )
                 .await?
                 .get(0);
             let updated = client
@@ -108,7 +127,12 @@ pub async fn run(client: &mut Client, store: &ColdStore, job: &Job) -> Result<Fl
         .query_one("SELECT EXISTS (SELECT 1 FROM coldwire.segments WHERE table_id = $1 AND status = 'active')", &[&table.id])
         .await?
         .get(0);
-    let pk_list = table.pk.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+    let pk_list = table
+        .pk
+        .iter()
+        .map(|c| quote_ident(c))
+        .collect::<Vec<_>>()
+        .join(", ");
     client
         .batch_execute(&format!(
             "BEGIN ISOLATION LEVEL REPEATABLE READ; \
@@ -124,7 +148,11 @@ pub async fn run(client: &mut Client, store: &ColdStore, job: &Job) -> Result<Fl
         .collect();
     let first_pk = quote_ident(&table.pk[0]);
     // Deleted keys become tombstones only where older cold versions may exist.
-    let tombstones = if has_cold { "" } else { "WHERE h.ctid IS NOT NULL" };
+    let tombstones = if has_cold {
+        ""
+    } else {
+        "WHERE h.ctid IS NOT NULL"
+    };
     let copy = format!(
         "COPY (SELECT {cols}, p.seq, (CASE WHEN h.{first_pk} IS NULL THEN 3 ELSE 1 END)::int2 \
          FROM pg_temp.cw_pairs p LEFT JOIN ONLY {table} h ON {on} {tombstones} ORDER BY {p_pk}) TO STDOUT (FORMAT binary)",
@@ -133,17 +161,33 @@ pub async fn run(client: &mut Client, store: &ColdStore, job: &Job) -> Result<Fl
         on = table.pk_equal("h", "p"),
         p_pk = table.pk.iter().map(|c| format!("p.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
     );
-    let mut cold_columns: Vec<ColdColumn> =
-        table.columns.iter().map(|(name, ty, _)| ColdColumn::new(name.clone(), *ty)).collect();
-    cold_columns.push(ColdColumn::new(SEQ_COLUMN, ColdType::for_column(20, -1).map_err(|e| FlushError::Table(table.id, e.to_string()))?));
-    cold_columns.push(ColdColumn::new(OP_COLUMN, ColdType::for_column(21, -1).map_err(|e| FlushError::Table(table.id, e.to_string()))?));
+    let mut cold_columns: Vec<ColdColumn> = table
+        .columns
+        .iter()
+        .map(|(name, ty, _)| ColdColumn::new(name.clone(), *ty))
+        .collect();
+    cold_columns.push(ColdColumn::new(
+        SEQ_COLUMN,
+        ColdType::for_column(20, -1).map_err(|e| FlushError::Table(table.id, e.to_string()))?,
+    ));
+    cold_columns.push(ColdColumn::new(
+        OP_COLUMN,
+        ColdType::for_column(21, -1).map_err(|e| FlushError::Table(table.id, e.to_string()))?,
+    ));
     let schema = std::sync::Arc::new(arrow_schema(&cold_columns));
     let mut decoder = CopyDecoder::new(cold_columns, BATCH_ROWS)?;
     let props = writer_properties(&table, &schema)?;
-    let max_rows = usize::try_from(table.policy.max_rows_per_file).unwrap_or(usize::MAX).max(1);
+    let max_rows = usize::try_from(table.policy.max_rows_per_file)
+        .unwrap_or(usize::MAX)
+        .max(1);
 
-    let mut segment_number: i64 =
-        client.query_one("SELECT count(*) FROM coldwire.segments WHERE table_id = $1", &[&table.id]).await?.get(0);
+    let mut segment_number: i64 = client
+        .query_one(
+            "SELECT count(*) FROM coldwire.segments WHERE table_id = $1",
+            &[&table.id],
+        )
+        .await?
+        .get(0);
     let mut segments = 0i32;
     let mut rows_done = 0i64;
     let mut current: Option<(ArrowWriter<Vec<u8>>, usize, i64, i64)> = None;
@@ -160,7 +204,12 @@ pub async fn run(client: &mut Client, store: &ColdStore, job: &Job) -> Result<Fl
             while batch.num_rows() > 0 {
                 let (writer, rows, _, _) = match &mut current {
                     Some(c) => c,
-                    None => current.insert((ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props.clone()))?, 0, i64::MAX, i64::MIN)),
+                    None => current.insert((
+                        ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props.clone()))?,
+                        0,
+                        i64::MAX,
+                        i64::MIN,
+                    )),
                 };
                 let take = batch.num_rows().min(max_rows - *rows);
                 let part = batch.slice(0, take);
@@ -196,7 +245,10 @@ pub async fn run(client: &mut Client, store: &ColdStore, job: &Job) -> Result<Fl
     client.batch_execute("COMMIT").await?;
 
     finalize(client, job, &table, total, segments).await?;
-    Ok(FlushOutcome { rows: total, segments })
+    Ok(FlushOutcome {
+        rows: total,
+        segments,
+    })
 }
 
 impl Tiered {
@@ -226,8 +278,11 @@ async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
     for c in columns_json.as_array().into_iter().flatten() {
         let name = c["name"].as_str().unwrap_or_default().to_owned();
         let attnum = c["attnum"].as_i64().unwrap_or_default() as i16;
-        let ty = ColdType::for_column(c["type_oid"].as_u64().unwrap_or_default() as u32, c["typmod"].as_i64().unwrap_or(-1) as i32)
-            .map_err(|e| FlushError::Table(table_id, e.to_string()))?;
+        let ty = ColdType::for_column(
+            c["type_oid"].as_u64().unwrap_or_default() as u32,
+            c["typmod"].as_i64().unwrap_or(-1) as i32,
+        )
+        .map_err(|e| FlushError::Table(table_id, e.to_string()))?;
         columns.push((name, ty, pk_attnums.contains(&attnum), attnum));
     }
     let pk = pk_attnums
@@ -235,7 +290,10 @@ async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
         .filter_map(|a| columns.iter().find(|c| c.3 == *a).map(|c| c.0.clone()))
         .collect::<Vec<_>>();
     if pk.is_empty() {
-        return Err(FlushError::Table(table_id, "no primary key recorded".into()));
+        return Err(FlushError::Table(
+            table_id,
+            "no primary key recorded".into(),
+        ));
     }
     Ok(Tiered {
         id: table_id,
@@ -249,7 +307,10 @@ async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
 
 /// zstd, page-level statistics (so a page index), bloom filters on the pk columns, rows
 /// sorted by pk and declared so.
-fn writer_properties(table: &Tiered, schema: &arrow::datatypes::Schema) -> Result<WriterProperties, FlushError> {
+fn writer_properties(
+    table: &Tiered,
+    schema: &arrow::datatypes::Schema,
+) -> Result<WriterProperties, FlushError> {
     let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
         .set_statistics_enabled(EnabledStatistics::Page)
@@ -257,7 +318,11 @@ fn writer_properties(table: &Tiered, schema: &arrow::datatypes::Schema) -> Resul
     let mut sorting = Vec::new();
     for pk in &table.pk {
         if let Ok(index) = schema.index_of(pk) {
-            sorting.push(SortingColumn { column_idx: index as i32, descending: false, nulls_first: false });
+            sorting.push(SortingColumn {
+                column_idx: index as i32,
+                descending: false,
+                nulls_first: false,
+            });
         }
         builder = builder.set_column_bloom_filter_enabled(ColumnPath::from(pk.as_str()), true);
     }
@@ -266,8 +331,12 @@ fn writer_properties(table: &Tiered, schema: &arrow::datatypes::Schema) -> Resul
 
 fn seq_range(batch: &arrow::array::RecordBatch) -> (i64, i64) {
     use arrow::array::Array;
-    let Some(col) = batch.column_by_name(SEQ_COLUMN) else { return (i64::MAX, i64::MIN) };
-    let Some(seqs) = col.as_any().downcast_ref::<arrow::array::Int64Array>() else { return (i64::MAX, i64::MIN) };
+    let Some(col) = batch.column_by_name(SEQ_COLUMN) else {
+        return (i64::MAX, i64::MIN);
+    };
+    let Some(seqs) = col.as_any().downcast_ref::<arrow::array::Int64Array>() else {
+        return (i64::MAX, i64::MIN);
+    };
     let mut range = (i64::MAX, i64::MIN);
     for v in seqs.iter().flatten() {
         range = (range.0.min(v), range.1.max(v));
@@ -323,7 +392,12 @@ async fn publish(
 /// and objects under the table's prefix that no segment names (an attempt that died
 /// between publishing and recording). Safe because only the holder of the table's flush
 /// lock, which we are, writes under that prefix.
-async fn clean_stale_attempts(client: &Client, store: &ColdStore, job: &Job, table: &Tiered) -> Result<(), FlushError> {
+async fn clean_stale_attempts(
+    client: &Client,
+    store: &ColdStore,
+    job: &Job,
+    table: &Tiered,
+) -> Result<(), FlushError> {
     let stale = client
         .query(
             "SELECT segment_id, path FROM coldwire.segments WHERE job_id = $1 AND attempt < $2 AND status = 'pending'",
@@ -333,10 +407,18 @@ async fn clean_stale_attempts(client: &Client, store: &ColdStore, job: &Job, tab
     for row in stale {
         let id: uuid::Uuid = row.get(0);
         store.delete(row.get::<_, &str>(1)).await?;
-        client.execute("DELETE FROM coldwire.segments WHERE segment_id = $1", &[&id]).await?;
+        client
+            .execute(
+                "DELETE FROM coldwire.segments WHERE segment_id = $1",
+                &[&id],
+            )
+            .await?;
     }
     let known: std::collections::HashSet<String> = client
-        .query("SELECT path FROM coldwire.segments WHERE table_id = $1", &[&table.id])
+        .query(
+            "SELECT path FROM coldwire.segments WHERE table_id = $1",
+            &[&table.id],
+        )
         .await?
         .into_iter()
         .map(|r| r.get(0))
@@ -352,8 +434,19 @@ async fn clean_stale_attempts(client: &Client, store: &ColdStore, job: &Job, tab
 
 /// The finalize transaction: activate this attempt's segments and prune exactly the
 /// flushed (pk, seq) pairs from the mirror and their rows from the heap.
-async fn finalize(client: &mut Client, job: &Job, table: &Tiered, rows: i64, segments: i32) -> Result<(), FlushError> {
-    let returning = table.pk.iter().map(|c| format!("m.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
+async fn finalize(
+    client: &mut Client,
+    job: &Job,
+    table: &Tiered,
+    rows: i64,
+    segments: i32,
+) -> Result<(), FlushError> {
+    let returning = table
+        .pk
+        .iter()
+        .map(|c| format!("m.{}", quote_ident(c)))
+        .collect::<Vec<_>>()
+        .join(", ");
     super::failpoint::hit("before_finalize");
     let tx = client.transaction().await?;
     tx.batch_execute(&format!(
@@ -361,7 +454,11 @@ async fn finalize(client: &mut Client, job: &Job, table: &Tiered, rows: i64, seg
          INSERT INTO coldwire.maintenance (xid) VALUES (pg_current_xact_id());"
     ))
     .await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1, $2)", &[&TABLE_LOCK_CLASS, &(table.id as i32)]).await?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, $2)",
+        &[&TABLE_LOCK_CLASS, &(table.id as i32)],
+    )
+    .await?;
     let ours = tx
         .query_opt(
             "SELECT 1 FROM coldwire.jobs WHERE id = $1 AND attempt = $2 AND state = 'running' FOR UPDATE",
@@ -399,7 +496,9 @@ async fn finalize(client: &mut Client, job: &Job, table: &Tiered, rows: i64, seg
     tx.batch_execute("DELETE FROM coldwire.maintenance WHERE xid = pg_current_xact_id(); NOTIFY coldwire_catalog;").await?;
     super::failpoint::hit("before_finalize_commit");
     tx.commit().await?;
-    client.batch_execute("DROP TABLE IF EXISTS pg_temp.cw_pairs").await?;
+    client
+        .batch_execute("DROP TABLE IF EXISTS pg_temp.cw_pairs")
+        .await?;
     Ok(())
 }
 

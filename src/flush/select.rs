@@ -26,7 +26,11 @@ mod tests {
     use super::*;
 
     fn policy(limit: i64, chunk: i64) -> Policy {
-        Policy { hot_row_limit: limit, min_flush_rows: chunk, ..Policy::default() }
+        Policy {
+            hot_row_limit: limit,
+            min_flush_rows: chunk,
+            ..Policy::default()
+        }
     }
 
     #[test]
@@ -44,7 +48,11 @@ mod tests {
             (3, 0, 10, 0), // less than half a chunk: wait
         ];
         for (pending, limit, chunk, expected) in cases {
-            assert_eq!(rows_to_flush(pending, &policy(limit, chunk), false), expected, "{pending} {limit} {chunk}");
+            assert_eq!(
+                rows_to_flush(pending, &policy(limit, chunk), false),
+                expected,
+                "{pending} {limit} {chunk}"
+            );
         }
     }
 

@@ -24,7 +24,9 @@ pub async fn serve(listener: TcpListener, handle: PrometheusHandle, shutdown: Ca
             Ok((stream, _)) => {
                 let handle = handle.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &handle)).await {
+                    if let Err(e) =
+                        tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &handle)).await
+                    {
                         tracing::debug!(error = %e, "metrics request timed out");
                     }
                 });
@@ -48,10 +50,16 @@ async fn answer(mut stream: TcpStream, handle: &PrometheusHandle) {
     }
     let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
     let (status, content_type, body) = match line {
-        l if l.starts_with(b"GET /metrics ") => ("200 OK", "text/plain; version=0.0.4", handle.render()),
+        l if l.starts_with(b"GET /metrics ") => {
+            ("200 OK", "text/plain; version=0.0.4", handle.render())
+        }
         l if l.starts_with(b"GET /healthz ") => ("200 OK", "text/plain", "ok\n".to_owned()),
         l if l.starts_with(b"GET ") => ("404 Not Found", "text/plain", "try /metrics\n".to_owned()),
-        _ => ("405 Method Not Allowed", "text/plain", "GET only\n".to_owned()),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET only\n".to_owned(),
+        ),
     };
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

@@ -27,15 +27,29 @@ pub const ADMIN_CALLS_TOTAL: &str = "coldwire_admin_calls_total";
 ///
 /// # Errors
 /// A recorder was already installed.
-pub fn install() -> Result<metrics_exporter_prometheus::PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+pub fn install(
+) -> Result<metrics_exporter_prometheus::PrometheusHandle, metrics_exporter_prometheus::BuildError>
+{
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
     metrics::describe_gauge!(CLIENT_CONNECTIONS, "Client connections open now");
     metrics::describe_counter!(SESSIONS_TOTAL, "Client sessions accepted since start");
-    metrics::describe_counter!(BYTES_RELAYED_TOTAL, "Bytes relayed between clients and Postgres");
+    metrics::describe_counter!(
+        BYTES_RELAYED_TOTAL,
+        "Bytes relayed between clients and Postgres"
+    );
     metrics::describe_counter!(ERRORS_TOTAL, "Sessions ended by an error, by kind");
     metrics::describe_counter!(CANCEL_REQUESTS_TOTAL, "CancelRequests received, by outcome");
-    metrics::describe_counter!(FLUSH_ROWS_TOTAL, "Rows moved to the cold tier by completed flushes");
-    metrics::describe_counter!(FLUSH_JOBS_TOTAL, "Flush jobs run by this process, by outcome");
-    metrics::describe_counter!(ADMIN_CALLS_TOTAL, "Admin calls answered, by function and outcome");
+    metrics::describe_counter!(
+        FLUSH_ROWS_TOTAL,
+        "Rows moved to the cold tier by completed flushes"
+    );
+    metrics::describe_counter!(
+        FLUSH_JOBS_TOTAL,
+        "Flush jobs run by this process, by outcome"
+    );
+    metrics::describe_counter!(
+        ADMIN_CALLS_TOTAL,
+        "Admin calls answered, by function and outcome"
+    );
     Ok(handle)
 }

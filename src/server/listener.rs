@@ -29,14 +29,20 @@ pub enum ServerError {
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: String, source: std::io::Error },
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("cold_store: {0}")]
     ColdStore(#[from] StoreError),
     #[error("cannot install the metrics recorder: {0}")]
     Metrics(String),
     /// `target` is the service connection without its password ([`catalog::describe`]).
     #[error("cannot prepare the coldwire catalog through service_url ({target}): {source}")]
-    Catalog { target: String, source: CatalogError },
+    Catalog {
+        target: String,
+        source: CatalogError,
+    },
 }
 
 /// A proxy whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -74,7 +80,8 @@ impl Server {
         let listener = bind(&config.listen).await?;
         let metrics = match &config.metrics_listen {
             Some(addr) => {
-                let handle = crate::metrics::install().map_err(|e| ServerError::Metrics(e.to_string()))?;
+                let handle =
+                    crate::metrics::install().map_err(|e| ServerError::Metrics(e.to_string()))?;
                 Some((bind(addr).await?, handle))
             }
             None => None,
@@ -87,7 +94,12 @@ impl Server {
             force_close: CancellationToken::new(),
             admin,
         });
-        Ok(Self { ctx, listener, metrics, flush })
+        Ok(Self {
+            ctx,
+            listener,
+            metrics,
+            flush,
+        })
     }
 
     /// The address clients connect to (useful with port 0).
@@ -102,12 +114,25 @@ impl Server {
 
     /// Serves clients until `shutdown` fires, then drains sessions as configured.
     pub async fn run(self, shutdown: CancellationToken) {
-        let Server { ctx, listener, metrics, flush } = self;
+        let Server {
+            ctx,
+            listener,
+            metrics,
+            flush,
+        } = self;
         if let Some((service, store)) = flush {
-            tokio::spawn(crate::flush::executor::run(service, store, shutdown.clone()));
+            tokio::spawn(crate::flush::executor::run(
+                service,
+                store,
+                shutdown.clone(),
+            ));
         }
         if let Some((metrics_listener, handle)) = metrics {
-            tokio::spawn(crate::metrics::serve(metrics_listener, handle, shutdown.clone()));
+            tokio::spawn(crate::metrics::serve(
+                metrics_listener,
+                handle,
+                shutdown.clone(),
+            ));
         }
         let sessions = TaskTracker::new();
         let mut next_session_id: u64 = 1;
@@ -118,7 +143,12 @@ impl Server {
             };
             match accepted {
                 Ok((socket, peer)) => {
-                    sessions.spawn(session::run(socket, peer, next_session_id, Arc::clone(&ctx)));
+                    sessions.spawn(session::run(
+                        socket,
+                        peer,
+                        next_session_id,
+                        Arc::clone(&ctx),
+                    ));
                     next_session_id += 1;
                 }
                 Err(e) => {
@@ -130,9 +160,16 @@ impl Server {
         drop(listener);
         sessions.close();
         let grace = ctx.config.shutdown_grace();
-        tracing::info!(open_sessions = sessions.len(), grace_secs = grace.as_secs(), "shutting down: no longer accepting");
+        tracing::info!(
+            open_sessions = sessions.len(),
+            grace_secs = grace.as_secs(),
+            "shutting down: no longer accepting"
+        );
         if tokio::time::timeout(grace, sessions.wait()).await.is_err() {
-            tracing::warn!(open_sessions = sessions.len(), "grace period over: closing the remaining sessions");
+            tracing::warn!(
+                open_sessions = sessions.len(),
+                "grace period over: closing the remaining sessions"
+            );
             ctx.force_close.cancel();
             let _ = tokio::time::timeout(FORCE_CLOSE_WAIT, sessions.wait()).await;
         }
@@ -148,13 +185,20 @@ async fn prepare_catalog(config: &Config) -> Result<Option<tokio_postgres::Confi
         return Ok(None);
     };
     let target = catalog::describe(&service);
-    let failed = |source| ServerError::Catalog { target: target.clone(), source };
+    let failed = |source| ServerError::Catalog {
+        target: target.clone(),
+        source,
+    };
     let mut client = catalog::connect(&service).await.map_err(failed)?;
     let report = catalog::migrate(&mut client).await.map_err(failed)?;
     if report.applied.is_empty() {
         tracing::info!(service = %target, version = report.to_version, admin_role = ?report.admin_role, "catalog is current");
     } else {
-        let applied: Vec<String> = report.applied.iter().map(|m| format!("{} ({})", m.version, m.name)).collect();
+        let applied: Vec<String> = report
+            .applied
+            .iter()
+            .map(|m| format!("{} ({})", m.version, m.name))
+            .collect();
         tracing::info!(
             service = %target,
             from_version = report.from_version,
@@ -168,5 +212,10 @@ async fn prepare_catalog(config: &Config) -> Result<Option<tokio_postgres::Confi
 }
 
 async fn bind(addr: &str) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr: addr.to_owned(), source })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: addr.to_owned(),
+            source,
+        })
 }

@@ -37,7 +37,12 @@ pub enum Answer {
     Fail { error: AdminError, simple: bool },
     /// Run the call; answer DataRow and CommandComplete (with RowDescription before and
     /// ReadyForQuery after, for a simple Query).
-    Run { call: AdminCall, args: Vec<Resolved>, binary: bool, simple: bool },
+    Run {
+        call: AdminCall,
+        args: Vec<Resolved>,
+        binary: bool,
+        simple: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -76,7 +81,12 @@ impl AdminSession {
     ///
     /// # Errors
     /// A malformed frame of a type coldwire had to decode.
-    pub fn on_frame(&mut self, tag: u8, frame: &[u8], dirty: bool) -> Result<Disposition, WireError> {
+    pub fn on_frame(
+        &mut self,
+        tag: u8,
+        frame: &[u8],
+        dirty: bool,
+    ) -> Result<Disposition, WireError> {
         if self.skipping {
             return Ok(match tag {
                 msg::SYNC => {
@@ -90,7 +100,9 @@ impl AdminSession {
         let can_answer = self.in_group || !dirty;
         match tag {
             msg::QUERY => {
-                let sql = frame.get(5..frame.len().saturating_sub(1)).unwrap_or_default();
+                let sql = frame
+                    .get(5..frame.len().saturating_sub(1))
+                    .unwrap_or_default();
                 if !mentions_coldwire(sql) || dirty {
                     return Ok(Disposition::Forward);
                 }
@@ -98,21 +110,39 @@ impl AdminSession {
                 Ok(match recognize(sql) {
                     Ok(None) => Disposition::Forward,
                     Ok(Some(call)) => match args::resolve(&call, &[]) {
-                        Ok(args) => Disposition::Answer(Answer::Run { call, args, binary: false, simple: true }),
-                        Err(error) => Disposition::Answer(Answer::Fail { error, simple: true }),
+                        Ok(args) => Disposition::Answer(Answer::Run {
+                            call,
+                            args,
+                            binary: false,
+                            simple: true,
+                        }),
+                        Err(error) => Disposition::Answer(Answer::Fail {
+                            error,
+                            simple: true,
+                        }),
                     },
-                    Err(error) => Disposition::Answer(Answer::Fail { error, simple: true }),
+                    Err(error) => Disposition::Answer(Answer::Fail {
+                        error,
+                        simple: true,
+                    }),
                 })
             }
             msg::PARSE => {
                 let parse = Parse::decode(frame)?;
-                let recognized = if mentions_coldwire(parse.query.as_bytes()) { recognize(parse.query) } else { Ok(None) };
+                let recognized = if mentions_coldwire(parse.query.as_bytes()) {
+                    recognize(parse.query)
+                } else {
+                    Ok(None)
+                };
                 match recognized {
                     Ok(Some(call)) if can_answer => {
                         self.in_group = true;
                         let param_types = parse.param_types.clone();
-                        self.statements.insert(parse.statement.to_owned(), Prepared { call, param_types });
-                        Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(&ext::empty(msg::PARSE_COMPLETE)[..]))))
+                        self.statements
+                            .insert(parse.statement.to_owned(), Prepared { call, param_types });
+                        Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(
+                            &ext::empty(msg::PARSE_COMPLETE)[..],
+                        ))))
                     }
                     Err(error) if can_answer => Ok(self.fail(error)),
                     _ => {
@@ -136,7 +166,11 @@ impl AdminSession {
                     .params
                     .iter()
                     .enumerate()
-                    .map(|(i, value)| Param { value: *value, binary: bind.is_binary(i), type_oid: types.get(i).copied().unwrap_or(0) })
+                    .map(|(i, value)| Param {
+                        value: *value,
+                        binary: bind.is_binary(i),
+                        type_oid: types.get(i).copied().unwrap_or(0),
+                    })
                     .collect();
                 let bound = Bound {
                     call: prepared.call.clone(),
@@ -145,20 +179,27 @@ impl AdminSession {
                 };
                 self.portals.insert(bind.portal.to_owned(), bound);
                 self.in_group = true;
-                Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(&ext::empty(msg::BIND_COMPLETE)[..]))))
+                Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(
+                    &ext::empty(msg::BIND_COMPLETE)[..],
+                ))))
             }
             msg::DESCRIBE if self.needs_extended_inspection() => {
                 let mut out = BytesMut::new();
                 match ext::target(frame, msg::DESCRIBE)? {
                     Target::Statement(name) => match self.statements.get(name) {
                         Some(p) if can_answer => {
-                            ext::parameter_description(&mut out, &args::parameter_types(&p.call, &p.param_types));
+                            ext::parameter_description(
+                                &mut out,
+                                &args::parameter_types(&p.call, &p.param_types),
+                            );
                             ext::row_description(&mut out, &p.call.column, oid::JSONB, false);
                         }
                         _ => return Ok(Disposition::Forward),
                     },
                     Target::Portal(name) => match self.portals.get(name) {
-                        Some(b) if can_answer => ext::row_description(&mut out, &b.call.column, oid::JSONB, b.binary),
+                        Some(b) if can_answer => {
+                            ext::row_description(&mut out, &b.call.column, oid::JSONB, b.binary)
+                        }
                         _ => return Ok(Disposition::Forward),
                     },
                 }
@@ -179,7 +220,10 @@ impl AdminSession {
                             },
                             Err(error) => {
                                 self.skipping = true;
-                                Answer::Fail { error: error.clone(), simple: false }
+                                Answer::Fail {
+                                    error: error.clone(),
+                                    simple: false,
+                                }
                             }
                         }))
                     }
@@ -193,7 +237,9 @@ impl AdminSession {
                 };
                 if removed && can_answer {
                     self.in_group = true;
-                    Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(&ext::empty(msg::CLOSE_COMPLETE)[..]))))
+                    Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(
+                        &ext::empty(msg::CLOSE_COMPLETE)[..],
+                    ))))
                 } else {
                     Ok(Disposition::Forward)
                 }
@@ -214,7 +260,10 @@ impl AdminSession {
     fn fail(&mut self, error: AdminError) -> Disposition {
         self.in_group = true;
         self.skipping = true;
-        Disposition::Answer(Answer::Fail { error, simple: false })
+        Disposition::Answer(Answer::Fail {
+            error,
+            simple: false,
+        })
     }
 
     /// A Sync ends the group; the unnamed portal does not outlive it.
@@ -231,7 +280,10 @@ mod tests {
 
     use crate::wire::test_frame as frame;
     fn parse(name: &str, sql: &str) -> Vec<u8> {
-        frame(b'P', &[name.as_bytes(), b"\0", sql.as_bytes(), b"\0\0\0"].concat())
+        frame(
+            b'P',
+            &[name.as_bytes(), b"\0", sql.as_bytes(), b"\0\0\0"].concat(),
+        )
     }
     fn bind(portal: &str, stmt: &str, params: &[&str]) -> Vec<u8> {
         let mut b = [portal.as_bytes(), b"\0", stmt.as_bytes(), b"\0\0\0"].concat();
@@ -263,7 +315,10 @@ mod tests {
             frame(b'E', b"\0\0\0\0\0"),
             frame(b'S', b""),
         ];
-        let got: Vec<String> = steps.iter().map(|f| tag_of(&s.on_frame(f[0], f, false).unwrap())).collect();
+        let got: Vec<String> = steps
+            .iter()
+            .map(|f| tag_of(&s.on_frame(f[0], f, false).unwrap()))
+            .collect();
         assert_eq!(got, ["1", "2", "T", "run", "fwd"]);
         assert!(!s.needs_extended_inspection() || s.statements.contains_key(""));
     }
@@ -271,23 +326,69 @@ mod tests {
     #[test]
     fn other_statements_pass_and_clear_shadowed_names() {
         let mut s = AdminSession::default();
-        assert_eq!(tag_of(&s.on_frame(b'P', &parse("s", "SELECT coldwire.tier_table('t')"), false).unwrap()), "1");
-        assert_eq!(tag_of(&s.on_frame(b'S', &frame(b'S', b""), false).unwrap()), "fwd");
+        assert_eq!(
+            tag_of(
+                &s.on_frame(b'P', &parse("s", "SELECT coldwire.tier_table('t')"), false)
+                    .unwrap()
+            ),
+            "1"
+        );
+        assert_eq!(
+            tag_of(&s.on_frame(b'S', &frame(b'S', b""), false).unwrap()),
+            "fwd"
+        );
         assert!(s.needs_extended_inspection());
-        assert_eq!(tag_of(&s.on_frame(b'D', &frame(b'D', b"Ss\0"), false).unwrap()), "t");
-        assert_eq!(tag_of(&s.on_frame(b'P', &parse("s", "SELECT 1"), false).unwrap()), "fwd");
-        assert_eq!(tag_of(&s.on_frame(b'D', &frame(b'D', b"Ss\0"), false).unwrap()), "fwd");
-        assert_eq!(tag_of(&s.on_frame(b'Q', &frame(b'Q', b"SELECT 1\0"), false).unwrap()), "fwd");
+        assert_eq!(
+            tag_of(&s.on_frame(b'D', &frame(b'D', b"Ss\0"), false).unwrap()),
+            "t"
+        );
+        assert_eq!(
+            tag_of(&s.on_frame(b'P', &parse("s", "SELECT 1"), false).unwrap()),
+            "fwd"
+        );
+        assert_eq!(
+            tag_of(&s.on_frame(b'D', &frame(b'D', b"Ss\0"), false).unwrap()),
+            "fwd"
+        );
+        assert_eq!(
+            tag_of(
+                &s.on_frame(b'Q', &frame(b'Q', b"SELECT 1\0"), false)
+                    .unwrap()
+            ),
+            "fwd"
+        );
     }
 
     #[test]
     fn errors_skip_to_sync_and_dirty_groups_are_relayed() {
         let mut s = AdminSession::default();
-        assert_eq!(tag_of(&s.on_frame(b'P', &parse("", "SELECT coldwire.tier_table(x) FROM y"), false).unwrap()), "fail");
-        assert_eq!(tag_of(&s.on_frame(b'B', &bind("", "", &[]), false).unwrap()), "drop");
-        assert_eq!(tag_of(&s.on_frame(b'S', &frame(b'S', b""), false).unwrap()), "fwd");
+        assert_eq!(
+            tag_of(
+                &s.on_frame(
+                    b'P',
+                    &parse("", "SELECT coldwire.tier_table(x) FROM y"),
+                    false
+                )
+                .unwrap()
+            ),
+            "fail"
+        );
+        assert_eq!(
+            tag_of(&s.on_frame(b'B', &bind("", "", &[]), false).unwrap()),
+            "drop"
+        );
+        assert_eq!(
+            tag_of(&s.on_frame(b'S', &frame(b'S', b""), false).unwrap()),
+            "fwd"
+        );
         // After other messages went upstream in this group, coldwire cannot answer in order.
-        assert_eq!(tag_of(&s.on_frame(b'P', &parse("", "SELECT coldwire.tier_table('t')"), true).unwrap()), "fwd");
+        assert_eq!(
+            tag_of(
+                &s.on_frame(b'P', &parse("", "SELECT coldwire.tier_table('t')"), true)
+                    .unwrap()
+            ),
+            "fwd"
+        );
         let q = frame(b'Q', b"SELECT coldwire.tier_table('t')\0");
         assert_eq!(tag_of(&s.on_frame(b'Q', &q, true).unwrap()), "fwd");
         assert_eq!(tag_of(&s.on_frame(b'Q', &q, false).unwrap()), "run");

@@ -42,7 +42,10 @@ pub async fn open(client: Box<dyn Io>, ctx: &SessionContext) -> Result<Opening, 
 
 /// The handshake proper; `slot` holds the client stream until it is handed on (or lost in
 /// a failed TLS handshake).
-async fn negotiate(slot: &mut Option<Box<dyn Io>>, ctx: &SessionContext) -> Result<Opening, SessionError> {
+async fn negotiate(
+    slot: &mut Option<Box<dyn Io>>,
+    ctx: &SessionContext,
+) -> Result<Opening, SessionError> {
     let mut buf = BytesMut::with_capacity(512);
     let mut tls = false;
     loop {
@@ -68,7 +71,10 @@ async fn negotiate(slot: &mut Option<Box<dyn Io>>, ctx: &SessionContext) -> Resu
                 // Bytes sent before the TLS handshake would be trusted as if they came
                 // through it (CVE-2021-23214): the client must wait for our answer.
                 if !buf.is_empty() {
-                    return Err(WireError::Malformed("data after SSLRequest before the TLS handshake").into());
+                    return Err(WireError::Malformed(
+                        "data after SSLRequest before the TLS handshake",
+                    )
+                    .into());
                 }
                 client.write_all(b"S").await?;
                 client.flush().await?;
@@ -92,7 +98,12 @@ async fn negotiate(slot: &mut Option<Box<dyn Io>>, ctx: &SessionContext) -> Resu
                     return Err(SessionError::TlsRequired);
                 }
                 let client = slot.take().ok_or(SessionError::ClientGone)?;
-                return Ok(Opening::Startup { client, startup, leftover: buf, tls });
+                return Ok(Opening::Startup {
+                    client,
+                    startup,
+                    leftover: buf,
+                    tls,
+                });
             }
         }
     }
@@ -107,7 +118,13 @@ async fn forward_cancel(key: &CancelKey, ctx: &SessionContext) {
             "unknown_key"
         }
         Some(upstream_key) => {
-            match upstream::cancel(&ctx.upstream.addr, &upstream_key, ctx.config.connect_timeout()).await {
+            match upstream::cancel(
+                &ctx.upstream.addr,
+                &upstream_key,
+                ctx.config.connect_timeout(),
+            )
+            .await
+            {
                 Ok(()) => {
                     tracing::info!(pid = key.pid, "cancel request forwarded upstream");
                     "forwarded"

@@ -32,7 +32,10 @@ pub enum SessionError {
     #[error("client did not negotiate TLS and require_tls is set")]
     TlsRequired,
     #[error("cannot connect to upstream {addr}: {source}")]
-    UpstreamConnect { addr: String, source: std::io::Error },
+    UpstreamConnect {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("connecting to upstream {addr} timed out after {ms} ms")]
     UpstreamTimeout { addr: String, ms: u64 },
     #[error("client connection failed: {0}")]
@@ -58,7 +61,9 @@ impl SessionError {
             SessionError::StartupTimeout { .. } => "startup_timeout",
             SessionError::Tls(_) => "tls_handshake",
             SessionError::TlsRequired => "tls_required",
-            SessionError::UpstreamConnect { .. } | SessionError::UpstreamTimeout { .. } => "upstream_unreachable",
+            SessionError::UpstreamConnect { .. } | SessionError::UpstreamTimeout { .. } => {
+                "upstream_unreachable"
+            }
             SessionError::UpstreamIo(_) => "upstream_io",
         }
     }

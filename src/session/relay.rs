@@ -12,9 +12,9 @@ use super::admin::{AdminSession, Answer, Disposition};
 use super::state::{Phase, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
-use crate::metrics::BYTES_RELAYED_TOTAL;
 use crate::admin::call::oid;
 use crate::admin::{AdminError, AdminRequest};
+use crate::metrics::BYTES_RELAYED_TOTAL;
 use crate::wire::cancel::CancelRegistration;
 use crate::wire::extended as ext;
 use crate::wire::messages as msg;
@@ -28,7 +28,14 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 const UPSTREAM_MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// Client frames the session tracks: Parse and Close (statement names), Sync, Query and
 /// FunctionCall (answered by ReadyForQuery), Terminate.
-const CLIENT_INSPECTED: &[u8] = &[msg::PARSE, msg::CLOSE, msg::SYNC, msg::QUERY, msg::FUNCTION_CALL, msg::TERMINATE];
+const CLIENT_INSPECTED: &[u8] = &[
+    msg::PARSE,
+    msg::CLOSE,
+    msg::SYNC,
+    msg::QUERY,
+    msg::FUNCTION_CALL,
+    msg::TERMINATE,
+];
 /// Server frames the session tracks or rewrites.
 const UPSTREAM_INSPECTED: &[u8] = &[
     msg::AUTHENTICATION,
@@ -63,14 +70,21 @@ struct Direction {
 
 impl Direction {
     fn new(scanner: FrameScanner) -> Self {
-        Self { scanner, write_pending: false }
+        Self {
+            scanner,
+            write_pending: false,
+        }
     }
 
     fn at_boundary(&self) -> bool {
         self.scanner.at_boundary() && !self.write_pending
     }
 
-    async fn write<W: AsyncWrite + Unpin>(&mut self, w: &mut W, out: &mut BytesMut) -> std::io::Result<()> {
+    async fn write<W: AsyncWrite + Unpin>(
+        &mut self,
+        w: &mut W,
+        out: &mut BytesMut,
+    ) -> std::io::Result<()> {
         self.write_pending = true;
         w.write_all(out).await?;
         self.write_pending = false;
@@ -109,9 +123,22 @@ pub async fn relay(
 ) -> Result<End, SessionError> {
     let (mut client_rx, client_tx) = tokio::io::split(client);
     let (mut upstream_rx, mut upstream_tx) = tokio::io::split(upstream);
-    let shared = Shared { state, ctx, user, database, client_tx: AsyncMutex::new(client_tx), ready: Notify::new() };
-    let mut c2s = Direction::new(FrameScanner::new(ctx.config.max_message_bytes, CLIENT_INSPECTED));
-    let mut s2c = Direction::new(FrameScanner::new(UPSTREAM_MAX_MESSAGE_BYTES, UPSTREAM_INSPECTED));
+    let shared = Shared {
+        state,
+        ctx,
+        user,
+        database,
+        client_tx: AsyncMutex::new(client_tx),
+        ready: Notify::new(),
+    };
+    let mut c2s = Direction::new(FrameScanner::new(
+        ctx.config.max_message_bytes,
+        CLIENT_INSPECTED,
+    ));
+    let mut s2c = Direction::new(FrameScanner::new(
+        UPSTREAM_MAX_MESSAGE_BYTES,
+        UPSTREAM_INSPECTED,
+    ));
     let mut registration = None;
 
     let result = tokio::select! {
@@ -155,32 +182,36 @@ async fn client_to_upstream(
     let mut sent_since_sync = false;
     loop {
         let mut terminated = false;
-        let answer = dir.scanner.drain_until(&mut input, &mut out, |tag, frame, out| {
-            let dirty = sent_since_sync || streamed.load(Ordering::Relaxed);
-            match admin.on_frame(tag, frame, dirty)? {
-                Disposition::Forward => {
-                    track_client_frame(tag, frame, shared.state)?;
-                    if matches!(tag, msg::SYNC | msg::QUERY | msg::FUNCTION_CALL) {
-                        sent_since_sync = false;
-                        streamed.store(false, Ordering::Relaxed);
-                    } else {
-                        sent_since_sync = true;
+        let answer = dir
+            .scanner
+            .drain_until(&mut input, &mut out, |tag, frame, out| {
+                let dirty = sent_since_sync || streamed.load(Ordering::Relaxed);
+                match admin.on_frame(tag, frame, dirty)? {
+                    Disposition::Forward => {
+                        track_client_frame(tag, frame, shared.state)?;
+                        if matches!(tag, msg::SYNC | msg::QUERY | msg::FUNCTION_CALL) {
+                            sent_since_sync = false;
+                            streamed.store(false, Ordering::Relaxed);
+                        } else {
+                            sent_since_sync = true;
+                        }
+                        terminated |= tag == msg::TERMINATE;
+                        out.extend_from_slice(frame);
+                        Ok::<_, SessionError>(None)
                     }
-                    terminated |= tag == msg::TERMINATE;
-                    out.extend_from_slice(frame);
-                    Ok::<_, SessionError>(None)
+                    Disposition::Drop => Ok(None),
+                    Disposition::Answer(answer) => Ok(Some(answer)),
                 }
-                Disposition::Drop => Ok(None),
-                Disposition::Answer(answer) => Ok(Some(answer)),
-            }
-        })?;
+            })?;
         let inspect_extended = admin.needs_extended_inspection();
         for tag in [msg::BIND, msg::DESCRIBE, msg::EXECUTE] {
             dir.scanner.set_inspected(tag, inspect_extended);
         }
         if !out.is_empty() {
             bytes.increment(out.len() as u64);
-            dir.write(tx, &mut out).await.map_err(SessionError::UpstreamIo)?;
+            dir.write(tx, &mut out)
+                .await
+                .map_err(SessionError::UpstreamIo)?;
         }
         if let Some(answer) = answer {
             answer_admin(answer, &mut admin, shared).await?;
@@ -189,7 +220,11 @@ async fn client_to_upstream(
         if terminated {
             return Ok(End::ClientTerminated);
         }
-        if read_more(rx, &mut input).await.map_err(SessionError::ClientIo)? == 0 {
+        if read_more(rx, &mut input)
+            .await
+            .map_err(SessionError::ClientIo)?
+            == 0
+        {
             return Ok(End::ClientClosed);
         }
     }
@@ -197,7 +232,11 @@ async fn client_to_upstream(
 
 /// Sends coldwire's own answer to a client message, once every earlier request has been
 /// answered by Postgres so the answer lands in protocol order.
-async fn answer_admin(answer: Answer, admin: &mut AdminSession, shared: &Shared<'_>) -> Result<(), SessionError> {
+async fn answer_admin(
+    answer: Answer,
+    admin: &mut AdminSession,
+    shared: &Shared<'_>,
+) -> Result<(), SessionError> {
     let status = loop {
         let notified = shared.ready.notified();
         tokio::pin!(notified);
@@ -211,7 +250,10 @@ async fn answer_admin(answer: Answer, admin: &mut AdminSession, shared: &Shared<
         notified.await;
     };
     let (phase, status) = status;
-    let simple = matches!(answer, Answer::Fail { simple: true, .. } | Answer::Run { simple: true, .. });
+    let simple = matches!(
+        answer,
+        Answer::Fail { simple: true, .. } | Answer::Run { simple: true, .. }
+    );
     let function_name = match &answer {
         Answer::Run { call, .. } => Some(call.function.name()),
         _ => None,
@@ -226,7 +268,12 @@ async fn answer_admin(answer: Answer, admin: &mut AdminSession, shared: &Shared<
                 Ok(())
             }
             Answer::Fail { error, .. } => Err(error),
-            Answer::Run { call, args, binary, simple } => {
+            Answer::Run {
+                call,
+                args,
+                binary,
+                simple,
+            } => {
                 let request = AdminRequest {
                     function: call.function,
                     args,
@@ -280,7 +327,11 @@ async fn upstream_to_client(
     let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
     loop {
-        if read_more(rx, &mut input).await.map_err(SessionError::UpstreamIo)? == 0 {
+        if read_more(rx, &mut input)
+            .await
+            .map_err(SessionError::UpstreamIo)?
+            == 0
+        {
             return Ok(End::UpstreamClosed);
         }
         let mut ready = false;
@@ -288,9 +339,15 @@ async fn upstream_to_client(
             .drain(&mut input, &mut out, |tag, frame, out| {
                 ready |= tag == msg::READY_FOR_QUERY;
                 if tag == msg::BACKEND_KEY_DATA {
-                    let (pid, secret) = msg::backend_key_data(frame).ok_or(WireError::Malformed("BackendKeyData"))?;
-                    let issued = ctx.cancel_keys.register(secret.len(), CancelKey { pid, secret });
-                    out.extend_from_slice(&msg::encode_backend_key_data(issued.key().pid, &issued.key().secret));
+                    let (pid, secret) = msg::backend_key_data(frame)
+                        .ok_or(WireError::Malformed("BackendKeyData"))?;
+                    let issued = ctx
+                        .cancel_keys
+                        .register(secret.len(), CancelKey { pid, secret });
+                    out.extend_from_slice(&msg::encode_backend_key_data(
+                        issued.key().pid,
+                        &issued.key().secret,
+                    ));
                     *registration = Some(issued);
                 } else if let Some(rewritten) = msg::sasl_without_channel_binding(frame) {
                     out.extend_from_slice(&rewritten);
@@ -304,7 +361,9 @@ async fn upstream_to_client(
         if !out.is_empty() {
             bytes.increment(out.len() as u64);
             let mut tx = shared.client_tx.lock().await;
-            dir.write(&mut *tx, &mut out).await.map_err(SessionError::ClientIo)?;
+            dir.write(&mut *tx, &mut out)
+                .await
+                .map_err(SessionError::ClientIo)?;
         }
         if ready {
             shared.ready.notify_waiters();
@@ -312,7 +371,10 @@ async fn upstream_to_client(
     }
 }
 
-async fn read_more<R: AsyncRead + Unpin>(rx: &mut R, input: &mut BytesMut) -> std::io::Result<usize> {
+async fn read_more<R: AsyncRead + Unpin>(
+    rx: &mut R,
+    input: &mut BytesMut,
+) -> std::io::Result<usize> {
     input.reserve(READ_CHUNK_BYTES);
     rx.read_buf(input).await
 }
@@ -331,14 +393,19 @@ fn track_client_frame(tag: u8, frame: &[u8], state: &Mutex<SessionState>) -> Res
     Ok(())
 }
 
-fn track_upstream_frame(tag: u8, frame: &[u8], state: &Mutex<SessionState>) -> Result<(), WireError> {
+fn track_upstream_frame(
+    tag: u8,
+    frame: &[u8],
+    state: &Mutex<SessionState>,
+) -> Result<(), WireError> {
     let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
     match tag {
-        msg::READY_FOR_QUERY => {
-            state.ready_for_query(msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?)
-        }
+        msg::READY_FOR_QUERY => state.ready_for_query(
+            msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?,
+        ),
         msg::PARAMETER_STATUS => {
-            let (name, value) = msg::parameter_status(frame).ok_or(WireError::Malformed("ParameterStatus"))?;
+            let (name, value) =
+                msg::parameter_status(frame).ok_or(WireError::Malformed("ParameterStatus"))?;
             state.parameter_status(name, value);
         }
         msg::PARSE_COMPLETE => state.parse_completed(),

@@ -29,12 +29,18 @@ pub async fn run(socket: TcpStream, peer: SocketAddr, session_id: u64, ctx: Arc<
         let started = Instant::now();
         let _ = socket.set_nodelay(true);
         match serve(Box::new(socket), &ctx).await {
-            Ok(Some(end)) => tracing::info!(?end, elapsed_ms = started.elapsed().as_millis() as u64, "session ended"),
+            Ok(Some(end)) => tracing::info!(
+                ?end,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "session ended"
+            ),
             Ok(None) => {}
             Err(e) => {
                 metrics::counter!(ERRORS_TOTAL, "kind" => e.kind()).increment(1);
                 match e {
-                    SessionError::ClientGone | SessionError::ClientIo(_) => tracing::debug!(error = %e, "session ended"),
+                    SessionError::ClientGone | SessionError::ClientIo(_) => {
+                        tracing::debug!(error = %e, "session ended")
+                    }
                     _ => tracing::warn!(error = %e, "session ended with an error"),
                 }
             }
@@ -49,10 +55,19 @@ pub async fn run(socket: TcpStream, peer: SocketAddr, session_id: u64, ctx: Arc<
 async fn serve(client: Box<dyn Io>, ctx: &SessionContext) -> Result<Option<End>, SessionError> {
     let opening = match tokio::time::timeout(STARTUP_TIMEOUT, handshake::open(client, ctx)).await {
         Ok(opening) => opening,
-        Err(_) => return Err(SessionError::StartupTimeout { secs: STARTUP_TIMEOUT.as_secs() }),
+        Err(_) => {
+            return Err(SessionError::StartupTimeout {
+                secs: STARTUP_TIMEOUT.as_secs(),
+            })
+        }
     };
     let (mut client, mut startup, leftover, tls) = match opening {
-        Ok(Opening::Startup { client, startup, leftover, tls }) => (client, startup, leftover, tls),
+        Ok(Opening::Startup {
+            client,
+            startup,
+            leftover,
+            tls,
+        }) => (client, startup, leftover, tls),
         Ok(Opening::Cancel) => return Ok(None),
         Err(e) => return Err(e),
     };
@@ -68,18 +83,26 @@ async fn serve(client: Box<dyn Io>, ctx: &SessionContext) -> Result<Option<End>,
             startup.set_param("database", db);
         }
     }
-    let mut upstream = match upstream::connect(&ctx.upstream.addr, ctx.config.connect_timeout()).await {
-        Ok(upstream) => upstream,
-        Err(e) => {
-            if let Some(fields) = crate::error::client_error(&e) {
-                let _ = client.write_all(&fields.encode()).await;
+    let mut upstream =
+        match upstream::connect(&ctx.upstream.addr, ctx.config.connect_timeout()).await {
+            Ok(upstream) => upstream,
+            Err(e) => {
+                if let Some(fields) = crate::error::client_error(&e) {
+                    let _ = client.write_all(&fields.encode()).await;
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
-    };
-    upstream.write_all(&startup.encode()).await.map_err(SessionError::UpstreamIo)?;
+        };
+    upstream
+        .write_all(&startup.encode())
+        .await
+        .map_err(SessionError::UpstreamIo)?;
     let state = Mutex::new(SessionState::new(&startup.params));
     let user = startup.param("user").unwrap_or_default().to_owned();
-    let database = startup.param("database").map_or_else(|| user.clone(), str::to_owned);
-    relay::relay(client, upstream, leftover, &state, ctx, (user, database)).await.map(Some)
+    let database = startup
+        .param("database")
+        .map_or_else(|| user.clone(), str::to_owned);
+    relay::relay(client, upstream, leftover, &state, ctx, (user, database))
+        .await
+        .map(Some)
 }

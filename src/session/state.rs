@@ -83,7 +83,8 @@ impl SessionState {
 
     /// The client sent Close for a statement (`Some(name)`) or a portal.
     pub fn close_sent(&mut self, statement: Option<&str>) {
-        self.pending.push_back(Pending::Close(statement.map(str::to_owned)));
+        self.pending
+            .push_back(Pending::Close(statement.map(str::to_owned)));
     }
 
     /// The client sent a message that ReadyForQuery answers (Sync, Query, FunctionCall).
@@ -119,7 +120,8 @@ impl SessionState {
 
     /// The server answered CloseComplete.
     pub fn close_completed(&mut self) {
-        if let Some(Pending::Close(Some(name))) = self.pop_until(|p| matches!(p, Pending::Close(_))) {
+        if let Some(Pending::Close(Some(name))) = self.pop_until(|p| matches!(p, Pending::Close(_)))
+        {
             self.statements.remove(&name);
         }
     }
@@ -195,7 +197,11 @@ mod tests {
     fn phase_follows_ready_for_query() {
         let mut s = SessionState::new(&[]);
         assert_eq!(s.phase, Phase::Authenticating);
-        for (status, phase) in [(b'I', Phase::Idle), (b'T', Phase::InTransaction), (b'E', Phase::FailedTransaction)] {
+        for (status, phase) in [
+            (b'I', Phase::Idle),
+            (b'T', Phase::InTransaction),
+            (b'E', Phase::FailedTransaction),
+        ] {
             s.ready_for_query(status);
             assert_eq!(s.phase, phase);
         }
@@ -240,11 +246,19 @@ mod tests {
     #[test]
     fn search_path_from_startup_parameters() {
         let p = |k: &str, v: &str| (k.to_owned(), v.to_owned());
-        assert_eq!(SessionState::new(&[p("search_path", "x")]).startup_search_path.as_deref(), Some("x"));
+        assert_eq!(
+            SessionState::new(&[p("search_path", "x")])
+                .startup_search_path
+                .as_deref(),
+            Some("x")
+        );
         let s = SessionState::new(&[p("options", "-c geqo=off -c search_path=app,public")]);
         assert_eq!(s.startup_search_path.as_deref(), Some("app,public"));
         let s = SessionState::new(&[p("options", "--search_path=b")]);
         assert_eq!(s.startup_search_path.as_deref(), Some("b"));
-        assert_eq!(SessionState::new(&[p("user", "u")]).startup_search_path, None);
+        assert_eq!(
+            SessionState::new(&[p("user", "u")]).startup_search_path,
+            None
+        );
     }
 }

@@ -33,8 +33,14 @@ pub async fn connect(addr: &UpstreamAddr, timeout: Duration) -> Result<Box<dyn I
     };
     match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(source)) => Err(SessionError::UpstreamConnect { addr: addr.to_string(), source }),
-        Err(_) => Err(SessionError::UpstreamTimeout { addr: addr.to_string(), ms: timeout.as_millis() as u64 }),
+        Ok(Err(source)) => Err(SessionError::UpstreamConnect {
+            addr: addr.to_string(),
+            source,
+        }),
+        Err(_) => Err(SessionError::UpstreamTimeout {
+            addr: addr.to_string(),
+            ms: timeout.as_millis() as u64,
+        }),
     }
 }
 
@@ -43,7 +49,11 @@ pub async fn connect(addr: &UpstreamAddr, timeout: Duration) -> Result<Box<dyn I
 ///
 /// # Errors
 /// The connection or the write failed.
-pub async fn cancel(addr: &UpstreamAddr, key: &CancelKey, timeout: Duration) -> Result<(), SessionError> {
+pub async fn cancel(
+    addr: &UpstreamAddr,
+    key: &CancelKey,
+    timeout: Duration,
+) -> Result<(), SessionError> {
     let mut stream = connect(addr, timeout).await?;
     stream.write_all(&key.encode_cancel_request()).await?;
     stream.flush().await?;

@@ -17,7 +17,9 @@ pub struct CancelRegistry<T> {
 
 impl<T: Clone> Default for CancelRegistry<T> {
     fn default() -> Self {
-        Self { sessions: Mutex::new(HashMap::new()) }
+        Self {
+            sessions: Mutex::new(HashMap::new()),
+        }
     }
 }
 
@@ -39,7 +41,10 @@ impl<T: Clone> CancelRegistry<T> {
             }
         };
         sessions.insert(pid, (secret.clone(), target));
-        CancelRegistration { registry: Arc::clone(self), key: CancelKey { pid, secret } }
+        CancelRegistration {
+            registry: Arc::clone(self),
+            key: CancelKey { pid, secret },
+        }
     }
 
     /// The upstream target of a presented key, if it names a live session and its secret
@@ -52,7 +57,10 @@ impl<T: Clone> CancelRegistry<T> {
 
     /// Number of live registrations.
     pub fn len(&self) -> usize {
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// True when no session is registered.
@@ -77,7 +85,11 @@ impl<T: Clone> CancelRegistration<T> {
 
 impl<T: Clone> Drop for CancelRegistration<T> {
     fn drop(&mut self) {
-        self.registry.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.key.pid);
+        self.registry
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key.pid);
     }
 }
 

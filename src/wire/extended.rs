@@ -63,7 +63,9 @@ impl<'a> Body<'a> {
         usize::try_from(self.i16(what)?).map_err(|_| WireError::Malformed(what))
     }
     fn formats(&mut self, what: &'static str) -> Result<Vec<bool>, WireError> {
-        (0..self.count(what)?).map(|_| Ok(self.i16(what)? == 1)).collect()
+        (0..self.count(what)?)
+            .map(|_| Ok(self.i16(what)? == 1))
+            .collect()
     }
 }
 
@@ -83,8 +85,14 @@ impl<'a> Parse<'a> {
         let statement = b.cstr(WHAT)?;
         let query = b.cstr(WHAT)?;
         let n = b.count(WHAT)?;
-        let param_types = (0..n).map(|_| Ok(b.i32(WHAT)? as u32)).collect::<Result<_, WireError>>()?;
-        Ok(Parse { statement, query, param_types })
+        let param_types = (0..n)
+            .map(|_| Ok(b.i32(WHAT)? as u32))
+            .collect::<Result<_, WireError>>()?;
+        Ok(Parse {
+            statement,
+            query,
+            param_types,
+        })
     }
 }
 
@@ -101,10 +109,20 @@ impl<'a> Bind<'a> {
         let mut params = Vec::with_capacity(n);
         for _ in 0..n {
             let len = b.i32(WHAT)?;
-            params.push(if len < 0 { None } else { Some(b.take(len as usize, WHAT)?) });
+            params.push(if len < 0 {
+                None
+            } else {
+                Some(b.take(len as usize, WHAT)?)
+            });
         }
         let result_binary = b.formats(WHAT)?;
-        Ok(Bind { portal, statement, param_binary, params, result_binary })
+        Ok(Bind {
+            portal,
+            statement,
+            param_binary,
+            params,
+            result_binary,
+        })
     }
 
     /// Whether parameter `i` (0-based) is in binary format.
@@ -212,9 +230,21 @@ mod tests {
         p.extend_from_slice(&1i16.to_be_bytes());
         p.extend_from_slice(&2205u32.to_be_bytes());
         let f = frame(b'P', &p);
-        assert_eq!(Parse::decode(&f).unwrap(), Parse { statement: "s1", query: "SELECT $1", param_types: vec![2205] });
+        assert_eq!(
+            Parse::decode(&f).unwrap(),
+            Parse {
+                statement: "s1",
+                query: "SELECT $1",
+                param_types: vec![2205]
+            }
+        );
         assert!(Parse::decode(&f[..f.len() - 1]).is_err());
-        assert_eq!(Parse::decode(&frame(b'P', b"\0select 1\0\0\0")).unwrap().statement, "");
+        assert_eq!(
+            Parse::decode(&frame(b'P', b"\0select 1\0\0\0"))
+                .unwrap()
+                .statement,
+            ""
+        );
         assert!(Parse::decode(&frame(b'P', b"no-terminator")).is_err());
 
         let mut b = b"p\0s1\0".to_vec();
@@ -236,8 +266,14 @@ mod tests {
 
     #[test]
     fn describe_close_execute_decode() {
-        assert_eq!(target(&frame(b'D', b"Sname\0"), b'D').unwrap(), Target::Statement("name"));
-        assert_eq!(target(&frame(b'C', b"P\0"), b'C').unwrap(), Target::Portal(""));
+        assert_eq!(
+            target(&frame(b'D', b"Sname\0"), b'D').unwrap(),
+            Target::Statement("name")
+        );
+        assert_eq!(
+            target(&frame(b'C', b"P\0"), b'C').unwrap(),
+            Target::Portal("")
+        );
         assert!(target(&frame(b'D', b"Xn\0"), b'D').is_err());
         assert_eq!(execute_portal(&frame(b'E', b"p\0\0\0\0\0")).unwrap(), "p");
     }

@@ -45,7 +45,12 @@ impl FrameScanner {
         for &tag in inspected_tags {
             inspected[usize::from(tag)] = true;
         }
-        Self { remaining: 0, max_message_bytes, inspected, streamed: Arc::new(AtomicBool::new(false)) }
+        Self {
+            remaining: 0,
+            max_message_bytes,
+            inspected,
+            streamed: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// Starts or stops holding whole frames of type `tag` for inspection.
@@ -82,7 +87,11 @@ impl FrameScanner {
             return Err(WireError::BadLength { tag, len: declared });
         }
         if declared > self.max_message_bytes {
-            return Err(WireError::Oversized { tag, len: declared, max: self.max_message_bytes });
+            return Err(WireError::Oversized {
+                tag,
+                len: declared,
+                max: self.max_message_bytes,
+            });
         }
         let total = declared + 1;
         if self.inspected[usize::from(tag)] {
@@ -104,12 +113,19 @@ impl FrameScanner {
     ///
     /// # Errors
     /// A framing error from [`FrameScanner::next`], or whatever `inspect` returns.
-    pub fn drain<E, F>(&mut self, input: &mut BytesMut, out: &mut BytesMut, mut inspect: F) -> Result<(), E>
+    pub fn drain<E, F>(
+        &mut self,
+        input: &mut BytesMut,
+        out: &mut BytesMut,
+        mut inspect: F,
+    ) -> Result<(), E>
     where
         E: From<WireError>,
         F: FnMut(u8, &[u8], &mut BytesMut) -> Result<(), E>,
     {
-        let stopped: Option<()> = self.drain_until(input, out, |tag, frame, out| inspect(tag, frame, out).map(|()| None))?;
+        let stopped: Option<()> = self.drain_until(input, out, |tag, frame, out| {
+            inspect(tag, frame, out).map(|()| None)
+        })?;
         debug_assert!(stopped.is_none());
         Ok(())
     }
@@ -120,7 +136,12 @@ impl FrameScanner {
     ///
     /// # Errors
     /// A framing error from [`FrameScanner::next`], or whatever `inspect` returns.
-    pub fn drain_until<T, E, F>(&mut self, input: &mut BytesMut, out: &mut BytesMut, mut inspect: F) -> Result<Option<T>, E>
+    pub fn drain_until<T, E, F>(
+        &mut self,
+        input: &mut BytesMut,
+        out: &mut BytesMut,
+        mut inspect: F,
+    ) -> Result<Option<T>, E>
     where
         E: From<WireError>,
         F: FnMut(u8, &[u8], &mut BytesMut) -> Result<Option<T>, E>,
@@ -179,9 +200,15 @@ mod tests {
     #[test]
     fn rejects_short_and_oversized_lengths() {
         let mut s = FrameScanner::new(100, b"");
-        assert!(matches!(s.next(&[b'Q', 0, 0, 0, 3]), Err(WireError::BadLength { tag: b'Q', len: 3 })));
+        assert!(matches!(
+            s.next(&[b'Q', 0, 0, 0, 3]),
+            Err(WireError::BadLength { tag: b'Q', len: 3 })
+        ));
         let mut s = FrameScanner::new(100, b"");
-        assert!(matches!(s.next(&[b'Q', 0, 0, 0, 101]), Err(WireError::Oversized { len: 101, .. })));
+        assert!(matches!(
+            s.next(&[b'Q', 0, 0, 0, 101]),
+            Err(WireError::Oversized { len: 101, .. })
+        ));
         // exactly the limit is fine
         let mut s = FrameScanner::new(100, b"");
         assert_eq!(s.next(&[b'Q', 0, 0, 0, 100]).unwrap(), Step::Forward(5));

@@ -121,7 +121,13 @@ impl ErrorFields {
             }
             let (value, after) = split_cstr(after).ok_or(WireError::Malformed(WHAT))?;
             match tag {
-                b'V' => fields.severity = if value == "FATAL" { Severity::Fatal } else { Severity::Error },
+                b'V' => {
+                    fields.severity = if value == "FATAL" {
+                        Severity::Fatal
+                    } else {
+                        Severity::Error
+                    }
+                }
                 b'C' => fields.code = value.to_owned(),
                 b'M' => fields.message = value.to_owned(),
                 b'D' => fields.detail = Some(value.to_owned()),
@@ -237,9 +243,18 @@ mod tests {
             hint: None,
         };
         let bytes = e.encode();
-        assert_eq!(u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize, bytes.len() - 1);
+        assert_eq!(
+            u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize,
+            bytes.len() - 1
+        );
         let back = ErrorFields::decode(&bytes).unwrap();
-        assert_eq!(back, ErrorFields { message: "bad thing".into(), ..e });
+        assert_eq!(
+            back,
+            ErrorFields {
+                message: "bad thing".into(),
+                ..e
+            }
+        );
         assert!(ErrorFields::decode(&bytes[..bytes.len() - 1]).is_err());
     }
 
@@ -254,14 +269,23 @@ mod tests {
 
     #[test]
     fn parameter_status_decodes() {
-        assert_eq!(parameter_status(&frame(b'S', b"client_encoding\0UTF8\0")), Some(("client_encoding", "UTF8")));
-        assert_eq!(parameter_status(&frame(b'S', b"client_encoding\0UTF8")), None);
+        assert_eq!(
+            parameter_status(&frame(b'S', b"client_encoding\0UTF8\0")),
+            Some(("client_encoding", "UTF8"))
+        );
+        assert_eq!(
+            parameter_status(&frame(b'S', b"client_encoding\0UTF8")),
+            None
+        );
     }
 
     #[test]
     fn backend_key_data_round_trips() {
         let f = encode_backend_key_data(77, &[1, 2, 3, 4]);
-        assert_eq!(backend_key_data(&f), Some((77, Bytes::from_static(&[1, 2, 3, 4]))));
+        assert_eq!(
+            backend_key_data(&f),
+            Some((77, Bytes::from_static(&[1, 2, 3, 4])))
+        );
         assert_eq!(backend_key_data(&f[..f.len() - 1]), None);
     }
 

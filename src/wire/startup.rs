@@ -55,7 +55,10 @@ pub struct StartupMessage {
 impl StartupMessage {
     /// The value of parameter `name`, if the client sent it.
     pub fn param(&self, name: &str) -> Option<&str> {
-        self.params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Sets `name` to `value`, replacing an existing value.
@@ -107,20 +110,29 @@ pub fn decode_initial(buf: &[u8]) -> Result<Option<(InitialPacket, usize)>, Wire
     let packet = match code {
         SSL_REQUEST_CODE if body.is_empty() => InitialPacket::SslRequest,
         GSSENC_REQUEST_CODE if body.is_empty() => InitialPacket::GssEncRequest,
-        SSL_REQUEST_CODE | GSSENC_REQUEST_CODE => return Err(WireError::Malformed("SSLRequest or GSSENCRequest")),
+        SSL_REQUEST_CODE | GSSENC_REQUEST_CODE => {
+            return Err(WireError::Malformed("SSLRequest or GSSENCRequest"))
+        }
         CANCEL_REQUEST_CODE => {
             if body.len() < 8 || body.len() > 4 + MAX_CANCEL_SECRET_BYTES {
                 return Err(WireError::Malformed("CancelRequest"));
             }
             let pid = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
-            InitialPacket::Cancel(CancelKey { pid, secret: Bytes::copy_from_slice(&body[4..]) })
+            InitialPacket::Cancel(CancelKey {
+                pid,
+                secret: Bytes::copy_from_slice(&body[4..]),
+            })
         }
         _ => {
             let (major, minor) = ((code >> 16) as u16, (code & 0xffff) as u16);
             if major != 3 {
                 return Err(WireError::UnsupportedProtocol { major, minor });
             }
-            InitialPacket::Startup(StartupMessage { major, minor, params: decode_params(body)? })
+            InitialPacket::Startup(StartupMessage {
+                major,
+                minor,
+                params: decode_params(body)?,
+            })
         }
     };
     Ok(Some((packet, len)))
@@ -160,7 +172,10 @@ mod tests {
         StartupMessage {
             major: 3,
             minor: 0,
-            params: vec![("user".into(), "alice".into()), ("options".into(), "-c search_path=a,b".into())],
+            params: vec![
+                ("user".into(), "alice".into()),
+                ("options".into(), "-c search_path=a,b".into()),
+            ],
         }
     }
 
@@ -184,26 +199,47 @@ mod tests {
 
     #[test]
     fn cancel_request_round_trips() {
-        let key = CancelKey { pid: 4242, secret: Bytes::from_static(&[1, 2, 3, 4]) };
+        let key = CancelKey {
+            pid: 4242,
+            secret: Bytes::from_static(&[1, 2, 3, 4]),
+        };
         let bytes = key.encode_cancel_request();
-        assert_eq!(decode_initial(&bytes).unwrap(), Some((InitialPacket::Cancel(key), 16)));
+        assert_eq!(
+            decode_initial(&bytes).unwrap(),
+            Some((InitialPacket::Cancel(key), 16))
+        );
     }
 
     #[test]
     fn ssl_and_gss_requests() {
         let ssl = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
-        assert_eq!(decode_initial(&ssl).unwrap(), Some((InitialPacket::SslRequest, 8)));
+        assert_eq!(
+            decode_initial(&ssl).unwrap(),
+            Some((InitialPacket::SslRequest, 8))
+        );
         let gss = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x30];
-        assert_eq!(decode_initial(&gss).unwrap(), Some((InitialPacket::GssEncRequest, 8)));
+        assert_eq!(
+            decode_initial(&gss).unwrap(),
+            Some((InitialPacket::GssEncRequest, 8))
+        );
     }
 
     #[test]
     fn bad_inputs_are_errors() {
         // HTTP sent to a Postgres port: "GET " read as a length.
-        assert!(matches!(decode_initial(b"GET / HTTP/1.1\r\n"), Err(WireError::BadStartupLength(_))));
-        assert!(matches!(decode_initial(&[0, 0, 0, 4]), Err(WireError::BadStartupLength(4))));
+        assert!(matches!(
+            decode_initial(b"GET / HTTP/1.1\r\n"),
+            Err(WireError::BadStartupLength(_))
+        ));
+        assert!(matches!(
+            decode_initial(&[0, 0, 0, 4]),
+            Err(WireError::BadStartupLength(4))
+        ));
         let v2 = [0, 0, 0, 9, 0, 2, 0, 0, 0];
-        assert!(matches!(decode_initial(&v2), Err(WireError::UnsupportedProtocol { major: 2, minor: 0 })));
+        assert!(matches!(
+            decode_initial(&v2),
+            Err(WireError::UnsupportedProtocol { major: 2, minor: 0 })
+        ));
         // parameters without the final NUL
         let mut bad = startup().encode();
         let n = bad.len();

@@ -10,7 +10,10 @@ use tokio_rustls::TlsAcceptor;
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path} holds no PEM certificate")]
     NoCertificate { path: String },
     #[error("{path} holds no PEM private key")]
@@ -28,10 +31,15 @@ pub fn acceptor(cert_path: &Path, key_path: &Path) -> Result<TlsAcceptor, TlsErr
         rustls_pemfile::certs(&mut &data[..]).collect::<Result<Vec<CertificateDer<'static>>, _>>()
     })?;
     if certs.is_empty() {
-        return Err(TlsError::NoCertificate { path: cert_path.display().to_string() });
+        return Err(TlsError::NoCertificate {
+            path: cert_path.display().to_string(),
+        });
     }
-    let key: Option<PrivateKeyDer<'static>> = read_pem(key_path, |data| rustls_pemfile::private_key(&mut &data[..]))?;
-    let key = key.ok_or_else(|| TlsError::NoKey { path: key_path.display().to_string() })?;
+    let key: Option<PrivateKeyDer<'static>> =
+        read_pem(key_path, |data| rustls_pemfile::private_key(&mut &data[..]))?;
+    let key = key.ok_or_else(|| TlsError::NoKey {
+        path: key_path.display().to_string(),
+    })?;
     // One provider chosen explicitly, so linking another crypto backend later cannot make
     // the builder panic for want of a process default.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -42,8 +50,14 @@ pub fn acceptor(cert_path: &Path, key_path: &Path) -> Result<TlsAcceptor, TlsErr
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-fn read_pem<T>(path: &Path, parse: impl FnOnce(&[u8]) -> std::io::Result<T>) -> Result<T, TlsError> {
-    let err = |source| TlsError::Read { path: path.display().to_string(), source };
+fn read_pem<T>(
+    path: &Path,
+    parse: impl FnOnce(&[u8]) -> std::io::Result<T>,
+) -> Result<T, TlsError> {
+    let err = |source| TlsError::Read {
+        path: path.display().to_string(),
+        source,
+    };
     let data = std::fs::read(path).map_err(err)?;
     parse(&data).map_err(err)
 }

@@ -28,7 +28,11 @@ static NEXT_DB: AtomicU32 = AtomicU32::new(1);
 pub fn cluster() -> &'static LocalCluster {
     CLUSTER.get_or_init(|| {
         sweep_stale_dirs();
-        let root = std::env::temp_dir().join(format!("coldwire-test-{}-{}", std::process::id(), binary_name()));
+        let root = std::env::temp_dir().join(format!(
+            "coldwire-test-{}-{}",
+            std::process::id(),
+            binary_name()
+        ));
         let opts = ClusterOptions {
             root,
             hba_lines: vec![
@@ -48,19 +52,32 @@ pub fn cluster() -> &'static LocalCluster {
                 std::thread::park();
             }
         });
-        let cluster = rx.recv().expect("cluster thread").expect("start the test cluster");
-        psql_admin_on(&cluster, "postgres", &format!("CREATE ROLE {SCRAM_GROUP} NOLOGIN; CREATE ROLE {MD5_GROUP} NOLOGIN;"));
+        let cluster = rx
+            .recv()
+            .expect("cluster thread")
+            .expect("start the test cluster");
+        psql_admin_on(
+            &cluster,
+            "postgres",
+            &format!("CREATE ROLE {SCRAM_GROUP} NOLOGIN; CREATE ROLE {MD5_GROUP} NOLOGIN;"),
+        );
         cluster
     })
 }
 
 /// Removes clusters left by test processes that no longer exist.
 fn sweep_stale_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix("coldwire-test-") else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
+        let Some(rest) = name.strip_prefix("coldwire-test-") else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
         let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
         if !alive {
             let _ = std::fs::remove_dir_all(entry.path());
@@ -82,10 +99,24 @@ pub fn psql_admin(database: &str, sql: &str) -> String {
 
 fn psql_admin_on(cluster: &LocalCluster, database: &str, sql: &str) -> String {
     let out = std::process::Command::new(cluster.bin_dir().join("psql"))
-        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-d", &cluster.url(database), "-c", sql])
+        .args([
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-At",
+            "-d",
+            &cluster.url(database),
+            "-c",
+            sql,
+        ])
         .output()
         .expect("run psql");
-    assert!(out.status.success(), "psql {sql:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "psql {sql:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -103,7 +134,9 @@ pub async fn connect_direct(database: &str) -> tokio_postgres::Client {
 
 /// Connects with tokio-postgres (no TLS) and drives the connection in the background.
 pub async fn connect_url(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
     tokio::spawn(connection);
     client
 }
@@ -135,7 +168,10 @@ impl Proxy {
     }
 
     async fn spawn(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Proxy {
-        let log = cluster().root().join(format!("coldwire-{}.log", NEXT_DB.fetch_add(1, Ordering::Relaxed)));
+        let log = cluster().root().join(format!(
+            "coldwire-{}.log",
+            NEXT_DB.fetch_add(1, Ordering::Relaxed)
+        ));
         let log_file = std::fs::File::create(&log).expect("proxy log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_coldwire"));
         cmd.arg("serve")
@@ -150,7 +186,8 @@ impl Proxy {
         // SAFETY: prctl is async-signal-safe; the proxy dies with the test's thread.
         unsafe {
             cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
             });
         }
         let mut child = cmd.spawn().expect("start coldwire");
@@ -172,17 +209,33 @@ impl Proxy {
                 }
             }
         };
-        if tokio::time::timeout(Duration::from_secs(20), read).await.is_err() || addr.is_none() {
-            panic!("coldwire did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        if tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .is_err()
+            || addr.is_none()
+        {
+            panic!(
+                "coldwire did not start: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
         }
         // Keep draining stdout so the proxy never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Proxy { child, addr: addr.expect("address"), metrics_addr, log }
+        Proxy {
+            child,
+            addr: addr.expect("address"),
+            metrics_addr,
+            log,
+        }
     }
 
     /// A libpq-style URL for `user` on `database` through the proxy.
     pub fn url(&self, user: &str, database: &str) -> String {
-        format!("postgres://{user}@{}:{}/{database}", self.addr.ip(), self.addr.port())
+        format!(
+            "postgres://{user}@{}:{}/{database}",
+            self.addr.ip(),
+            self.addr.port()
+        )
     }
 
     /// Connects as superuser `postgres` through the proxy.
@@ -213,7 +266,10 @@ impl Proxy {
 
     /// Waits for the process to exit.
     pub async fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        tokio::time::timeout(limit, self.child.wait()).await.ok().and_then(Result::ok)
+        tokio::time::timeout(limit, self.child.wait())
+            .await
+            .ok()
+            .and_then(Result::ok)
     }
 }
 
@@ -223,7 +279,10 @@ pub fn pg_bin(name: &str) -> PathBuf {
 }
 
 /// The jsonb an admin call returns, sent as a simple Query.
-pub async fn admin_call(c: &tokio_postgres::Client, sql: &str) -> Result<serde_json::Value, tokio_postgres::Error> {
+pub async fn admin_call(
+    c: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<serde_json::Value, tokio_postgres::Error> {
     let msgs = c.simple_query(sql).await?;
     let text = msgs
         .iter()

@@ -106,7 +106,10 @@ pub struct RawConn {
 
 impl RawConn {
     pub async fn connect(addr: SocketAddr) -> RawConn {
-        RawConn { stream: TcpStream::connect(addr).await.expect("connect"), buf: Vec::new() }
+        RawConn {
+            stream: TcpStream::connect(addr).await.expect("connect"),
+            buf: Vec::new(),
+        }
     }
 
     /// Connects and completes a trust-auth startup as `postgres`.
@@ -114,7 +117,10 @@ impl RawConn {
         let mut c = Self::connect(addr).await;
         c.send(&startup("postgres", database)).await;
         let msgs = c.until_ready().await;
-        assert!(msgs.iter().any(|m| m.tag == b'R'), "no authentication message: {msgs:?}");
+        assert!(
+            msgs.iter().any(|m| m.tag == b'R'),
+            "no authentication message: {msgs:?}"
+        );
         c
     }
 
@@ -140,7 +146,8 @@ impl RawConn {
                 }
             }
             let mut chunk = [0u8; 8192];
-            match tokio::time::timeout(Duration::from_secs(10), self.stream.read(&mut chunk)).await {
+            match tokio::time::timeout(Duration::from_secs(10), self.stream.read(&mut chunk)).await
+            {
                 Ok(Ok(n)) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
                 _ => return None,
             }
@@ -160,7 +167,10 @@ impl RawConn {
     pub async fn until_ready(&mut self) -> Vec<Msg> {
         let mut out = Vec::new();
         loop {
-            let m = self.next().await.unwrap_or_else(|| panic!("connection closed before ReadyForQuery: {out:?}"));
+            let m = self
+                .next()
+                .await
+                .unwrap_or_else(|| panic!("connection closed before ReadyForQuery: {out:?}"));
             let done = m.tag == b'Z';
             out.push(m);
             if done {
