@@ -176,7 +176,9 @@ bench_build_coldwire() {
         command -v cargo >/dev/null || die "cargo not found; install Rust or set COLDWIRE_BIN"
         log "building coldwire (cargo build --release)"
         (cd "$REPO_ROOT" && cargo build --release >&2) || die "cargo build --release failed"
-        COLDWIRE_BIN=$REPO_ROOT/target/release/coldwire
+        local target=${CARGO_TARGET_DIR:-target}
+        [[ $target == /* ]] || target=$REPO_ROOT/$target
+        COLDWIRE_BIN=$target/release/coldwire
         [[ -x $COLDWIRE_BIN ]] || die "build finished but $COLDWIRE_BIN is missing"
         CW_SOURCE="cargo build --release"
     fi

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use coldwire::catalog::{self, AdminRole, CatalogError, ADMIN_ROLE, MIGRATIONS};
+use coldwire::catalog::{self, latest_version, AdminRole, CatalogError, ADMIN_ROLE, MIGRATIONS};
 use coldwire::demo::cluster::{ClusterOptions, LocalCluster};
 use common::{cluster, connect_direct, connect_url, create_db, psql_admin, Proxy};
 use tokio_postgres::error::SqlState;
@@ -49,7 +49,7 @@ async fn catalog_relations(c: &tokio_postgres::Client) -> Vec<(String, String)> 
     .collect()
 }
 
-/// What version 1 creates, as [`catalog_relations`] lists it.
+/// What the migrations create, as [`catalog_relations`] lists it.
 fn expected_relations() -> Vec<(String, String)> {
     [
         ("change_seq", "S"),
@@ -84,7 +84,10 @@ async fn fresh_database_gets_every_object_and_a_second_migration_applies_nothing
     let mut c = connect_direct(&db).await;
 
     let report = catalog::migrate(&mut c).await.unwrap();
-    assert_eq!((report.from_version, report.to_version), (0, 1));
+    assert_eq!(
+        (report.from_version, report.to_version),
+        (0, latest_version())
+    );
     assert_eq!(report.applied, MIGRATIONS.to_vec());
 
     assert_eq!(catalog_relations(&c).await, expected_relations());
@@ -112,7 +115,7 @@ async fn fresh_database_gets_every_object_and_a_second_migration_applies_nothing
             "untier_table"
         ]
     );
-    assert_eq!(schema_version(&c).await, "1");
+    assert_eq!(schema_version(&c).await, latest_version().to_string());
     let owner: String = c
         .query_one(
             "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'coldwire'",
@@ -127,7 +130,10 @@ async fn fresh_database_gets_every_object_and_a_second_migration_applies_nothing
     let oids = "SELECT array_agg(oid ORDER BY oid)::text FROM pg_class WHERE relnamespace = 'coldwire'::regnamespace";
     let before: String = c.query_one(oids, &[]).await.unwrap().get(0);
     let again = catalog::migrate(&mut c).await.unwrap();
-    assert_eq!((again.from_version, again.to_version), (1, 1));
+    assert_eq!(
+        (again.from_version, again.to_version),
+        (latest_version(), latest_version())
+    );
     assert!(again.applied.is_empty());
     assert_eq!(
         again.admin_role,
@@ -161,7 +167,8 @@ async fn racing_migrations_both_succeed_and_apply_once() {
     );
     let waited = if ra.applied.is_empty() { &ra } else { &rb };
     assert_eq!(
-        waited.from_version, 1,
+        waited.from_version,
+        latest_version(),
         "the one that waited saw the other's commit"
     );
     assert_eq!(catalog_relations(&a).await, expected_relations());
@@ -193,7 +200,7 @@ async fn an_ordinary_database_owner_migrates_and_public_is_fenced_off() {
         .unwrap()
         .get(0);
     assert_eq!(schema_owner, owner);
-    assert_eq!(schema_version(&c).await, "1");
+    assert_eq!(schema_version(&c).await, latest_version().to_string());
 
     let who = stranger(&db);
     let s = connect_url(&url_as(&who, &db)).await;
@@ -300,13 +307,7 @@ async fn a_newer_or_unreadable_catalog_version_is_refused() {
         .unwrap();
     let e = catalog::migrate(&mut c).await.unwrap_err();
     assert!(
-        matches!(
-            e,
-            CatalogError::TooNew {
-                found: 999,
-                known: 1
-            }
-        ),
+        matches!(e, CatalogError::TooNew { found: 999, known } if known == latest_version()),
         "{e}"
     );
     let text = e.to_string();
@@ -577,7 +578,7 @@ async fn serve_with_a_service_url_migrates_the_catalog_and_hides_the_password() 
     );
     let proxy = Proxy::start(&["--service-url", &service]).await;
     let c = connect_direct(&db).await;
-    assert_eq!(schema_version(&c).await, "1");
+    assert_eq!(schema_version(&c).await, latest_version().to_string());
     assert!(
         proxy.log_contains("catalog migrated").await,
         "{}",

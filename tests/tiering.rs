@@ -197,6 +197,148 @@ async fn tier_table_seeds_the_mirror_and_capture_follows_every_write() {
     assert_eq!(n, 1);
 }
 
+/// The INSERT capture records its keys live without probing the heap unless this
+/// transaction already recorded the key deleted: every way a key inserted by a statement
+/// can be gone by the end of it must still end deleted in the mirror.
+#[tokio::test]
+async fn inserted_keys_deleted_within_the_statement_end_deleted() {
+    let db = create_db("tier_ins_del");
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE events(id bigint PRIMARY KEY, kind text NOT NULL);
+             INSERT INTO events(id, kind) SELECT g, 'seed' FROM generate_series(1, 100) g;
+             -- Deletes a key while the calling statement runs (sees rows it inserted so far).
+             CREATE FUNCTION drop_key(k bigint) RETURNS bigint LANGUAGE plpgsql AS
+                 $$ BEGIN DELETE FROM events WHERE id = k; RETURN k; END $$;
+             -- Statement triggers may delete what the statement inserted, before (aa_) and
+             -- after (zz_) coldwire's capture trigger fires.
+             CREATE FUNCTION prune_doomed() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN DELETE FROM events WHERE kind = TG_ARGV[0]; RETURN NULL; END $$;
+             CREATE TRIGGER aa_prune AFTER INSERT ON events FOR EACH STATEMENT EXECUTE FUNCTION prune_doomed('doomed_early');
+             CREATE TRIGGER zz_prune AFTER INSERT ON events FOR EACH STATEMENT EXECUTE FUNCTION prune_doomed('doomed_late');",
+        )
+        .await
+        .unwrap();
+    let proxy = tiering_proxy(&db).await;
+    let c = proxy.connect(&db).await;
+    let id = admin(&c, "SELECT coldwire.tier_table('events')")
+        .await
+        .unwrap()["id"]
+        .as_i64()
+        .unwrap();
+
+    // Each row deletes the key inserted just before it: 201 and 202 end deleted, 203 live.
+    c.batch_execute(
+        "INSERT INTO events(id, kind) SELECT g, 'chain' FROM generate_series(201, 203) g \
+         WHERE drop_key(g - 1) IS NOT NULL",
+    )
+    .await
+    .unwrap();
+    // Deleted by a statement trigger that fires before, and one that fires after, capture.
+    c.batch_execute("INSERT INTO events(id, kind) VALUES (301, 'doomed_early'), (302, 'kept'), (303, 'doomed_late')")
+        .await
+        .unwrap();
+    // Deleted earlier in the transaction, inserted again: live.
+    c.batch_execute("BEGIN; DELETE FROM events WHERE id = 5; INSERT INTO events(id, kind) VALUES (5, 'again'); COMMIT")
+        .await
+        .unwrap();
+    // Inserted, deleted and inserted again in one transaction, the last time in a
+    // statement whose own function deletes it once more: deleted.
+    c.batch_execute(
+        "BEGIN; INSERT INTO events(id, kind) VALUES (401, 'a'); DELETE FROM events WHERE id = 401; \
+         INSERT INTO events(id, kind) SELECT 401, 'b' UNION ALL SELECT 402, 'c' WHERE drop_key(401) IS NOT NULL; COMMIT",
+    )
+    .await
+    .unwrap();
+    // Deleted and inserted again by one statement (writable CTE): live.
+    c.batch_execute("WITH gone AS (DELETE FROM events WHERE id = 7 RETURNING *) INSERT INTO events SELECT id, 'back' FROM gone")
+        .await
+        .unwrap();
+
+    let touched: Vec<i64> = [201, 202, 203, 301, 302, 303, 5, 401, 402, 7].into();
+    assert_mirror_matches_heap(&direct, id, &touched).await;
+    let m = mirror(&direct, id).await;
+    for (key, op) in [
+        (201, 3),
+        (202, 3),
+        (203, 1),
+        (301, 3),
+        (302, 1),
+        (303, 3),
+        (5, 1),
+        (401, 3),
+        (402, 1),
+        (7, 1),
+    ] {
+        assert_eq!(m.get(&key), Some(&op), "key {key}: {m:?}");
+    }
+}
+
+/// A table tiered by a build before catalog version 2 (an index on the mirror's seq, an
+/// older capture function) is brought up to date by the migration.
+#[tokio::test]
+async fn migration_v2_upgrades_capture_of_tables_tiered_before() {
+    let db = create_db("tier_upgrade");
+    let mut direct = connect_direct(&db).await;
+    direct
+        .batch_execute("CREATE TABLE events(id bigint PRIMARY KEY, kind text NOT NULL)")
+        .await
+        .unwrap();
+    let proxy = tiering_proxy(&db).await;
+    let c = proxy.connect(&db).await;
+    let id = admin(&c, "SELECT coldwire.tier_table('events')")
+        .await
+        .unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    drop(c);
+    drop(proxy);
+    // What an older build left: version 1, a seq index, a capture function that differs.
+    direct
+        .batch_execute(&format!(
+            "UPDATE coldwire.meta SET value = '1' WHERE key = 'schema_version';
+             CREATE INDEX m_{id}_seq ON coldwire.m_{id} (seq);
+             CREATE OR REPLACE FUNCTION coldwire.capture_{id}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+                 SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN NULL; END $$;
+             ALTER TABLE events RENAME TO events_renamed;"
+        ))
+        .await
+        .unwrap();
+    let report = coldwire::catalog::migrate(&mut direct).await.unwrap();
+    assert_eq!(
+        (report.from_version, report.to_version),
+        (1, coldwire::catalog::latest_version())
+    );
+    let index: Option<String> = direct
+        .query_one(
+            &format!("SELECT to_regclass('coldwire.m_{id}_seq')::text"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(index, None, "the seq index is dropped");
+    // The new function captures again, under the table's current name.
+    direct
+        .batch_execute("INSERT INTO events_renamed VALUES (1, 'a'), (2, 'b'); DELETE FROM events_renamed WHERE id = 2")
+        .await
+        .unwrap();
+    let m: BTreeMap<i64, i16> = mirror(&direct, id).await;
+    assert_eq!(m, BTreeMap::from([(1, 1), (2, 3)]));
+    let public: bool = direct
+        .query_one(
+            &format!(
+                "SELECT has_function_privilege('public', 'coldwire.capture_{id}()', 'EXECUTE')"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!public, "grants survive CREATE OR REPLACE");
+}
+
 #[tokio::test]
 async fn tables_that_cannot_be_tiered_are_refused_with_every_offender_named() {
     let db = create_db("refuse");
@@ -212,7 +354,8 @@ async fn tables_that_cannot_be_tiered_are_refused_with_every_offender_named() {
              CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
              CREATE TRIGGER audit BEFORE INSERT ON audited FOR EACH ROW EXECUTE FUNCTION noop();
              CREATE TABLE secret(id int PRIMARY KEY); ALTER TABLE secret ENABLE ROW LEVEL SECURITY;
-             CREATE TABLE parted(id int, PRIMARY KEY (id)) PARTITION BY RANGE (id);",
+             CREATE TABLE parted(id int, PRIMARY KEY (id)) PARTITION BY RANGE (id);
+             CREATE TABLE deferred(id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED);",
         )
         .await
         .unwrap();
@@ -249,6 +392,7 @@ async fn tables_that_cannot_be_tiered_are_refused_with_every_offender_named() {
     refused("audited", "row trigger audit").await;
     refused("secret", "row-level security").await;
     refused("parted", "partitioned").await;
+    refused("deferred", "primary key is DEFERRABLE").await;
 
     let e = admin(&c, "SELECT coldwire.tier_table('missing')")
         .await

@@ -81,6 +81,10 @@ impl CaptureSpec {
 
     /// Statements that create the mirror, the capture function and the triggers; run in
     /// one transaction by the service connection.
+    ///
+    /// The mirror has no index on `seq`: the flush finds its cutoff by sorting the mirror
+    /// (once per flush), which is cheaper than maintaining an index on every captured
+    /// write, and with only the key indexed, a key written again is a HOT update.
     pub fn install(&self) -> Vec<String> {
         let mirror = self.mirror();
         let function = self.capture_function();
@@ -97,28 +101,13 @@ impl CaptureSpec {
                 columns.join(", "),
                 self.pk_list("")
             ),
-            format!("CREATE INDEX m_{}_seq ON {mirror} (seq)", self.id),
             format!("REVOKE ALL ON {mirror} FROM PUBLIC"),
-            // Reads of the table probe the mirror (DESIGN §6.2): any role may SELECT it,
-            // and sees its rows only if it may SELECT the table itself. The policy runs as
-            // the querying role; the owner (capture, flush) is not subject to it.
-            format!("GRANT SELECT ON {mirror} TO PUBLIC"),
-            format!("ALTER TABLE {mirror} ENABLE ROW LEVEL SECURITY"),
-            format!(
-                "CREATE POLICY table_readers ON {mirror} FOR SELECT TO PUBLIC \
-                 USING (has_table_privilege((SELECT t.relid FROM coldwire.tables t WHERE t.id = {id}), 'SELECT'))",
-                id = self.id
-            ),
-            format!(
-                "CREATE TABLE {} ({}, seq bigint NOT NULL, PRIMARY KEY ({}))",
-                self.overrides(),
-                columns.join(", "),
-                self.pk_list("")
-            ),
-            format!("REVOKE ALL ON {} FROM PUBLIC", self.overrides()),
+        ];
+        sql.extend(self.read_and_override_objects());
+        sql.extend([
             self.capture_function_sql(),
             format!("REVOKE ALL ON FUNCTION {function}() FROM PUBLIC"),
-        ];
+        ]);
         let events = [
             ("INSERT", "REFERENCING NEW TABLE AS coldwire_new"),
             (
@@ -167,49 +156,109 @@ impl CaptureSpec {
         sql
     }
 
-    /// The plpgsql capture function: one mirror upsert per statement, with the op taken
-    /// from a probe of the heap after the statement (right for writable CTEs, key updates
-    /// and ON CONFLICT, whose INSERT and UPDATE triggers both fire).
-    fn capture_function_sql(&self) -> String {
-        let upsert = |keys: &str| {
+    /// Statements that bring the capture objects of a table tiered by an older build to
+    /// what [`CaptureSpec::install`] creates now (catalog migration v2): the current capture
+    /// function (same name, owner and grants) and no index on the mirror's `seq`.
+    pub fn upgrade(&self) -> Vec<String> {
+        let mut sql = vec![
+            self.capture_function_sql().replacen(
+                "CREATE FUNCTION",
+                "CREATE OR REPLACE FUNCTION",
+                1,
+            ),
+            format!("DROP INDEX IF EXISTS coldwire.m_{}_seq", self.id),
+            format!("DROP POLICY IF EXISTS table_readers ON {}", self.mirror()),
+        ];
+        sql.extend(self.read_and_override_objects());
+        sql
+    }
+
+    /// The mirror's read access and the overrides table (both idempotent): reads of the
+    /// table probe the mirror (DESIGN §6.2), so any role may SELECT it and sees its rows
+    /// only if it may SELECT the table itself (the policy runs as the querying role; the
+    /// owner, i.e. capture and flush, is not subject to it); `overrides_<id>` is owner-only.
+    fn read_and_override_objects(&self) -> Vec<String> {
+        let mirror = self.mirror();
+        let columns: Vec<String> = self.pk.iter().map(|(n, t)| format!("{} {t} NOT NULL", quote_ident(n))).collect();
+        vec![
+            format!("GRANT SELECT ON {mirror} TO PUBLIC"),
+            format!("ALTER TABLE {mirror} ENABLE ROW LEVEL SECURITY"),
             format!(
-                "INSERT INTO {mirror} AS m ({pk}, seq, op) \
+                "CREATE POLICY table_readers ON {mirror} FOR SELECT TO PUBLIC \
+                 USING (has_table_privilege((SELECT t.relid FROM coldwire.tables t WHERE t.id = {id}), 'SELECT'))",
+                id = self.id
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} ({}, seq bigint NOT NULL, PRIMARY KEY ({}))",
+                self.overrides(),
+                columns.join(", "),
+                self.pk_list("")
+            ),
+            format!("REVOKE ALL ON {} FROM PUBLIC", self.overrides()),
+        ]
+    }
+
+    /// The plpgsql capture function: one mirror upsert per statement. The op is the state of
+    /// the key in the heap after the statement (right for writable CTEs, key updates and ON
+    /// CONFLICT, whose INSERT and UPDATE triggers both fire):
+    ///
+    /// - UPDATE and DELETE probe the heap for every key.
+    /// - INSERT records its keys live without probing. A key this statement inserted can be
+    ///   gone only if a later command deleted it (or moved its key), and every such change
+    ///   is captured by an UPDATE or DELETE capture, which probes: if that capture has run
+    ///   already, it left the key deleted (op 3) by this transaction, and only then does the
+    ///   INSERT capture probe; if it has not, it runs later and overwrites this row. Keys in
+    ///   an INSERT's transition table are unique (the primary key is checked per row;
+    ///   deferrable keys are refused by `tier_table`), so no DISTINCT.
+    ///
+    /// `pg_current_xact_id()` is read once per call; the maintenance check is one index
+    /// probe per statement.
+    fn capture_function_sql(&self) -> String {
+        let mirror = self.mirror();
+        let pk = self.pk_list("");
+        let k_pk = self.pk_list("k.");
+        let table = self.qualified_table();
+        let (live, deleted) = (op::LIVE, op::DELETED);
+        let probed = |keys: &str| {
+            format!(
+                "INSERT INTO {mirror} AS m ({pk}, seq, op, xid) \
                  SELECT {k_pk}, nextval('coldwire.change_seq'), \
-                        CASE WHEN EXISTS (SELECT 1 FROM ONLY {table} h WHERE {probe}) THEN {live} ELSE {deleted} END \
+                        CASE WHEN EXISTS (SELECT 1 FROM ONLY {table} h WHERE {probe}) THEN {live} ELSE {deleted} END, cur \
                  FROM ({keys}) k \
-                 ON CONFLICT ({pk}) DO UPDATE SET seq = EXCLUDED.seq, op = EXCLUDED.op, xid = pg_current_xact_id();",
-                mirror = self.mirror(),
-                pk = self.pk_list(""),
-                k_pk = self.pk_list("k."),
-                table = self.qualified_table(),
+                 ON CONFLICT ({pk}) DO UPDATE SET seq = EXCLUDED.seq, op = EXCLUDED.op, xid = cur;",
                 probe = self.pk_match("h", "k"),
-                live = op::LIVE,
-                deleted = op::DELETED,
             )
         };
-        let pk = self.pk_list("");
+        let insert = format!(
+            "INSERT INTO {mirror} AS m ({pk}, seq, op, xid) \
+             SELECT {k_pk}, nextval('coldwire.change_seq'), {live}, cur FROM coldwire_new k \
+             ON CONFLICT ({pk}) DO UPDATE SET seq = EXCLUDED.seq, xid = cur, \
+                 op = CASE WHEN m.op = {deleted} AND m.xid = cur \
+                                AND NOT EXISTS (SELECT 1 FROM ONLY {table} h WHERE {probe}) \
+                           THEN {deleted} ELSE {live} END;",
+            probe = self.pk_match("h", "EXCLUDED"),
+        );
         format!(
             "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER \
              SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
+             DECLARE cur xid8 := pg_current_xact_id();\n\
              BEGIN\n\
-             IF EXISTS (SELECT 1 FROM coldwire.maintenance WHERE xid = pg_current_xact_id()) THEN RETURN NULL; END IF;\n\
+             IF EXISTS (SELECT 1 FROM coldwire.maintenance WHERE xid = cur) THEN RETURN NULL; END IF;\n\
              IF TG_OP = 'INSERT' THEN\n{insert}\n\
              ELSIF TG_OP = 'UPDATE' THEN\n{update}\n\
              ELSIF TG_OP = 'DELETE' THEN\n{delete}\n\
              ELSE\n\
              DELETE FROM {mirror};\n\
              DELETE FROM {overrides};\n\
-             UPDATE coldwire.segments SET status = 'retired', retired_xid = pg_current_xact_id() \
+             UPDATE coldwire.segments SET status = 'retired', retired_xid = cur \
              WHERE table_id = {id} AND status IN ('pending', 'active');\n\
              UPDATE coldwire.tables SET generation = generation + 1 WHERE id = {id};\n\
              END IF;\n\
              RETURN NULL;\n\
              END\n$coldwire$",
             function = self.capture_function(),
-            insert = upsert(&format!("SELECT DISTINCT {pk} FROM coldwire_new")),
-            update = upsert(&format!("SELECT {pk} FROM coldwire_new UNION SELECT {pk} FROM coldwire_old")),
-            delete = upsert(&format!("SELECT DISTINCT {pk} FROM coldwire_old")),
-            mirror = self.mirror(),
+            update = probed(&format!("SELECT {pk} FROM coldwire_new UNION SELECT {pk} FROM coldwire_old")),
+            delete = probed(&format!("SELECT DISTINCT {pk} FROM coldwire_old")),
             overrides = self.overrides(),
             id = self.id,
         )
@@ -266,5 +315,36 @@ mod tests {
         assert_eq!(sql.matches("ENABLE ALWAYS TRIGGER").count(), 4);
         assert!(sql.contains("SECURITY DEFINER SET search_path = pg_catalog, pg_temp"));
         assert!(sql.contains(r#"h."tenant" = k."tenant" AND h."id" = k."id""#));
+    }
+
+    #[test]
+    fn the_mirror_has_no_seq_index_and_upgrade_drops_an_old_one() {
+        let s = spec();
+        assert!(
+            !s.install().iter().any(|stmt| stmt.contains("INDEX")),
+            "only the primary key is indexed"
+        );
+        let upgrade = s.upgrade();
+        assert!(upgrade[0].starts_with("CREATE OR REPLACE FUNCTION coldwire.capture_7()"));
+        assert_eq!(
+            upgrade[0].replacen("CREATE OR REPLACE", "CREATE", 1),
+            s.capture_function_sql()
+        );
+        assert_eq!(upgrade[1], "DROP INDEX IF EXISTS coldwire.m_7_seq");
+    }
+
+    #[test]
+    fn insert_capture_probes_only_keys_this_transaction_recorded_deleted() {
+        let sql = spec().capture_function_sql();
+        let insert = sql.split("ELSIF").next().unwrap();
+        assert!(!insert.contains("DISTINCT"));
+        assert_eq!(insert.matches("EXISTS (SELECT 1 FROM ONLY").count(), 1);
+        assert!(insert.contains(r#"WHEN m.op = 3 AND m.xid = cur AND NOT EXISTS"#));
+        assert!(insert.contains(r#"h."tenant" = EXCLUDED."tenant" AND h."id" = EXCLUDED."id""#));
+        assert_eq!(
+            sql.matches("pg_current_xact_id()").count(),
+            1,
+            "read once per call"
+        );
     }
 }

@@ -37,6 +37,8 @@ pub struct TableFacts {
     pub columns: Vec<ColumnFacts>,
     /// Primary-key attnums in key order, if there is a primary key.
     pub pk: Option<Vec<i16>>,
+    /// The primary key is DEFERRABLE (checked at commit rather than per row).
+    pub pk_deferrable: bool,
     /// Foreign keys of other tables that reference this one: `constraint on table`.
     pub inbound_fks: Vec<String>,
     /// Unique indexes other than the primary key, and exclusion constraints.
@@ -106,13 +108,14 @@ pub async fn table_facts(client: &Client, table: &TableRef) -> Result<TableFacts
             identity: r.get(7),
         })
         .collect();
-    let pk = client
+    let pk_row = client
         .query_opt(
-            "SELECT indkey::int2[] FROM pg_index WHERE indrelid = $1 AND indisprimary",
+            "SELECT i.indkey::int2[], NOT i.indimmediate FROM pg_index i WHERE i.indrelid = $1 AND i.indisprimary",
             &[&oid],
         )
-        .await?
-        .map(|r| r.get::<_, Vec<i16>>(0));
+        .await?;
+    let pk = pk_row.as_ref().map(|r| r.get::<_, Vec<i16>>(0));
+    let pk_deferrable = pk_row.as_ref().is_some_and(|r| r.get::<_, bool>(1));
     let strings = |rows: Vec<tokio_postgres::Row>| {
         rows.into_iter()
             .map(|r| r.get::<_, String>(0))
@@ -163,6 +166,7 @@ pub async fn table_facts(client: &Client, table: &TableRef) -> Result<TableFacts
         inherits: row.get(8),
         columns,
         pk,
+        pk_deferrable,
         inbound_fks,
         other_unique,
         row_triggers,
@@ -216,6 +220,13 @@ impl TableFacts {
         }
         if self.pk.is_none() {
             reasons.push("it has no primary key".to_owned());
+        }
+        if self.pk_deferrable {
+            // Capture relies on keys being unique within each statement, and the write path
+            // on duplicates of cold keys failing at the statement (DESIGN §4, §7).
+            reasons.push(
+                "its primary key is DEFERRABLE: coldwire needs it checked per statement".to_owned(),
+            );
         }
         for c in self.pk_columns() {
             if !BYTE_EQUAL_KEY_TYPES.contains(&c.type_oid) {
@@ -310,6 +321,7 @@ mod tests {
                 column(2, "body", 3802, "jsonb"),
             ],
             pk: Some(vec![1]),
+            pk_deferrable: false,
             inbound_fks: vec![],
             other_unique: vec![],
             row_triggers: vec![],
@@ -333,6 +345,7 @@ mod tests {
         t.inbound_fks.push("orders_event_fk on orders".into());
         t.other_unique.push("events_body_key".into());
         t.row_triggers.push("audit".into());
+        t.pk_deferrable = true;
         let reasons = t.refusals().join("\n");
         for needle in [
             "\"Amount\" has type numeric, whose equality is not byte equality",
@@ -341,6 +354,7 @@ mod tests {
             "orders_event_fk on orders",
             "events_body_key",
             "row trigger audit",
+            "primary key is DEFERRABLE",
         ] {
             assert!(reasons.contains(needle), "missing {needle:?} in\n{reasons}");
         }

@@ -4,6 +4,7 @@
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, IsolationLevel, Transaction};
 
+use super::capture::CaptureSpec;
 use super::error::CatalogError;
 
 /// Key of the transaction-level advisory lock that serializes migrations within one
@@ -23,14 +24,32 @@ pub struct Migration {
     pub name: &'static str,
     /// The statements, run as one batch inside the migration transaction.
     pub sql: &'static str,
+    /// After `sql`, re-create the capture function of every tiered table and drop what the
+    /// current [`CaptureSpec::install`] no longer creates ([`CaptureSpec::upgrade`]).
+    pub upgrade_capture: bool,
 }
 
 /// Every migration this binary knows, oldest first.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "catalog",
-    sql: include_str!("sql/v001_catalog.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "catalog",
+        sql: include_str!("sql/v001_catalog.sql"),
+        upgrade_capture: false,
+    },
+    Migration {
+        version: 2,
+        name: "capture",
+        sql: include_str!("sql/v002_capture.sql"),
+        upgrade_capture: true,
+    },
+    Migration {
+        version: 3,
+        name: "reads",
+        sql: include_str!("sql/v003_reads.sql"),
+        upgrade_capture: true,
+    },
+];
 
 /// The catalog version this binary creates.
 pub fn latest_version() -> i32 {
@@ -112,13 +131,18 @@ pub async fn migrate(client: &mut Client) -> Result<MigrationReport, CatalogErro
     }
     let mut applied = Vec::new();
     for m in MIGRATIONS.iter().filter(|m| m.version > from_version) {
-        tx.batch_execute(m.sql)
-            .await
-            .map_err(|source| CatalogError::Migration {
-                version: m.version,
-                name: m.name,
-                source,
-            })?;
+        let step = async {
+            tx.batch_execute(m.sql).await?;
+            if m.upgrade_capture {
+                upgrade_capture(&tx).await?;
+            }
+            Ok(())
+        };
+        step.await.map_err(|source| CatalogError::Migration {
+            version: m.version,
+            name: m.name,
+            source,
+        })?;
         applied.push(*m);
     }
     if !applied.is_empty() {
@@ -139,6 +163,42 @@ pub async fn migrate(client: &mut Client) -> Result<MigrationReport, CatalogErro
         applied,
         admin_role,
     })
+}
+
+/// Brings the capture objects of every tiered table (whose table and mirror still exist)
+/// to what this binary installs, naming the table as it is now called.
+async fn upgrade_capture(tx: &Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    let rows = tx
+        .query(
+            "SELECT t.id, n.nspname::text, c.relname::text, \
+                    array_agg(a.attname::text ORDER BY k.ord), \
+                    array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY k.ord) \
+             FROM coldwire.tables t \
+             JOIN pg_class c ON c.oid = t.relid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             CROSS JOIN LATERAL unnest(t.pk_attnums) WITH ORDINALITY AS k (attnum, ord) \
+             JOIN pg_attribute a ON a.attrelid = t.relid AND a.attnum = k.attnum \
+             WHERE to_regclass(format('coldwire.%I', 'm_' || t.id)) IS NOT NULL \
+             GROUP BY t.id, n.nspname, c.relname \
+             ORDER BY t.id",
+            &[],
+        )
+        .await?;
+    for row in rows {
+        let names: Vec<String> = row.get(3);
+        let types: Vec<String> = row.get(4);
+        let spec = CaptureSpec {
+            id: row.get(0),
+            schema: row.get(1),
+            table: row.get(2),
+            pk: names.into_iter().zip(types).collect(),
+        };
+        for statement in spec.upgrade() {
+            tx.batch_execute(&statement).await?;
+        }
+        tracing::info!(table_id = spec.id, table = %spec.qualified_table(), "capture upgraded");
+    }
+    Ok(())
 }
 
 async fn check_encoding(tx: &Transaction<'_>) -> Result<(), CatalogError> {

@@ -1,0 +1,13 @@
+-- coldwire catalog, version 2: cheaper capture (DESIGN §4). Nothing in the shared catalog
+-- changes; the per-table objects of tables tiered by older builds are brought up to date
+-- by catalog::migrate right after this file, from the same generator tier_table uses
+-- (catalog::capture::CaptureSpec::upgrade), for every tiered table whose mirror exists:
+--   * the capture function is replaced: INSERT records its keys live without probing the
+--     heap per key, reads pg_current_xact_id() once per call, and drops the DISTINCT;
+--   * the mirror's index on seq (coldwire.m_<id>_seq) is dropped: the flush sorts the
+--     mirror to find its cutoff, and updates of mirror rows can be HOT.
+-- Tables with a DEFERRABLE primary key are refused by tier_table from this version on; one
+-- tiered by an older build keeps working until a statement inserts a key twice (possible
+-- only with a deferred key), which then fails; untier and re-tier it after making the key
+-- NOT DEFERRABLE.
+SELECT 1;
