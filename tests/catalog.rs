@@ -110,6 +110,7 @@ async fn fresh_database_gets_every_object_and_a_second_migration_applies_nothing
             "estimated_rows",
             "explain",
             "flush_table",
+            "guard",
             "set_policy",
             "tier_table",
             "untier_table"

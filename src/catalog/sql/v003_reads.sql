@@ -9,7 +9,7 @@
 -- unqualified: it must resolve, under the session's search_path, to the tiered table the
 -- proxy planned for (a temporary table or another schema may shadow it). No SET
 -- search_path, so that to_regclass sees the caller's; every name inside is qualified.
-CREATE FUNCTION coldwire.guard(table_id bigint, expected bigint, written text)
+CREATE OR REPLACE FUNCTION coldwire.guard(table_id bigint, expected bigint, written text)
 RETURNS boolean LANGUAGE plpgsql STABLE PARALLEL SAFE AS $coldwire$
 DECLARE
     found_generation bigint;
