@@ -179,7 +179,11 @@ impl CaptureSpec {
     /// owner, i.e. capture and flush, is not subject to it); `overrides_<id>` is owner-only.
     fn read_and_override_objects(&self) -> Vec<String> {
         let mirror = self.mirror();
-        let columns: Vec<String> = self.pk.iter().map(|(n, t)| format!("{} {t} NOT NULL", quote_ident(n))).collect();
+        let columns: Vec<String> = self
+            .pk
+            .iter()
+            .map(|(n, t)| format!("{} {t} NOT NULL", quote_ident(n)))
+            .collect();
         vec![
             format!("GRANT SELECT ON {mirror} TO PUBLIC"),
             format!("ALTER TABLE {mirror} ENABLE ROW LEVEL SECURITY"),

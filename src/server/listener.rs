@@ -85,7 +85,11 @@ impl Server {
             None => None,
         };
         let reads = flush.as_ref().map(|(service, store)| {
-            Arc::new(crate::session::reads::ReadPath::new(service.clone(), store.clone(), config.max_cold_rows))
+            Arc::new(crate::session::reads::ReadPath::new(
+                service.clone(),
+                store.clone(),
+                config.max_cold_rows,
+            ))
         });
         let admin: Arc<dyn crate::admin::AdminExecutor> = match service {
             Some(service) => Arc::new(crate::admin::Tiering::new(service)),

@@ -63,22 +63,40 @@ pub struct ReadPath {
     service: tokio_postgres::Config,
     store: ColdStore,
     max_cold_rows: usize,
-    /// Lower-case names of tiered tables, for the cheap test of every Query.
-    names: RwLock<Arc<Vec<String>>>,
+    /// Lower-case names of tiered tables and when they were read, for the cheap test of
+    /// every Query; `None` until first read.
+    names: RwLock<Option<(Instant, Arc<Vec<String>>)>>,
     cache: AsyncMutex<Cache>,
 }
 
 impl ReadPath {
     pub fn new(service: tokio_postgres::Config, store: ColdStore, max_cold_rows: usize) -> Self {
-        Self { service, store, max_cold_rows, names: RwLock::new(Arc::new(Vec::new())), cache: AsyncMutex::new(Cache::default()) }
+        Self {
+            service,
+            store,
+            max_cold_rows,
+            names: RwLock::new(None),
+            cache: AsyncMutex::new(Cache::default()),
+        }
     }
 
     /// Whether `sql` may name a tiered table (a substring test over the cached names, so a
-    /// superset). Until the first refresh every statement may.
+    /// superset). While the names are unknown or stale every statement may, so that the
+    /// planner reads them again.
     pub fn may_name_tiered(&self, sql: &str) -> bool {
-        let names = self.names.read().unwrap_or_else(PoisonError::into_inner).clone();
-        if names.is_empty() {
+        let Some((loaded, names)) = self
+            .names
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        else {
             return true;
+        };
+        if loaded.elapsed() >= REGISTRY_TTL {
+            return true;
+        }
+        if names.is_empty() {
+            return false;
         }
         let lower = sql.to_lowercase();
         names.iter().any(|n| lower.contains(n.as_str()))
@@ -117,7 +135,9 @@ impl ReadPath {
         }
         let tables = cache.tables.clone();
         let unique = |schema: Option<&str>, name: &str| {
-            let mut candidates = tables.iter().filter(|t| t.table.name == name && schema.is_none_or(|s| t.table.schema == s));
+            let mut candidates = tables
+                .iter()
+                .filter(|t| t.table.name == name && schema.is_none_or(|s| t.table.schema == s));
             match (candidates.next(), candidates.next()) {
                 (Some(only), None) => Some(only.clone()),
                 _ => None,
@@ -125,7 +145,9 @@ impl ReadPath {
         };
         // Which tables the statement reads, then their cold state as of now, then the
         // rewrite guarded by exactly the generations the cold rows belong to.
-        let Ok(Some(first)) = rewrite(sql, 0, |s, n| unique(s, n).map(|t| t.table)) else { return Ok(Plan::PassThrough) };
+        let Ok(Some(first)) = rewrite(sql, 0, |s, n| unique(s, n).map(|t| t.table)) else {
+            return Ok(Plan::PassThrough);
+        };
         let mut ids: Vec<i64> = first.references.iter().map(|r| r.table_id).collect();
         ids.dedup();
         let mut cold_tables: HashMap<i64, Arc<ColdTable>> = HashMap::new();
@@ -135,15 +157,31 @@ impl ReadPath {
         let resolve = |schema: Option<&str>, name: &str| {
             let t = unique(schema, name)?;
             let generation = cold_tables.get(&t.table.table_id).map(|c| c.generation);
-            Some(TieredTable { guard_generation: generation, ..t.table })
+            Some(TieredTable {
+                guard_generation: generation,
+                ..t.table
+            })
         };
-        let Ok(Some(rewritten)) = rewrite(sql, 0, resolve) else { return Ok(Plan::PassThrough) };
+        let Ok(Some(rewritten)) = rewrite(sql, 0, resolve) else {
+            return Ok(Plan::PassThrough);
+        };
         let parsed = pg_query::parse(sql, 0).map_err(|e| PlanError::Catalog(e.to_string()))?;
+        // Object-store reads happen without the cache lock: other sessions plan meanwhile.
+        drop(cache);
         let mut params: Vec<BytesMut> = Vec::new();
         for reference in &rewritten.references {
-            let tiered = tables.iter().find(|t| t.table.table_id == reference.table_id).ok_or(PlanError::Catalog("table vanished".into()))?;
-            let cold = cold_tables.get(&reference.table_id).ok_or(PlanError::Catalog("table vanished".into()))?.clone();
-            let predicates = to_prune(&extract(&parsed, reference.location, &reference.name), &cold.columns);
+            let tiered = tables
+                .iter()
+                .find(|t| t.table.table_id == reference.table_id)
+                .ok_or(PlanError::Catalog("table vanished".into()))?;
+            let cold = cold_tables
+                .get(&reference.table_id)
+                .ok_or(PlanError::Catalog("table vanished".into()))?
+                .clone();
+            let predicates = to_prune(
+                &extract(&parsed, reference.location, &reference.name),
+                &cold.columns,
+            );
             let found = scan(&self.store, &cold, &predicates, self.max_cold_rows).await?;
             tracing::debug!(
                 table = %cold.name,
@@ -153,12 +191,20 @@ impl ReadPath {
                 bytes = found.stats.bytes_read,
                 "cold rows injected"
             );
-            metrics::counter!(crate::metrics::COLD_ROWS_INJECTED_TOTAL).increment(found.rows.num_rows() as u64);
-            metrics::counter!(crate::metrics::COLD_BYTES_READ_TOTAL).increment(found.stats.bytes_read);
-            metrics::counter!(crate::metrics::COLD_SEGMENTS_PRUNED_TOTAL).increment(found.stats.segments_pruned as u64);
-            let columns: Vec<ColdColumn> = cold.columns.iter().map(|c| ColdColumn::new(c.name.clone(), c.ty)).collect();
+            metrics::counter!(crate::metrics::COLD_ROWS_INJECTED_TOTAL)
+                .increment(found.rows.num_rows() as u64);
+            metrics::counter!(crate::metrics::COLD_BYTES_READ_TOTAL)
+                .increment(found.stats.bytes_read);
+            metrics::counter!(crate::metrics::COLD_SEGMENTS_PRUNED_TOTAL)
+                .increment(found.stats.segments_pruned as u64);
+            let columns: Vec<ColdColumn> = cold
+                .columns
+                .iter()
+                .map(|c| ColdColumn::new(c.name.clone(), c.ty))
+                .collect();
             let mut array = BytesMut::new();
-            encode_record_array(&columns, tiered.row_type, &found.rows, &mut array).map_err(|e| PlanError::Catalog(e.to_string()))?;
+            encode_record_array(&columns, tiered.row_type, &found.rows, &mut array)
+                .map_err(|e| PlanError::Catalog(e.to_string()))?;
             params.push(array);
         }
         let mut out = BytesMut::new();
@@ -170,7 +216,11 @@ impl ReadPath {
 
     async fn client<'a>(&self, cache: &'a mut Cache) -> Result<&'a mut Client, PlanError> {
         if cache.client.as_ref().is_none_or(Client::is_closed) {
-            cache.client = Some(crate::catalog::connect(&self.service).await.map_err(|e| PlanError::Catalog(e.to_string()))?);
+            cache.client = Some(
+                crate::catalog::connect(&self.service)
+                    .await
+                    .map_err(|e| PlanError::Catalog(e.to_string()))?,
+            );
         }
         Ok(cache.client.as_mut().expect("connected above"))
     }
@@ -195,14 +245,20 @@ impl ReadPath {
             let pk_attnums: Vec<i16> = row.get(5);
             let list = columns.as_array().cloned().unwrap_or_default();
             let name_of = |attnum: i16| {
-                list.iter().find(|c| c["attnum"].as_i64() == Some(attnum.into())).and_then(|c| c["name"].as_str()).map(str::to_owned)
+                list.iter()
+                    .find(|c| c["attnum"].as_i64() == Some(attnum.into()))
+                    .and_then(|c| c["name"].as_str())
+                    .map(str::to_owned)
             };
             tables.push(Tiered {
                 table: TieredTable {
                     table_id: row.get(0),
                     schema: row.get(2),
                     name: row.get(3),
-                    columns: list.iter().filter_map(|c| c["name"].as_str().map(str::to_owned)).collect(),
+                    columns: list
+                        .iter()
+                        .filter_map(|c| c["name"].as_str().map(str::to_owned))
+                        .collect(),
                     pk: pk_attnums.iter().filter_map(|a| name_of(*a)).collect(),
                     guard_generation: None,
                 },
@@ -210,7 +266,8 @@ impl ReadPath {
             });
         }
         let names: Vec<String> = tables.iter().map(|t| t.table.name.to_lowercase()).collect();
-        *self.names.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(names);
+        *self.names.write().unwrap_or_else(PoisonError::into_inner) =
+            Some((Instant::now(), Arc::new(names)));
         cache.tables = tables;
         cache.loaded = Some(Instant::now());
         Ok(())
@@ -220,9 +277,18 @@ impl ReadPath {
     /// it; segments, stats and overrides are read again only when it moved).
     async fn cold_table(&self, cache: &mut Cache, id: i64) -> Result<Arc<ColdTable>, PlanError> {
         let client = self.client(cache).await?;
-        let generation: Option<i64> =
-            client.query_opt("SELECT generation FROM coldwire.tables WHERE id = $1 AND state = 'active'", &[&id]).await?.map(|r| r.get(0));
-        if let Some(found) = cache.cold.get(&id).filter(|c| Some(c.generation) == generation) {
+        let generation: Option<i64> = client
+            .query_opt(
+                "SELECT generation FROM coldwire.tables WHERE id = $1 AND state = 'active'",
+                &[&id],
+            )
+            .await?
+            .map(|r| r.get(0));
+        if let Some(found) = cache
+            .cold
+            .get(&id)
+            .filter(|c| Some(c.generation) == generation)
+        {
             return Ok(found.clone());
         }
         let client = self.client(cache).await?;
@@ -243,5 +309,11 @@ enum PlanError {
 }
 
 fn error(code: &str, message: String, hint: Option<String>) -> ErrorFields {
-    ErrorFields { severity: Severity::Error, code: code.to_owned(), message, detail: None, hint }
+    ErrorFields {
+        severity: Severity::Error,
+        code: code.to_owned(),
+        message,
+        detail: None,
+        hint,
+    }
 }

@@ -254,7 +254,9 @@ enum Stop {
 
 /// Whether a Query frame may read a tiered table (the cheap name test).
 fn may_read_tiered(shared: &Shared<'_>, frame: &[u8]) -> bool {
-    let Some(reads) = &shared.ctx.reads else { return false };
+    let Some(reads) = &shared.ctx.reads else {
+        return false;
+    };
     query_text(frame).is_some_and(|sql| reads.may_name_tiered(sql))
 }
 
@@ -273,7 +275,11 @@ async fn run_read(
     dir: &mut Direction,
     shared: &Shared<'_>,
 ) -> Result<(), SessionError> {
-    let reads = shared.ctx.reads.as_ref().expect("checked by may_read_tiered");
+    let reads = shared
+        .ctx
+        .reads
+        .as_ref()
+        .expect("checked by may_read_tiered");
     let plan = match query_text(&query) {
         Some(sql) => reads.plan(sql).await,
         None => Plan::PassThrough,
@@ -284,7 +290,11 @@ async fn run_read(
             query
         }
         Plan::Run(frames) => {
-            shared.state.lock().unwrap_or_else(PoisonError::into_inner).rewritten_query_sent();
+            shared
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .rewritten_query_sent();
             frames
         }
         Plan::Fail(error) => {
@@ -295,8 +305,11 @@ async fn run_read(
             return client.write_all(&out).await.map_err(SessionError::ClientIo);
         }
     };
-    metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream").increment(out.len() as u64);
-    dir.write(tx, &mut out).await.map_err(SessionError::UpstreamIo)
+    metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream")
+        .increment(out.len() as u64);
+    dir.write(tx, &mut out)
+        .await
+        .map_err(SessionError::UpstreamIo)
 }
 
 /// Waits until Postgres has answered every request the client sent so far; the phase and
@@ -424,7 +437,10 @@ async fn upstream_to_client(
                     ));
                     *registration = Some(issued);
                 } else if matches!(tag, msg::PARSE_COMPLETE | msg::BIND_COMPLETE)
-                    && state.lock().unwrap_or_else(PoisonError::into_inner).answering_rewritten()
+                    && state
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .answering_rewritten()
                 {
                     // The answer to coldwire's own Parse/Bind in place of a simple Query.
                 } else if let Some(rewritten) = msg::sasl_without_channel_binding(frame) {

@@ -1,0 +1,155 @@
+//! Merged reads through the proxy (simple protocol): a tiered table whose rows are mostly
+//! cold answers every read like the plain table it was, for tokio-postgres and psql; a read
+//! over the cold-row cap fails with 54000 and the session carries on; a name that resolves
+//! to another relation in the session (a temporary table) is refused rather than answered
+//! from the wrong table.
+
+mod common;
+
+use common::{admin_call, cluster, connect_direct, create_db, pg_bin, Proxy};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// The rows of a simple query, as text.
+async fn rows(
+    client: &Client,
+    sql: &str,
+) -> Result<Vec<Vec<Option<String>>>, tokio_postgres::Error> {
+    Ok(client
+        .simple_query(sql)
+        .await?
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+#[tokio::test]
+async fn simple_queries_see_hot_and_cold_rows_like_a_plain_table() {
+    let db = create_db("mergedreads");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE events(id bigint PRIMARY KEY, kind text, amount numeric(10,2), at timestamptz, tags text[]);
+             CREATE TABLE control(LIKE events INCLUDING ALL);
+             INSERT INTO events SELECT g, 'k' || g % 4, g / 4.0, '2026-01-01'::timestamptz + g * interval '1 minute', ARRAY[g::text]
+             FROM generate_series(1, 3000) g;
+             INSERT INTO control SELECT * FROM events;",
+        )
+        .await
+        .unwrap();
+    let proxy = Proxy::start_env(
+        &["--service-url", &cluster().url(&db), "--cold-store", &store],
+        &[("COLDWIRE_MAX_COLD_ROWS", "2500")],
+    )
+    .await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 200, "min_flush_rows": 100, "max_rows_per_file": 1000, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    for sql in [
+        "UPDATE {t} SET kind = 'late' WHERE id > 2950",
+        "INSERT INTO {t} VALUES (5000, 'new', 1, '2026-06-01', '{}')",
+    ] {
+        c.batch_execute(&sql.replace("{t}", "events"))
+            .await
+            .unwrap();
+        direct
+            .batch_execute(&sql.replace("{t}", "control"))
+            .await
+            .unwrap();
+    }
+    let hot: i64 = direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(hot <= 201, "the heap holds the newest rows only: {hot}");
+
+    for sql in [
+        "SELECT * FROM events WHERE id = 17",
+        "SELECT id, kind, amount, at, tags FROM events WHERE id IN (1, 1500, 2999, 5000) ORDER BY id",
+        "SELECT kind, count(*), sum(amount) FROM events WHERE id BETWEEN 100 AND 2000 GROUP BY kind ORDER BY kind",
+        "SELECT e.id FROM events e JOIN control c USING (id) WHERE e.id < 40 AND e.kind = c.kind ORDER BY 1",
+        "select count(*) from EVENTS where id > 2900",
+    ] {
+        let expected = rows(&direct, &sql.replace("events", "control").replace("EVENTS", "control")).await.unwrap();
+        let got = rows(&c, sql).await.unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(got, expected, "{sql}");
+    }
+
+    // psql reads the whole table through coldwire, cold rows included.
+    let out = std::process::Command::new(pg_bin("psql"))
+        .args([
+            "-X",
+            "-A",
+            "-t",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &proxy.addr.port().to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            &db,
+        ])
+        .args([
+            "-c",
+            "SELECT count(*), min(id), max(id) FROM events WHERE id <= 2400",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "2400|1|2400",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Over the cap: 54000 with a hint, and the session goes on.
+    let err = c
+        .simple_query("SELECT count(*) FROM events")
+        .await
+        .unwrap_err();
+    let db_err = err.as_db_error().unwrap();
+    assert_eq!(db_err.code().code(), "54000", "{db_err:?}");
+    assert!(
+        db_err.message().contains("2500") && db_err.message().contains("events"),
+        "{db_err:?}"
+    );
+    assert!(db_err.hint().is_some_and(|h| h.contains("max_cold_rows")));
+    assert_eq!(
+        rows(&c, "SELECT kind FROM events WHERE id = 2")
+            .await
+            .unwrap(),
+        vec![vec![Some("k2".to_owned())]]
+    );
+
+    // A temporary table named like the tiered one shadows it in this session: refused.
+    c.batch_execute("CREATE TEMP TABLE events(id bigint, kind text)")
+        .await
+        .unwrap();
+    let err = c
+        .simple_query("SELECT kind FROM events WHERE id = 2")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.as_db_error().map(|e| e.code().code()),
+        Some("0A000"),
+        "{err:?}"
+    );
+    assert_eq!(
+        rows(&c, "SELECT kind FROM public.events WHERE id = 2")
+            .await
+            .unwrap(),
+        vec![vec![Some("k2".to_owned())]]
+    );
+}
