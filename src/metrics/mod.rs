@@ -59,5 +59,18 @@ pub fn install(
         ADMIN_CALLS_TOTAL,
         "Admin calls answered, by function and outcome"
     );
+    metrics::describe_counter!(ROUTES_TOTAL, "Statements coldwire rewrote, by route");
+    metrics::describe_counter!(
+        COLD_ROWS_INJECTED_TOTAL,
+        "Cold rows bound into rewritten reads"
+    );
+    metrics::describe_counter!(
+        COLD_BYTES_READ_TOTAL,
+        "Bytes read from the cold store by reads"
+    );
+    metrics::describe_counter!(
+        COLD_SEGMENTS_PRUNED_TOTAL,
+        "Segments skipped by reads thanks to their stats"
+    );
     Ok(handle)
 }
