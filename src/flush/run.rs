@@ -33,6 +33,11 @@ const ROW_GROUP_ROWS: usize = 131_072;
 const SEGMENTS_PER_FOLDER: i64 = 100;
 /// Advisory-lock class of a tiered table: writers hold it shared, finalize exclusive (§7).
 pub const TABLE_LOCK_CLASS: i32 = 0x6377_0001;
+/// The first rows of a table go cold no sooner than this after it was tiered: proxies that
+/// have not yet seen the table as tiered relay its reads unchanged (hot rows only), and
+/// each re-reads its list of tiered tables at least every
+/// [`crate::session::reads::REGISTRY_TTL`].
+pub const FIRST_FINALIZE_DELAY: std::time::Duration = std::time::Duration::from_secs(3);
 /// Finalize waits this long for writers to let go before giving up (the job is retried).
 const FINALIZE_LOCK_TIMEOUT: &str = "2s";
 /// Finalize transactions tried before the job fails when its locks cannot be had (lock
@@ -549,6 +554,21 @@ async fn finalize(
     overrides: bool,
 ) -> Result<(), FlushError> {
     super::failpoint::hit("before_finalize").await;
+    let wait_ms: f64 = client
+        .query_one(
+            "SELECT greatest(0, extract(epoch FROM t.tiered_at + make_interval(secs => $2) - clock_timestamp()) * 1000)::float8 \
+             FROM coldwire.tables t WHERE t.id = $1",
+            &[&table.id, &FIRST_FINALIZE_DELAY.as_secs_f64()],
+        )
+        .await?
+        .get(0);
+    if wait_ms > 0.0 {
+        tracing::info!(
+            wait_ms = wait_ms as u64,
+            "first flush of a newly tiered table: waiting until every proxy knows it is tiered"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(wait_ms as u64)).await;
+    }
     let mut backoff = FINALIZE_RETRY_BACKOFF;
     for tried in 1.. {
         match finalize_once(client, job, table, rows, segments, overrides).await {

@@ -24,6 +24,8 @@ pub const FLUSH_JOBS_TOTAL: &str = "coldwire_flush_jobs_total";
 pub const ADMIN_CALLS_TOTAL: &str = "coldwire_admin_calls_total";
 /// Statements coldwire rewrote, by route (`read`).
 pub const ROUTES_TOTAL: &str = "coldwire_routes_total";
+/// Reads planned again after the guard saw the cold tier change.
+pub const READ_RETRIES_TOTAL: &str = "coldwire_read_retries_total";
 /// Cold rows bound into rewritten reads.
 pub const COLD_ROWS_INJECTED_TOTAL: &str = "coldwire_cold_rows_injected_total";
 /// Bytes read from the cold store by reads.
@@ -60,6 +62,10 @@ pub fn install(
         "Admin calls answered, by function and outcome"
     );
     metrics::describe_counter!(ROUTES_TOTAL, "Statements coldwire rewrote, by route");
+    metrics::describe_counter!(
+        READ_RETRIES_TOTAL,
+        "Reads planned again after the guard saw the cold tier change"
+    );
     metrics::describe_counter!(
         COLD_ROWS_INJECTED_TOTAL,
         "Cold rows bound into rewritten reads"

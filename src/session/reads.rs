@@ -28,8 +28,11 @@ use crate::sql::rewrite::{rewrite, TieredTable};
 use crate::wire::extended as ext;
 use crate::wire::messages::{ErrorFields, Severity};
 
-/// How long the list of tiered tables is trusted before it is read again.
-const REGISTRY_TTL: Duration = Duration::from_secs(1);
+/// How long the list of tiered tables is trusted before it is read again. A proxy that
+/// has not seen a table as tiered relays its reads unchanged, so the first flush of a
+/// table waits until every proxy's list is newer than the table
+/// (`flush::run::FIRST_FINALIZE_DELAY`, a multiple of this).
+pub const REGISTRY_TTL: Duration = Duration::from_secs(1);
 
 /// A tiered table as the session sees it.
 #[derive(Debug, Clone)]
@@ -100,6 +103,12 @@ impl ReadPath {
         }
         let lower = sql.to_lowercase();
         names.iter().any(|n| lower.contains(n.as_str()))
+    }
+
+    /// Forgets the list of tiered tables, so the next Query reads it again.
+    pub async fn invalidate(&self) {
+        *self.names.write().unwrap_or_else(PoisonError::into_inner) = None;
+        self.cache.lock().await.loaded = None;
     }
 
     /// The plan for one simple Query whose text is `sql`.
@@ -296,6 +305,12 @@ impl ReadPath {
         cache.cold.insert(id, loaded.clone());
         Ok(loaded)
     }
+}
+
+/// The `after_read_plan` failpoint (tests widen the window between planning a read and
+/// running it, so that flushes finalize in between and the guard fires).
+pub async fn after_plan() {
+    crate::flush::failpoint::hit("after_read_plan").await;
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -10,6 +10,7 @@ use tokio::sync::{Mutex as AsyncMutex, Notify};
 
 use super::admin::{AdminSession, Answer, Disposition};
 use super::reads::Plan;
+use super::state::RewrittenGroup;
 use super::state::{Phase, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
@@ -46,6 +47,8 @@ const UPSTREAM_INSPECTED: &[u8] = &[
     msg::PARSE_COMPLETE,
     msg::BIND_COMPLETE,
     msg::CLOSE_COMPLETE,
+    msg::ROW_DESCRIPTION,
+    msg::ERROR_RESPONSE,
 ];
 /// Terminate, sent upstream when a client vanishes without one.
 const TERMINATE_FRAME: [u8; 5] = [msg::TERMINATE, 0, 0, 0, 4];
@@ -107,7 +110,14 @@ pub struct Shared<'a> {
     client_tx: AsyncMutex<WriteHalf<Box<dyn Io>>>,
     /// Signalled at every ReadyForQuery.
     ready: Notify,
+    /// Client Queries to plan and run again after a guard failure the client was not shown
+    /// (the Query frame and the retry's number), from the upstream direction to the client
+    /// direction.
+    retries: tokio::sync::mpsc::UnboundedSender<(BytesMut, u8)>,
 }
+
+/// Retries of one Query after guard failures before the failure reaches the client.
+const MAX_READ_RETRIES: u8 = 10;
 
 /// Relays a session until either side ends it. On the way out, tells the client why (if
 /// its stream is at a message boundary) and Postgres that we are leaving.
@@ -125,6 +135,7 @@ pub async fn relay(
 ) -> Result<End, SessionError> {
     let (mut client_rx, client_tx) = tokio::io::split(client);
     let (mut upstream_rx, mut upstream_tx) = tokio::io::split(upstream);
+    let (retries, mut retry_rx) = tokio::sync::mpsc::unbounded_channel();
     let shared = Shared {
         state,
         ctx,
@@ -132,6 +143,7 @@ pub async fn relay(
         database,
         client_tx: AsyncMutex::new(client_tx),
         ready: Notify::new(),
+        retries,
     };
     let mut c2s = Direction::new(FrameScanner::new(
         ctx.config.max_message_bytes,
@@ -144,7 +156,7 @@ pub async fn relay(
     let mut registration = None;
 
     let result = tokio::select! {
-        r = client_to_upstream(&mut client_rx, &mut upstream_tx, &mut c2s, leftover, &shared) => r,
+        r = client_to_upstream(&mut client_rx, &mut upstream_tx, &mut c2s, leftover, &shared, &mut retry_rx) => r,
         r = upstream_to_client(&mut upstream_rx, &mut s2c, &shared, &mut registration) => r,
         _ = ctx.force_close.cancelled() => Ok(End::ForcedClose),
     };
@@ -174,6 +186,7 @@ async fn client_to_upstream(
     dir: &mut Direction,
     mut input: BytesMut,
     shared: &Shared<'_>,
+    retries: &mut tokio::sync::mpsc::UnboundedReceiver<(BytesMut, u8)>,
 ) -> Result<End, SessionError> {
     let bytes = metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream");
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
@@ -226,7 +239,7 @@ async fn client_to_upstream(
             Some(Stop::Read(query)) => {
                 sent_since_sync = false;
                 streamed.store(false, Ordering::Relaxed);
-                run_read(query, tx, dir, shared).await?;
+                run_read(query, 0, tx, dir, shared).await?;
                 continue;
             }
             None => {}
@@ -234,12 +247,13 @@ async fn client_to_upstream(
         if terminated {
             return Ok(End::ClientTerminated);
         }
-        if read_more(rx, &mut input)
-            .await
-            .map_err(SessionError::ClientIo)?
-            == 0
-        {
-            return Ok(End::ClientClosed);
+        tokio::select! {
+            read = read_more(rx, &mut input) => {
+                if read.map_err(SessionError::ClientIo)? == 0 {
+                    return Ok(End::ClientClosed);
+                }
+            }
+            Some((query, attempt)) = retries.recv() => run_read(query, attempt, tx, dir, shared).await?,
         }
     }
 }
@@ -271,6 +285,7 @@ fn query_text(frame: &[u8]) -> Option<&str> {
 /// unchanged, coldwire's rewritten statement in its place, or coldwire's error.
 async fn run_read(
     query: BytesMut,
+    attempt: u8,
     tx: &mut WriteHalf<Box<dyn Io>>,
     dir: &mut Direction,
     shared: &Shared<'_>,
@@ -290,11 +305,21 @@ async fn run_read(
             query
         }
         Plan::Run(frames) => {
-            shared
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .rewritten_query_sent();
+            {
+                let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+                // Retried transparently only outside a transaction block, where the failed
+                // attempt left nothing behind, and while nothing else is outstanding.
+                let retryable = state.phase == Phase::Idle
+                    && state.outstanding_syncs() == 0
+                    && attempt < MAX_READ_RETRIES;
+                state.rewritten_query_sent(RewrittenGroup {
+                    retry_with: retryable.then(|| query.clone()),
+                    attempt,
+                    drop_row_description: attempt > 0,
+                    retrying: false,
+                });
+            }
+            super::reads::after_plan().await;
             frames
         }
         Plan::Fail(error) => {
@@ -368,6 +393,10 @@ async fn answer_admin(
                     database: shared.database.clone(),
                 };
                 let outcome = shared.ctx.admin.execute(request).await;
+                if let Some(reads) = &shared.ctx.reads {
+                    // A table may have become tiered: plan reads from a fresh catalog.
+                    reads.invalidate().await;
+                }
                 outcome.map(|json| {
                     if simple {
                         ext::row_description(&mut out, &call.column, oid::JSONB, false);
@@ -413,6 +442,8 @@ async fn upstream_to_client(
     let bytes = metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "upstream_to_client");
     let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    // Whether any frame was streamed to the client since the last ReadyForQuery.
+    let streamed = dir.scanner.streamed_flag();
     loop {
         if read_more(rx, &mut input)
             .await
@@ -436,13 +467,8 @@ async fn upstream_to_client(
                         &issued.key().secret,
                     ));
                     *registration = Some(issued);
-                } else if matches!(tag, msg::PARSE_COMPLETE | msg::BIND_COMPLETE)
-                    && state
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .answering_rewritten()
-                {
-                    // The answer to coldwire's own Parse/Bind in place of a simple Query.
+                } else if held_back(tag, frame, shared, &streamed)? {
+                    // coldwire's own business: see `held_back`.
                 } else if let Some(rewritten) = msg::sasl_without_channel_binding(frame) {
                     out.extend_from_slice(&rewritten);
                 } else {
@@ -463,6 +489,68 @@ async fn upstream_to_client(
             shared.ready.notify_waiters();
         }
     }
+}
+
+/// Whether the upstream frame `tag` answers a statement coldwire runs in place of a
+/// simple Query and must not reach the client: its ParseComplete and BindComplete; the
+/// RowDescription of a retry (the client has it from the first attempt); and a guard
+/// failure (DESIGN §6.4) that can still be retried — nothing of the statement has reached
+/// the client but its RowDescription, no other request is outstanding, the Query ran
+/// outside a transaction block — together with its ReadyForQuery, which then hands the
+/// Query back to the client direction to plan and run again.
+fn held_back(
+    tag: u8,
+    frame: &[u8],
+    shared: &Shared<'_>,
+    streamed: &std::sync::atomic::AtomicBool,
+) -> Result<bool, WireError> {
+    let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+    let alone = state.outstanding_syncs() == 1;
+    let Some(group) = state.answering_rewritten() else {
+        if tag == msg::READY_FOR_QUERY {
+            streamed.store(false, Ordering::Relaxed);
+        }
+        return Ok(false);
+    };
+    match tag {
+        msg::PARSE_COMPLETE | msg::BIND_COMPLETE => Ok(true),
+        msg::ROW_DESCRIPTION => Ok(group.drop_row_description),
+        msg::ERROR_RESPONSE
+            if group.retry_with.is_some()
+                && alone
+                && !streamed.load(Ordering::Relaxed)
+                && is_guard_failure(frame) =>
+        {
+            group.retrying = true;
+            Ok(true)
+        }
+        msg::READY_FOR_QUERY => {
+            streamed.store(false, Ordering::Relaxed);
+            if !group.retrying {
+                return Ok(false);
+            }
+            let group = state.take_answered_group().unwrap_or_default();
+            state.ready_for_query(
+                msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?,
+            );
+            if let Some(query) = group.retry_with {
+                metrics::counter!(crate::metrics::READ_RETRIES_TOTAL).increment(1);
+                tracing::info!(
+                    attempt = group.attempt + 1,
+                    "cold segment set changed: running the read again"
+                );
+                let _ = shared.retries.send((query, group.attempt + 1));
+            }
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// Whether an ErrorResponse is `coldwire.guard` reporting that the cold tier changed.
+fn is_guard_failure(frame: &[u8]) -> bool {
+    msg::ErrorFields::decode(frame)
+        .is_ok_and(|e| e.code == "40001" && e.message.starts_with("coldwire: the cold tier"))
 }
 
 async fn read_more<R: AsyncRead + Unpin>(

@@ -56,10 +56,24 @@ pub struct SessionState {
     pending: VecDeque<Pending>,
     /// Sync points sent upstream and not yet answered by ReadyForQuery.
     outstanding_syncs: usize,
-    /// Per outstanding sync point, oldest first: whether its group is a statement coldwire
-    /// runs in place of a simple Query, whose ParseComplete and BindComplete the client
-    /// must not see.
-    rewritten_groups: VecDeque<bool>,
+    /// Per outstanding sync point, oldest first: `Some` when its group is a statement
+    /// coldwire runs in place of a simple Query (whose ParseComplete and BindComplete the
+    /// client must not see).
+    rewritten_groups: VecDeque<Option<RewrittenGroup>>,
+}
+
+/// A statement coldwire runs in place of a client's simple Query.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RewrittenGroup {
+    /// The client's Query frame, kept while the statement may still be retried after a
+    /// guard failure (DESIGN §6.4): outside a transaction block, within the retry budget.
+    pub retry_with: Option<bytes::BytesMut>,
+    /// Retries already made for this Query.
+    pub attempt: u8,
+    /// The client already has the RowDescription (from the attempt that failed).
+    pub drop_row_description: bool,
+    /// The guard failed and the failure was held back: at ReadyForQuery, run it again.
+    pub retrying: bool,
 }
 
 impl SessionState {
@@ -96,22 +110,27 @@ impl SessionState {
     pub fn sync_sent(&mut self) {
         self.pending.push_back(Pending::SyncPoint);
         self.outstanding_syncs += 1;
-        self.rewritten_groups.push_back(false);
+        self.rewritten_groups.push_back(None);
     }
 
     /// coldwire sent its own Parse/Bind/Describe/Execute/Sync in place of a client's
     /// simple Query.
-    pub fn rewritten_query_sent(&mut self) {
+    pub fn rewritten_query_sent(&mut self, group: RewrittenGroup) {
         self.sync_sent();
         if let Some(last) = self.rewritten_groups.back_mut() {
-            *last = true;
+            *last = Some(group);
         }
     }
 
-    /// Whether responses arriving now answer a statement coldwire runs in place of a
-    /// simple Query.
-    pub fn answering_rewritten(&self) -> bool {
-        self.rewritten_groups.front().copied().unwrap_or(false)
+    /// The statement coldwire runs in place of a simple Query that responses arriving now
+    /// answer, if they answer one.
+    pub fn answering_rewritten(&mut self) -> Option<&mut RewrittenGroup> {
+        self.rewritten_groups.front_mut().and_then(Option::as_mut)
+    }
+
+    /// The group the next ReadyForQuery ends, if coldwire ran it in place of a Query.
+    pub fn take_answered_group(&mut self) -> Option<RewrittenGroup> {
+        self.rewritten_groups.front_mut().and_then(Option::take)
     }
 
     /// Messages answered by ReadyForQuery that are still unanswered; zero means every

@@ -16,6 +16,8 @@ pub const PARAMETER_STATUS: u8 = b'S';
 pub const READY_FOR_QUERY: u8 = b'Z';
 /// Backend: ErrorResponse (`E`).
 pub const ERROR_RESPONSE: u8 = b'E';
+/// RowDescription.
+pub const ROW_DESCRIPTION: u8 = b'T';
 /// Backend: ParseComplete (`1`).
 pub const PARSE_COMPLETE: u8 = b'1';
 /// Backend: CloseComplete (`3`).
