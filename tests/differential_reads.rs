@@ -8,32 +8,14 @@
 
 mod common;
 
-use common::{admin_call, cluster, connect_direct, create_db, Proxy};
+use common::{admin_call, cluster, connect_direct, create_db, simple_rows, Proxy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// Queries in CI; `COLDWIRE_DIFFERENTIAL_QUERIES` asks for more.
 const DEFAULT_QUERIES: usize = 2000;
 const SEED: u64 = 0x636f_6c64;
 const ROWS: i64 = 5000;
-
-async fn rows(
-    client: &Client,
-    sql: &str,
-) -> Result<Vec<Vec<Option<String>>>, tokio_postgres::Error> {
-    Ok(client
-        .simple_query(sql)
-        .await?
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => {
-                Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
-            }
-            _ => None,
-        })
-        .collect())
-}
 
 /// One query over table `{t}`, with constants drawn from `rng`.
 fn query(rng: &mut StdRng) -> String {
@@ -145,10 +127,10 @@ async fn generated_reads_over_a_flushed_table_match_a_plain_table() {
     let mut compared = 0;
     for i in 0..queries {
         let sql = query(&mut rng);
-        let expected = rows(&direct, &sql.replace("{t}", "control"))
+        let expected = simple_rows(&direct, &sql.replace("{t}", "control"))
             .await
             .unwrap_or_else(|e| panic!("control: {sql}: {e:?}"));
-        let got = rows(&c, &sql.replace("{t}", "t"))
+        let got = simple_rows(&c, &sql.replace("{t}", "t"))
             .await
             .unwrap_or_else(|e| panic!("query {i}: {sql}: {e:?}"));
         assert_eq!(got, expected, "query {i}: {sql}");

@@ -6,26 +6,9 @@
 
 mod common;
 
-use common::{admin_call, cluster, connect_direct, create_db, pg_bin, Proxy};
-use tokio_postgres::{Client, SimpleQueryMessage};
+use common::{admin_call, cluster, connect_direct, create_db, pg_bin, simple_rows, Proxy};
 
 /// The rows of a simple query, as text.
-async fn rows(
-    client: &Client,
-    sql: &str,
-) -> Result<Vec<Vec<Option<String>>>, tokio_postgres::Error> {
-    Ok(client
-        .simple_query(sql)
-        .await?
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => {
-                Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
-            }
-            _ => None,
-        })
-        .collect())
-}
 
 #[tokio::test]
 async fn simple_queries_see_hot_and_cold_rows_like_a_plain_table() {
@@ -81,8 +64,8 @@ async fn simple_queries_see_hot_and_cold_rows_like_a_plain_table() {
         "SELECT e.id FROM events e JOIN control c USING (id) WHERE e.id < 40 AND e.kind = c.kind ORDER BY 1",
         "select count(*) from EVENTS where id > 2900",
     ] {
-        let expected = rows(&direct, &sql.replace("events", "control").replace("EVENTS", "control")).await.unwrap();
-        let got = rows(&c, sql).await.unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        let expected = simple_rows(&direct, &sql.replace("events", "control").replace("EVENTS", "control")).await.unwrap();
+        let got = simple_rows(&c, sql).await.unwrap_or_else(|e| panic!("{sql}: {e:?}"));
         assert_eq!(got, expected, "{sql}");
     }
 
@@ -127,7 +110,7 @@ async fn simple_queries_see_hot_and_cold_rows_like_a_plain_table() {
     );
     assert!(db_err.hint().is_some_and(|h| h.contains("max_cold_rows")));
     assert_eq!(
-        rows(&c, "SELECT kind FROM events WHERE id = 2")
+        simple_rows(&c, "SELECT kind FROM events WHERE id = 2")
             .await
             .unwrap(),
         vec![vec![Some("k2".to_owned())]]
@@ -147,7 +130,7 @@ async fn simple_queries_see_hot_and_cold_rows_like_a_plain_table() {
         "{err:?}"
     );
     assert_eq!(
-        rows(&c, "SELECT kind FROM public.events WHERE id = 2")
+        simple_rows(&c, "SELECT kind FROM public.events WHERE id = 2")
             .await
             .unwrap(),
         vec![vec![Some("k2".to_owned())]]
@@ -204,7 +187,7 @@ async fn reads_during_auto_flush_never_miss_or_double_a_row_and_guard_failures_a
             let mut reads = 0;
             let mut k = 7 + r * 500;
             while tokio::time::Instant::now() < deadline {
-                let all = rows(&client, "SELECT count(*), sum(v) FROM t WHERE id <= 2000")
+                let all = simple_rows(&client, "SELECT count(*), sum(v) FROM t WHERE id <= 2000")
                     .await
                     .unwrap_or_else(|e| panic!("{e:?}"));
                 assert_eq!(
@@ -216,7 +199,7 @@ async fn reads_during_auto_flush_never_miss_or_double_a_row_and_guard_failures_a
                     "no row missing or doubled"
                 );
                 k = k * 31 % 2000 + 1;
-                let one = rows(&client, &format!("SELECT v FROM t WHERE id = {k}"))
+                let one = simple_rows(&client, &format!("SELECT v FROM t WHERE id = {k}"))
                     .await
                     .unwrap_or_else(|e| panic!("{e:?}"));
                 assert_eq!(one, vec![vec![Some((k * 3).to_string())]], "key {k}");

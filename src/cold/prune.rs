@@ -107,8 +107,10 @@ pub struct RangeStats<'a> {
     pub max: Option<&'a [u8]>,
 }
 
-/// Stats of one column of one segment, as recorded: for the whole segment and per row
-/// group.
+/// Stats of one column of one segment (`coldwire.segment_stats`): for the whole segment
+/// and per row group. `None` bounds mean "no bound known": the column is all NULL/NaN
+/// there (see the counts) or its type has no byte order. `nan_count` counts values outside
+/// the min/max order: float NaN; numeric NaN and ±Infinity.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ColumnStats {
     pub attnum: i16,

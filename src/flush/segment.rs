@@ -19,6 +19,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::statistics::Statistics;
 
 use crate::cold::ordered;
+pub use crate::cold::prune::ColumnStats;
 use crate::cold::types::NUMERIC_VALUE;
 use crate::cold::{ColdType, NumericRepr, ScalarType};
 
@@ -53,22 +54,6 @@ impl SegmentColumn {
         }
         Ok(out)
     }
-}
-
-/// Statistics of one column of one segment. `None` bounds mean "no bound known": the
-/// column is all NULL/NaN there (see the counts) or its type has no byte order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ColumnStats {
-    pub attnum: i16,
-    pub min: Option<Vec<u8>>,
-    pub max: Option<Vec<u8>>,
-    pub null_count: i64,
-    /// Values outside the min/max order: float NaN; numeric NaN and ±Infinity.
-    pub nan_count: i64,
-    pub rg_min: Vec<Option<Vec<u8>>>,
-    pub rg_max: Vec<Option<Vec<u8>>>,
-    pub rg_null_count: Vec<i64>,
-    pub rg_nan_count: Vec<i64>,
 }
 
 /// What the catalog records about a finished segment.

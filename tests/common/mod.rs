@@ -395,3 +395,21 @@ impl tokio_postgres::types::ToSql for RawBinary {
 
     tokio_postgres::types::to_sql_checked!();
 }
+
+/// The rows of a simple-protocol query, as text (NULL as `None`).
+pub async fn simple_rows(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<Vec<Vec<Option<String>>>, tokio_postgres::Error> {
+    Ok(client
+        .simple_query(sql)
+        .await?
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+            }
+            _ => None,
+        })
+        .collect())
+}
