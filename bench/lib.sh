@@ -11,9 +11,10 @@
 #   bench_build_coldwire                 # COLDWIRE_BIN, CW_SOURCE
 #   pg_start "-c extra=1"                # PG_PORT, SOCK, PG_VERSION
 #   coldwire_start postgres [service-url]   # CW_PORT, CW_PID, UPSTREAM, CW_VERSION, CW_COMMIT
+#   coldwire_start_b postgres            # a second coldwire: CWB_PORT, CWB_PID, CWB_VERSION
 #   results_open NAME                    # RESULTS, out()
 #
-# cleanup (the EXIT trap) stops coldwire ($CW_PID), PgBouncer ($PGB_PID) and Postgres,
+# cleanup (the EXIT trap) stops coldwire ($CW_PID, $CWB_PID), PgBouncer ($PGB_PID) and Postgres,
 # prints the tails of the logs on failure and removes $WORK unless KEEP_WORKDIR=1.
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # globals set here are read by the sourcing scripts
@@ -108,6 +109,7 @@ WORK=""
 PG_STARTED=0
 PGB_PID=""
 CW_PID=""
+CWB_PID=""
 
 stop_pid() { # pid name timeout_secs
     local pid=$1 name=$2 t=${3:-10} i
@@ -127,6 +129,7 @@ cleanup() {
     set +e
     trap - EXIT INT TERM
     if [[ -n $CW_PID ]]; then log "stopping coldwire"; stop_pid "$CW_PID" coldwire 15; fi
+    if [[ -n $CWB_PID ]]; then log "stopping coldwire-b"; stop_pid "$CWB_PID" coldwire-b 15; fi
     if [[ -n $PGB_PID ]]; then log "stopping pgbouncer"; stop_pid "$PGB_PID" pgbouncer 10; fi
     if [[ $PG_STARTED -eq 1 ]]; then
         log "stopping postgres"
@@ -138,7 +141,7 @@ cleanup() {
     fi
     if [[ -n $WORK && -d $WORK ]]; then
         if [[ $rc -ne 0 && $rc -ne 130 && $rc -ne 143 ]]; then
-            for f in postgres.log pgbouncer.log coldwire.log; do
+            for f in postgres.log pgbouncer.log coldwire.log coldwire-b.log; do
                 [[ -s $WORK/$f ]] || continue
                 echo "---- last lines of $f ----" >&2
                 tail -n 15 "$WORK/$f" >&2
@@ -232,30 +235,58 @@ wait_sql() { # port name pid
 # ---------------------------------------------------------------- coldwire
 # Starts `coldwire serve` on a free port with upstream database DB over the Unix socket
 # (and --service-url SERVICE_URL if given); waits until it prints that it listens and
-# answers SQL. Sets CW_PORT, CW_PID, UPSTREAM, CW_VERSION, CW_COMMIT.
+# answers SQL. Sets CW_PORT, CW_PID, UPSTREAM, CW_VERSION, CW_COMMIT. COLDWIRE_ARGS adds
+# words to the command line (e.g. "--worker-threads 1").
 coldwire_start() { # db [service-url]
-    local db=$1 service=${2:-} i
-    CW_PORT=$(free_port)
+    local db=$1 service=${2:-}
     UPSTREAM="postgres://127.0.0.1:$PG_PORT/$db?host=$SOCK"
-    local args=(serve --listen "127.0.0.1:$CW_PORT" --upstream "$UPSTREAM")
+    local args=(--upstream "$UPSTREAM")
     [[ -n $service ]] && args+=(--service-url "$service")
-    log "starting coldwire on 127.0.0.1:$CW_PORT (upstream $UPSTREAM${service:+, service $service})"
-    mkdir -p "$WORK/coldwire"
-    (cd "$WORK/coldwire" && RUST_LOG=coldwire=warn exec "${SETSID[@]}" "$COLDWIRE_BIN" "${args[@]}" \
-        </dev/null >"$WORK/coldwire.out" 2>"$WORK/coldwire.log") &
-    CW_PID=$!
-    for ((i = 0; i < 300; i++)); do
-        grep -q "coldwire listening on" "$WORK/coldwire.out" 2>/dev/null && break
-        kill -0 "$CW_PID" 2>/dev/null || die "coldwire exited during startup"
-        sleep 0.1
-    done
-    grep -q "coldwire listening on" "$WORK/coldwire.out" || die "coldwire did not print 'coldwire listening on' within 30s"
-    wait_sql "$CW_PORT" coldwire "$CW_PID"
+    # shellcheck disable=SC2206  # COLDWIRE_ARGS holds words on purpose
+    args+=(${COLDWIRE_ARGS:-})
+    coldwire_launch coldwire "$COLDWIRE_BIN" "${args[@]}"
+    CW_PORT=$LAUNCHED_PORT
+    CW_PID=$LAUNCHED_PID
     CW_VERSION=$("$COLDWIRE_BIN" --version 2>/dev/null | head -n 1 || echo unknown)
     CW_COMMIT=$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
     if [[ $CW_COMMIT != unknown ]] && [[ -n $(git -C "$REPO_ROOT" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
         CW_COMMIT+=" (working tree has uncommitted changes)"
     fi
+}
+
+# Starts a second coldwire, "coldwire-b", from COLDWIRE_BIN_B (default: COLDWIRE_BIN) with
+# COLDWIRE_ARGS_B, in front of the same database: for A/B runs of two builds or two
+# settings side by side. Sets CWB_PORT, CWB_PID, CWB_VERSION.
+coldwire_start_b() { # db
+    local db=$1 bin=${COLDWIRE_BIN_B:-$COLDWIRE_BIN}
+    [[ -x $bin ]] || die "COLDWIRE_BIN_B=$bin is not an executable"
+    local args=(--upstream "postgres://127.0.0.1:$PG_PORT/$db?host=$SOCK")
+    # shellcheck disable=SC2206  # COLDWIRE_ARGS_B holds words on purpose
+    args+=(${COLDWIRE_ARGS_B:-})
+    coldwire_launch coldwire-b "$bin" "${args[@]}"
+    CWB_PORT=$LAUNCHED_PORT
+    CWB_PID=$LAUNCHED_PID
+    CWB_VERSION=$("$bin" --version 2>/dev/null | head -n 1 || echo unknown)
+}
+
+# Runs BIN serve on a free loopback port with ARGS, logs in $WORK/NAME.{out,log}; waits
+# until it listens and answers SQL. Sets LAUNCHED_PORT, LAUNCHED_PID.
+coldwire_launch() { # name bin args...
+    local name=$1 bin=$2 i
+    shift 2
+    LAUNCHED_PORT=$(free_port)
+    log "starting $name on 127.0.0.1:$LAUNCHED_PORT ($bin $*)"
+    mkdir -p "$WORK/$name"
+    (cd "$WORK/$name" && RUST_LOG=coldwire=warn exec "${SETSID[@]}" "$bin" serve \
+        --listen "127.0.0.1:$LAUNCHED_PORT" "$@" </dev/null >"$WORK/$name.out" 2>"$WORK/$name.log") &
+    LAUNCHED_PID=$!
+    for ((i = 0; i < 300; i++)); do
+        grep -q "coldwire listening on" "$WORK/$name.out" 2>/dev/null && break
+        kill -0 "$LAUNCHED_PID" 2>/dev/null || die "$name exited during startup"
+        sleep 0.1
+    done
+    grep -q "coldwire listening on" "$WORK/$name.out" || die "$name did not print 'coldwire listening on' within 30s"
+    wait_sql "$LAUNCHED_PORT" "$name" "$LAUNCHED_PID"
 }
 
 # ---------------------------------------------------------------- output
@@ -274,12 +305,15 @@ machine_line() {
     echo "$(hostname) | nproc=$(nproc) | ${cpu:-cpu unknown} | $(uname -sr)"
 }
 
-# Appends the first lines of coldwire's stderr to the output, if it wrote any.
+# Appends the first lines of coldwire's stderr (and coldwire-b's) to the output, if any.
 report_coldwire_stderr() {
-    if [[ -s $WORK/coldwire.log ]]; then
-        out "coldwire stderr (RUST_LOG=coldwire=warn) had $(wc -l <"$WORK/coldwire.log") line(s); first lines:"
-        head -n 10 "$WORK/coldwire.log" | sed 's/^/    /' | tee -a "$RESULTS"
-    fi
+    local name
+    for name in coldwire coldwire-b; do
+        if [[ -s $WORK/$name.log ]]; then
+            out "$name stderr (RUST_LOG=coldwire=warn) had $(wc -l <"$WORK/$name.log") line(s); first lines:"
+            head -n 10 "$WORK/$name.log" | sed 's/^/    /' | tee -a "$RESULTS"
+        fi
+    done
 }
 
 # ---------------------------------------------------------------- statistics
