@@ -69,7 +69,8 @@ pub struct Config {
     /// After SIGTERM, how long open sessions may run before they are closed, in seconds.
     /// Default 30.
     pub shutdown_grace_secs: u64,
-    /// Threads that run sessions; 0 means one per CPU core. Default 0.
+    /// Threads that run sessions; 0 means one per CPU core. Default 0. On a machine of
+    /// few cores shared with Postgres, 1 may relay faster (see bench/README.md).
     pub worker_threads: usize,
     /// Most cold rows one reference in a read may bring back; a read that would exceed it
     /// fails with 54000 naming the table. Default 100000.
