@@ -36,6 +36,15 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// `p."a", p."b"` (with `prefix` = `p.`; empty for bare names): a list of columns, quoted.
+pub fn column_list<'a>(columns: impl IntoIterator<Item = &'a str>, prefix: &str) -> String {
+    columns
+        .into_iter()
+        .map(|n| format!("{prefix}{}", quote_ident(n)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `l."a" = r."a" AND l."b" = r."b"` over the key columns `pk`: the join condition
 /// between two relations holding the same key.
 pub fn pk_equal<'a>(pk: impl IntoIterator<Item = &'a str>, left: &str, right: &str) -> String {
@@ -68,11 +77,7 @@ impl CaptureSpec {
     }
 
     fn pk_list(&self, prefix: &str) -> String {
-        self.pk
-            .iter()
-            .map(|(n, _)| format!("{prefix}{}", quote_ident(n)))
-            .collect::<Vec<_>>()
-            .join(", ")
+        column_list(self.pk.iter().map(|(n, _)| n.as_str()), prefix)
     }
 
     fn pk_match(&self, left: &str, right: &str) -> String {

@@ -157,11 +157,8 @@ async fn load_overrides(
         .iter()
         .map(|&p| ColdColumn::new(columns[p].name.clone(), columns[p].ty))
         .collect();
-    let pk_list = cold_columns
-        .iter()
-        .map(|c| crate::catalog::capture::quote_ident(&c.name))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let pk_list =
+        crate::catalog::capture::column_list(cold_columns.iter().map(|c| c.name.as_str()), "");
     cold_columns.push(ColdColumn::new("seq", ColdType::Scalar(ScalarType::Int8)));
     let mut decoder = CopyDecoder::new(cold_columns, SCAN_BATCH_ROWS)?;
     let stream = tx.copy_out(&format!("COPY (SELECT {pk_list}, seq FROM coldwire.overrides_{table_id}) TO STDOUT (FORMAT binary)")).await?;

@@ -15,7 +15,7 @@ use super::segment::{SegmentColumn, SegmentFacts, SegmentWriter};
 use super::select::rows_to_flush;
 use super::store::ColdStore;
 use crate::admin::Policy;
-use crate::catalog::capture::{pk_equal, quote_ident};
+use crate::catalog::capture::{column_list, pk_equal, quote_ident};
 use crate::cold::{
     arrow_schema, encode_batch, encode_header, encode_trailer, ColdColumn, ColdType, CopyDecoder,
     ScalarType,
@@ -156,12 +156,7 @@ pub async fn run(
         .query_one("SELECT EXISTS (SELECT 1 FROM coldwire.segments WHERE table_id = $1 AND status = 'active')", &[&table.id])
         .await?
         .get(0);
-    let pk_list = table
-        .pk
-        .iter()
-        .map(|c| quote_ident(c))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let pk_list = table.pk_list("");
     client
         .batch_execute(&format!(
             "BEGIN ISOLATION LEVEL REPEATABLE READ; \
@@ -194,7 +189,7 @@ pub async fn run(
         cols = select_columns.join(", "),
         table = table.qualified,
         on = table.pk_equal("h", "p"),
-        p_pk = table.pk.iter().map(|c| format!("p.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+        p_pk = table.pk_list("p."),
     );
     let mut cold_columns: Vec<ColdColumn> = table
         .columns
@@ -331,6 +326,11 @@ pub async fn run(
 }
 
 impl Tiered {
+    /// The key columns, quoted, each after `prefix`.
+    fn pk_list(&self, prefix: &str) -> String {
+        column_list(self.pk.iter().map(String::as_str), prefix)
+    }
+
     /// The join condition on the primary key between relations aliased `left` and `right`.
     fn pk_equal(&self, left: &str, right: &str) -> String {
         pk_equal(self.pk.iter().map(String::as_str), left, right)
@@ -609,12 +609,7 @@ async fn finalize_once(
     segments: i32,
     overrides: bool,
 ) -> Result<(), FlushError> {
-    let returning = table
-        .pk
-        .iter()
-        .map(|c| format!("m.{}", quote_ident(c)))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let returning = table.pk_list("m.");
     let tx = client.transaction().await?;
     tx.batch_execute(&format!(
         "SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'; \
@@ -648,23 +643,13 @@ async fn finalize_once(
     if overrides {
         // Every flushed key that may have an older cold version: its newest cold seq is now
         // the one just flushed.
-        let pk = table
-            .pk
-            .iter()
-            .map(|c| quote_ident(c))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let pk = table.pk_list("");
         tx.batch_execute(&format!(
             "INSERT INTO coldwire.overrides_{id} AS o ({pk}, seq) \
              SELECT {p_pk}, p.seq FROM pg_temp.cw_pairs p JOIN pg_temp.cw_maybe_cold c ON {p_c} \
              ON CONFLICT ({pk}) DO UPDATE SET seq = greatest(o.seq, EXCLUDED.seq)",
             id = table.id,
-            p_pk = table
-                .pk
-                .iter()
-                .map(|c| format!("p.{}", quote_ident(c)))
-                .collect::<Vec<_>>()
-                .join(", "),
+            p_pk = table.pk_list("p."),
             p_c = table.pk_equal("p", "c"),
         ))
         .await?;
@@ -698,12 +683,7 @@ async fn load_maybe_cold(
     columns: &[ColdColumn],
     batches: &[RecordBatch],
 ) -> Result<(), FlushError> {
-    let pk = table
-        .pk
-        .iter()
-        .map(|c| quote_ident(c))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let pk = table.pk_list("");
     client
         .batch_execute(&format!(
             "DROP TABLE IF EXISTS pg_temp.cw_maybe_cold; \

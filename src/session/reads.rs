@@ -24,7 +24,7 @@ use crate::cold::scan::{scan, ColdTable, ScanError};
 use crate::cold::ColdColumn;
 use crate::flush::store::ColdStore;
 use crate::sql::predicates::{extract, to_prune};
-use crate::sql::rewrite::{rewrite, TieredTable};
+use crate::sql::rewrite::{rewrite_parsed, TieredTable};
 use crate::wire::extended as ext;
 use crate::wire::messages::{ErrorFields, Severity};
 
@@ -138,10 +138,10 @@ impl ReadPath {
         }
         // One statement only: a string of several keeps the simple protocol's own
         // transaction rules, which the extended protocol cannot reproduce.
-        match pg_query::parse(sql, 0) {
-            Ok(parsed) if parsed.protobuf.stmts.len() == 1 => {}
+        let parsed = match pg_query::parse(sql, 0) {
+            Ok(parsed) if parsed.protobuf.stmts.len() == 1 => parsed,
             _ => return Ok(Plan::PassThrough),
-        }
+        };
         let tables = cache.tables.clone();
         let unique = |schema: Option<&str>, name: &str| {
             let mut candidates = tables
@@ -154,10 +154,12 @@ impl ReadPath {
         };
         // Which tables the statement reads, then their cold state as of now, then the
         // rewrite guarded by exactly the generations the cold rows belong to.
-        let Ok(Some(first)) = rewrite(sql, 0, |s, n| unique(s, n).map(|t| t.table)) else {
+        let Ok(Some(first)) = rewrite_parsed(sql, &parsed, 0, |s, n| unique(s, n).map(|t| t.table))
+        else {
             return Ok(Plan::PassThrough);
         };
         let mut ids: Vec<i64> = first.references.iter().map(|r| r.table_id).collect();
+        ids.sort_unstable();
         ids.dedup();
         let mut cold_tables: HashMap<i64, Arc<ColdTable>> = HashMap::new();
         for id in ids {
@@ -171,10 +173,9 @@ impl ReadPath {
                 ..t.table
             })
         };
-        let Ok(Some(rewritten)) = rewrite(sql, 0, resolve) else {
+        let Ok(Some(rewritten)) = rewrite_parsed(sql, &parsed, 0, resolve) else {
             return Ok(Plan::PassThrough);
         };
-        let parsed = pg_query::parse(sql, 0).map_err(|e| PlanError::Catalog(e.to_string()))?;
         // Object-store reads happen without the cache lock: other sessions plan meanwhile.
         drop(cache);
         let mut params: Vec<BytesMut> = Vec::new();

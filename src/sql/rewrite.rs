@@ -21,7 +21,7 @@
 use pg_query::protobuf::Token;
 use pg_query::{Context, NodeRef};
 
-use crate::catalog::capture::{pk_equal, quote_ident};
+use crate::catalog::capture::{column_list, pk_equal, quote_ident};
 
 /// A tiered table as the rewrite needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,18 +63,8 @@ impl TieredTable {
             None => String::new(),
         };
         let and_guard = guard.replacen(" WHERE ", " AND ", 1);
-        let cols = self
-            .columns
-            .iter()
-            .map(|c| quote_ident(c))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let c_cols = self
-            .columns
-            .iter()
-            .map(|c| format!("c.{}", quote_ident(c)))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let cols = column_list(self.columns.iter().map(String::as_str), "");
+        let c_cols = column_list(self.columns.iter().map(String::as_str), "c.");
         format!(
             "(SELECT {cols} FROM ONLY {t}{guard} UNION ALL SELECT {c_cols} FROM unnest(${param}::{t}[]) AS c \
              WHERE NOT EXISTS (SELECT 1 FROM coldwire.m_{id} m WHERE {m_c}) AND NOT EXISTS (SELECT 1 FROM ONLY {t} h WHERE {h_c}){and_guard})",
@@ -128,6 +118,20 @@ pub fn rewrite(
     resolve: impl Fn(Option<&str>, &str) -> Option<TieredTable>,
 ) -> Result<Option<Rewritten>, RewriteError> {
     let parsed = pg_query::parse(sql, 0).map_err(|e| RewriteError::Parse(e.to_string()))?;
+    rewrite_parsed(sql, &parsed, client_params, resolve)
+}
+
+/// [`rewrite`] of `sql` already parsed as `parsed` (for callers that use the parse tree
+/// themselves).
+///
+/// # Errors
+/// As [`rewrite`].
+pub fn rewrite_parsed(
+    sql: &str,
+    parsed: &pg_query::ParseResult,
+    client_params: usize,
+    resolve: impl Fn(Option<&str>, &str) -> Option<TieredTable>,
+) -> Result<Option<Rewritten>, RewriteError> {
     let ctes: Vec<String> = parsed
         .protobuf
         .nodes()
