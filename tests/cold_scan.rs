@@ -111,7 +111,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
     assert_eq!(hot, 0, "everything is cold");
 
     let store = ColdStore::open(&store_url, &StoreOptions::default()).unwrap();
-    let table = ColdTable::load(&mut direct, id).await.unwrap();
+    let table = ColdTable::load(&mut direct, id, None).await.unwrap();
     assert_eq!(table.segments.len(), 4, "{} segments", table.segments.len());
     assert!(
         table.overrides.len() >= 11,

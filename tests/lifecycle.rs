@@ -5,28 +5,11 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cluster, create_db, Proxy};
+use common::{cluster, create_db, http_get, sample, Proxy};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio_postgres::error::SqlState;
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.unwrap();
-    body
-}
-
-/// The value of the first sample line of `metric` whose labels contain `labels`.
-fn sample(text: &str, metric: &str, labels: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| l.starts_with(metric) && l.contains(labels))
-        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
-}
 
 #[tokio::test]
 async fn metrics_count_sessions_bytes_and_errors() {

@@ -11,6 +11,7 @@ use coldwire::cold::scan::{scan, ColdTable};
 use coldwire::cold::ColdColumn;
 use coldwire::flush::backend::StoreOptions;
 use coldwire::flush::store::ColdStore;
+use coldwire::sql::params::BoundParams;
 use coldwire::sql::predicates::{extract, to_prune};
 use coldwire::sql::rewrite::{rewrite, TieredTable};
 use common::{admin_call, cluster, connect_direct, create_db, Proxy, RawBinary};
@@ -96,7 +97,7 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
         .get(0);
     assert!(hot < 700, "most rows are cold: {hot} hot");
 
-    let table = ColdTable::load(&mut direct, id).await.unwrap();
+    let table = ColdTable::load(&mut direct, id, None).await.unwrap();
     let store = ColdStore::open(&store_url, &StoreOptions::default()).unwrap();
     let cold = scan(&store, &table, &[], 1_000_000).await.unwrap();
     let columns: Vec<ColdColumn> = table
@@ -121,7 +122,7 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
         name: "events".into(),
         columns: table.columns.iter().map(|c| c.name.clone()).collect(),
         pk: vec!["id".into()],
-        guard_generation: None,
+        guarded: false,
     };
     let resolve = |schema: Option<&str>, name: &str| {
         (name == "events" && schema.is_none_or(|s| s == "public")).then(|| tiered.clone())
@@ -156,6 +157,7 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
             let predicates = to_prune(
                 &extract(&parsed, reference.location, &reference.name),
                 &table.columns,
+                &BoundParams::none(),
             );
             let selected = scan(&store, &table, &predicates, 1_000_000).await.unwrap();
             assert!(selected.rows.num_rows() <= cold.rows.num_rows());

@@ -197,11 +197,25 @@ impl CaptureSpec {
                  USING (has_table_privilege((SELECT t.relid FROM coldwire.tables t WHERE t.id = {id}), 'SELECT'))",
                 id = self.id
             ),
+            // One row per key and generation that flushed a newer version of it, so the
+            // overrides as of any generation can be read (catalog v4; older tables get
+            // the column with generation 0).
             format!(
-                "CREATE TABLE IF NOT EXISTS {} ({}, seq bigint NOT NULL, PRIMARY KEY ({}))",
+                "CREATE TABLE IF NOT EXISTS {} ({}, seq bigint NOT NULL, generation bigint NOT NULL DEFAULT 0, PRIMARY KEY ({}, generation))",
                 self.overrides(),
                 columns.join(", "),
                 self.pk_list("")
+            ),
+            format!(
+                "DO $coldwire$ BEGIN \
+                 IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{o}'::regclass AND attname = 'generation') THEN \
+                 ALTER TABLE {o} ADD COLUMN generation bigint NOT NULL DEFAULT 0; \
+                 ALTER TABLE {o} DROP CONSTRAINT overrides_{id}_pkey; \
+                 ALTER TABLE {o} ADD PRIMARY KEY ({pk}, generation); \
+                 END IF; END $coldwire$",
+                o = self.overrides(),
+                id = self.id,
+                pk = self.pk_list("")
             ),
             format!("REVOKE ALL ON {} FROM PUBLIC", self.overrides()),
         ]
@@ -259,9 +273,11 @@ impl CaptureSpec {
              ELSE\n\
              DELETE FROM {mirror};\n\
              DELETE FROM {overrides};\n\
-             UPDATE coldwire.segments SET status = 'retired', retired_xid = cur \
-             WHERE table_id = {id} AND status IN ('pending', 'active');\n\
              UPDATE coldwire.tables SET generation = generation + 1 WHERE id = {id};\n\
+             UPDATE coldwire.segments SET status = 'retired', retired_xid = cur, \
+                 retired_generation = (SELECT generation FROM coldwire.tables WHERE id = {id}) \
+             WHERE table_id = {id} AND status IN ('pending', 'active');\n\
+             PERFORM pg_notify('coldwire_catalog', '{id}');\n\
              END IF;\n\
              RETURN NULL;\n\
              END\n$coldwire$",

@@ -49,6 +49,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/v003_reads.sql"),
         upgrade_capture: true,
     },
+    Migration {
+        version: 4,
+        name: "guard",
+        sql: include_str!("sql/v004_guard.sql"),
+        upgrade_capture: true,
+    },
 ];
 
 /// The catalog version this binary creates.

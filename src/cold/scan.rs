@@ -69,11 +69,18 @@ pub struct ColdTable {
 }
 
 impl ColdTable {
-    /// Reads the table's active segments, their stats and its overrides in one snapshot.
+    /// Reads the table's segments, their stats and its overrides as of generation `at`
+    /// (`None`: the current one), in one snapshot. A past generation's segments are those
+    /// activated by then and not yet retired then; its overrides those recorded by then.
     ///
     /// # Errors
-    /// Catalog failures; [`ScanError::NotTiered`].
-    pub async fn load(client: &mut Client, table_id: i64) -> Result<Self, ScanError> {
+    /// Catalog failures; [`ScanError::NotTiered`], also for a generation the table has not
+    /// reached.
+    pub async fn load(
+        client: &mut Client,
+        table_id: i64,
+        at: Option<i64>,
+    ) -> Result<Self, ScanError> {
         let tx = client
             .build_transaction()
             .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -88,6 +95,11 @@ impl ColdTable {
             )
             .await?
             .ok_or(ScanError::NotTiered(table_id))?;
+        let latest: i64 = row.get(1);
+        let generation = at.unwrap_or(latest);
+        if generation > latest {
+            return Err(ScanError::NotTiered(table_id));
+        }
         let columns = SegmentColumn::from_catalog(&row.get::<_, serde_json::Value>(2))
             .map_err(|e| ScanError::Cold(super::ColdError::Schema(e.to_string())))?;
         let pk_attnums: Vec<i16> = row.get(3);
@@ -99,8 +111,8 @@ impl ColdTable {
         let mut segments: Vec<SegmentMeta> = Vec::new();
         for s in tx
             .query(
-                "SELECT segment_id, path, row_count FROM coldwire.segments WHERE table_id = $1 AND status = 'active' ORDER BY path",
-                &[&table_id],
+                &format!("SELECT segment_id, path, row_count FROM coldwire.segments g WHERE {AS_OF} ORDER BY path"),
+                &[&table_id, &generation],
             )
             .await?
         {
@@ -108,11 +120,11 @@ impl ColdTable {
         }
         for s in tx
             .query(
-                "SELECT s.segment_id, s.attnum, s.min_value, s.max_value, s.null_count, s.nan_count, \
+                &format!("SELECT s.segment_id, s.attnum, s.min_value, s.max_value, s.null_count, s.nan_count, \
                         s.rg_min, s.rg_max, s.rg_null_count, s.rg_nan_count \
                  FROM coldwire.segment_stats s JOIN coldwire.segments g USING (segment_id) \
-                 WHERE g.table_id = $1 AND g.status = 'active'",
-                &[&table_id],
+                 WHERE {AS_OF}"),
+                &[&table_id, &generation],
             )
             .await?
         {
@@ -132,12 +144,12 @@ impl ColdTable {
             }
         }
 
-        let overrides = load_overrides(&tx, table_id, &columns, &pk_positions).await?;
+        let overrides = load_overrides(&tx, table_id, generation, &columns, &pk_positions).await?;
         tx.commit().await?;
         Ok(Self {
             id: table_id,
             name: row.get(0),
-            generation: row.get(1),
+            generation,
             columns,
             pk_positions,
             segments,
@@ -146,10 +158,16 @@ impl ColdTable {
     }
 }
 
-/// `coldwire.overrides_<id>` as a map from encoded key to seq, read by binary COPY.
+/// Segments `g` of table `$1` that were active at generation `$2`.
+const AS_OF: &str = "g.table_id = $1 AND g.activated_generation <= $2 \
+     AND (g.status = 'active' OR (g.status = 'retired' AND g.retired_generation > $2))";
+
+/// `coldwire.overrides_<id>` as of `generation`, as a map from encoded key to seq, read by
+/// binary COPY.
 async fn load_overrides(
     tx: &tokio_postgres::Transaction<'_>,
     table_id: i64,
+    generation: i64,
     columns: &[SegmentColumn],
     pk_positions: &[usize],
 ) -> Result<HashMap<Vec<u8>, i64>, ScanError> {
@@ -161,7 +179,8 @@ async fn load_overrides(
         crate::catalog::capture::column_list(cold_columns.iter().map(|c| c.name.as_str()), "");
     cold_columns.push(ColdColumn::new("seq", ColdType::Scalar(ScalarType::Int8)));
     let mut decoder = CopyDecoder::new(cold_columns, SCAN_BATCH_ROWS)?;
-    let stream = tx.copy_out(&format!("COPY (SELECT {pk_list}, seq FROM coldwire.overrides_{table_id}) TO STDOUT (FORMAT binary)")).await?;
+    // The generation is an integer of the catalog's, not client data.
+    let stream = tx.copy_out(&format!("COPY (SELECT {pk_list}, max(seq) FROM coldwire.overrides_{table_id} WHERE generation <= {generation} GROUP BY {pk_list}) TO STDOUT (FORMAT binary)")).await?;
     pin_mut!(stream);
     let mut out = HashMap::new();
     let mut collect = |decoder: &mut CopyDecoder| {

@@ -645,9 +645,9 @@ async fn finalize_once(
         // the one just flushed.
         let pk = table.pk_list("");
         tx.batch_execute(&format!(
-            "INSERT INTO coldwire.overrides_{id} AS o ({pk}, seq) \
-             SELECT {p_pk}, p.seq FROM pg_temp.cw_pairs p JOIN pg_temp.cw_maybe_cold c ON {p_c} \
-             ON CONFLICT ({pk}) DO UPDATE SET seq = greatest(o.seq, EXCLUDED.seq)",
+            "INSERT INTO coldwire.overrides_{id} AS o ({pk}, seq, generation) \
+             SELECT {p_pk}, p.seq, {generation} FROM pg_temp.cw_pairs p JOIN pg_temp.cw_maybe_cold c ON {p_c} \
+             ON CONFLICT ({pk}, generation) DO UPDATE SET seq = greatest(o.seq, EXCLUDED.seq)",
             id = table.id,
             p_pk = table.pk_list("p."),
             p_c = table.pk_equal("p", "c"),

@@ -2,10 +2,12 @@
 //! protocol state learnt on the way.
 
 pub mod admin;
+mod answer;
 mod context;
 mod handshake;
 pub mod reads;
 mod relay;
+mod rewritten;
 mod run;
 mod state;
 pub mod upstream;

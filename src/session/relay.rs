@@ -1,21 +1,21 @@
 //! The relay of an established session: both directions forwarded as raw frames, with
 //! only the few message types the session tracks looked at (see `wire::frame`).
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{Mutex as AsyncMutex, Notify};
 
-use super::admin::{AdminSession, Answer, Disposition};
+use super::admin::{AdminSession, Disposition};
+use super::answer::{answer_admin, wait_until_answered};
 use super::reads::Plan;
-use super::state::RewrittenGroup;
-use super::state::{Phase, SessionState};
+use super::rewritten::{self, read_stop, GroupShape, Stop};
+use super::state::{Phase, Retry, RewrittenGroup, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
-use crate::admin::call::oid;
-use crate::admin::{AdminError, AdminRequest};
 use crate::metrics::BYTES_RELAYED_TOTAL;
 use crate::wire::cancel::CancelRegistration;
 use crate::wire::extended as ext;
@@ -28,11 +28,13 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Frames from Postgres are trusted up to Postgres's own message limit (1 GB); only the
 /// inspected ones, all small, are ever held whole.
 const UPSTREAM_MAX_MESSAGE_BYTES: usize = 1 << 30;
-/// Client frames the session tracks: Parse and Close (statement names), Sync, Query and
-/// FunctionCall (answered by ReadyForQuery), Terminate.
+/// Client frames the session tracks: Parse, Close and Describe (statement names and the
+/// descriptions they ask for), Sync, Query and FunctionCall (answered by ReadyForQuery),
+/// Terminate. Bind, Execute and Flush too while some statement is coldwire's.
 const CLIENT_INSPECTED: &[u8] = &[
     msg::PARSE,
     msg::CLOSE,
+    msg::DESCRIBE,
     msg::SYNC,
     msg::QUERY,
     msg::FUNCTION_CALL,
@@ -47,6 +49,7 @@ const UPSTREAM_INSPECTED: &[u8] = &[
     msg::PARSE_COMPLETE,
     msg::BIND_COMPLETE,
     msg::CLOSE_COMPLETE,
+    msg::PARAMETER_DESCRIPTION,
     msg::ROW_DESCRIPTION,
     msg::ERROR_RESPONSE,
 ];
@@ -107,16 +110,15 @@ pub struct Shared<'a> {
     pub database: String,
     /// Written by the upstream direction, and by the client direction when coldwire
     /// answers a message itself (only when nothing else is owed to the client).
-    client_tx: AsyncMutex<WriteHalf<Box<dyn Io>>>,
+    pub(super) client_tx: AsyncMutex<WriteHalf<Box<dyn Io>>>,
     /// Signalled at every ReadyForQuery.
-    ready: Notify,
-    /// Client Queries to plan and run again after a guard failure the client was not shown
-    /// (the Query frame and the retry's number), from the upstream direction to the client
-    /// direction.
-    retries: tokio::sync::mpsc::UnboundedSender<(BytesMut, u8)>,
+    pub(super) ready: Notify,
+    /// Groups to run again after a guard failure the client was not shown (with the
+    /// retry's number), from the upstream direction to the client direction.
+    retries: tokio::sync::mpsc::UnboundedSender<(RewrittenGroup, u8)>,
 }
 
-/// Retries of one Query after guard failures before the failure reaches the client.
+/// Retries of one statement after guard failures before the failure reaches the client.
 const MAX_READ_RETRIES: u8 = 10;
 
 /// Relays a session until either side ends it. On the way out, tells the client why (if
@@ -180,66 +182,106 @@ pub async fn relay(
     result
 }
 
+/// The client direction: what it forwards, what it plans first, what it answers itself.
+struct ClientDirection<'s, 'a> {
+    tx: &'s mut WriteHalf<Box<dyn Io>>,
+    dir: &'s mut Direction,
+    shared: &'s Shared<'a>,
+    retries: &'s mut tokio::sync::mpsc::UnboundedReceiver<(RewrittenGroup, u8)>,
+    bytes: metrics::Counter,
+}
+
 async fn client_to_upstream(
     rx: &mut ReadHalf<Box<dyn Io>>,
     tx: &mut WriteHalf<Box<dyn Io>>,
     dir: &mut Direction,
     mut input: BytesMut,
     shared: &Shared<'_>,
-    retries: &mut tokio::sync::mpsc::UnboundedReceiver<(BytesMut, u8)>,
+    retries: &mut tokio::sync::mpsc::UnboundedReceiver<(RewrittenGroup, u8)>,
 ) -> Result<End, SessionError> {
-    let bytes = metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream");
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut admin = AdminSession::default();
+    let mut group = GroupShape::default();
     // Whether anything went upstream since the client's last Sync: streamed frames set
     // the scanner's flag, inspected ones `sent_since_sync`.
     let streamed = dir.scanner.streamed_flag();
     let mut sent_since_sync = false;
+    let mut c = ClientDirection {
+        tx,
+        dir,
+        shared,
+        retries,
+        bytes: metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream"),
+    };
     loop {
+        // Bind, Execute and Flush are looked at while some statement or portal is
+        // coldwire's (set before every drain: a Stop may have just made one).
+        let inspect_extended = admin.needs_extended_inspection()
+            || shared
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .has_rewritten_statements();
+        for tag in [msg::BIND, msg::EXECUTE, msg::FLUSH] {
+            c.dir.scanner.set_inspected(tag, inspect_extended);
+        }
         let mut terminated = false;
-        let stop = dir
+        // `out` ends with the Sync of a group that may be retried.
+        let mut ends_retryable = false;
+        let stop = c
+            .dir
             .scanner
             .drain_until(&mut input, &mut out, |tag, frame, out| {
                 let dirty = sent_since_sync || streamed.load(Ordering::Relaxed);
                 match admin.on_frame(tag, frame, dirty)? {
-                    Disposition::Forward if tag == msg::QUERY && may_read_tiered(shared, frame) => {
-                        Ok(Some(Stop::Read(BytesMut::from(frame))))
-                    }
-                    Disposition::Forward => {
-                        track_client_frame(tag, frame, shared.state)?;
-                        if matches!(tag, msg::SYNC | msg::QUERY | msg::FUNCTION_CALL) {
-                            sent_since_sync = false;
-                            streamed.store(false, Ordering::Relaxed);
-                        } else {
-                            sent_since_sync = true;
-                        }
-                        terminated |= tag == msg::TERMINATE;
-                        out.extend_from_slice(frame);
-                        Ok::<_, SessionError>(None)
-                    }
-                    Disposition::Drop => Ok(None),
-                    Disposition::Answer(answer) => Ok(Some(Stop::Admin(answer))),
+                    Disposition::Forward => {}
+                    Disposition::Drop => return Ok(None),
+                    Disposition::Answer(answer) => return Ok(Some(Stop::Admin(answer))),
                 }
+                if let Some(stop) = read_stop(tag, frame, shared)? {
+                    return Ok(Some(stop));
+                }
+                ends_retryable = forwarded(tag, frame, false, &mut group, &streamed, shared)?;
+                sent_since_sync = !matches!(tag, msg::SYNC | msg::QUERY | msg::FUNCTION_CALL);
+                terminated |= tag == msg::TERMINATE;
+                out.extend_from_slice(frame);
+                Ok::<_, SessionError>(None)
             })?;
-        let inspect_extended = admin.needs_extended_inspection();
-        for tag in [msg::BIND, msg::DESCRIBE, msg::EXECUTE] {
-            dir.scanner.set_inspected(tag, inspect_extended);
-        }
-        if !out.is_empty() {
-            bytes.increment(out.len() as u64);
-            dir.write(tx, &mut out)
-                .await
-                .map_err(SessionError::UpstreamIo)?;
-        }
+        c.send(&mut out, ends_retryable).await?;
         match stop {
             Some(Stop::Admin(answer)) => {
                 answer_admin(answer, &mut admin, shared).await?;
                 continue;
             }
             Some(Stop::Read(query)) => {
+                let boundary = !sent_since_sync && !streamed.load(Ordering::Relaxed);
                 sent_since_sync = false;
                 streamed.store(false, Ordering::Relaxed);
-                run_read(query, 0, tx, dir, shared).await?;
+                group.reset();
+                c.run_read(query, 0, boundary).await?;
+                continue;
+            }
+            Some(Stop::Prepare(frame)) => {
+                let boundary = !sent_since_sync && !streamed.load(Ordering::Relaxed);
+                let read = rewritten::prepare(&frame, shared).await?;
+                if let Some(read) = &read {
+                    c.transaction_generations(&read.table_ids(), boundary)
+                        .await?;
+                }
+                let mut parse = rewritten::parse_to_send(&frame, read, shared)?;
+                forwarded(msg::PARSE, &frame, true, &mut group, &streamed, shared)?;
+                sent_since_sync = true;
+                c.send(&mut parse, false).await?;
+                continue;
+            }
+            Some(Stop::Bind(frame)) => {
+                let boundary = !sent_since_sync && !streamed.load(Ordering::Relaxed);
+                let tables = rewritten::bound_tables(&frame, shared);
+                let at = c.transaction_generations(&tables, boundary).await?;
+                let mut bind = rewritten::bind(&frame, &at, false, shared).await?;
+                forwarded(msg::BIND, &frame, true, &mut group, &streamed, shared)?;
+                sent_since_sync = true;
+                c.send(&mut bind, false).await?;
                 continue;
             }
             None => {}
@@ -253,183 +295,256 @@ async fn client_to_upstream(
                     return Ok(End::ClientClosed);
                 }
             }
-            Some((query, attempt)) = retries.recv() => run_read(query, attempt, tx, dir, shared).await?,
+            Some((retry, attempt)) = c.retries.recv() => c.run_retry(retry, attempt).await?,
         }
     }
 }
 
-/// Where the client direction stops draining to do something asynchronous.
-enum Stop {
-    /// Answer an admin call.
-    Admin(Answer),
-    /// Plan a simple Query that may read a tiered table (this frame).
-    Read(BytesMut),
-}
-
-/// Whether a Query frame may read a tiered table (the cheap name test).
-fn may_read_tiered(shared: &Shared<'_>, frame: &[u8]) -> bool {
-    let Some(reads) = &shared.ctx.reads else {
-        return false;
-    };
-    query_text(frame).is_some_and(|sql| reads.may_name_tiered(sql))
-}
-
-/// The SQL text of a Query frame.
-fn query_text(frame: &[u8]) -> Option<&str> {
-    let body = frame.get(5..)?;
-    let end = body.iter().position(|&b| b == 0)?;
-    std::str::from_utf8(&body[..end]).ok()
-}
-
-/// Plans a simple Query over tiered tables and sends what the plan says: the Query
-/// unchanged, coldwire's rewritten statement in its place, or coldwire's error.
-async fn run_read(
-    query: BytesMut,
-    attempt: u8,
-    tx: &mut WriteHalf<Box<dyn Io>>,
-    dir: &mut Direction,
+/// Bookkeeping for a client frame going upstream as it is (or, with `tracked`, whose
+/// rewrite the caller already recorded): statement names, sync points, the shape of the
+/// extended group. Whether the frame is the Sync of a group that may be retried.
+fn forwarded(
+    tag: u8,
+    frame: &[u8],
+    tracked: bool,
+    group: &mut GroupShape,
+    streamed: &std::sync::atomic::AtomicBool,
     shared: &Shared<'_>,
-) -> Result<(), SessionError> {
-    let reads = shared
-        .ctx
-        .reads
-        .as_ref()
-        .expect("checked by may_read_tiered");
-    let plan = match query_text(&query) {
-        Some(sql) => reads.plan(sql).await,
-        None => Plan::PassThrough,
-    };
-    let mut out = match plan {
-        Plan::PassThrough => {
-            track_client_frame(msg::QUERY, &query, shared.state)?;
-            query
+) -> Result<bool, WireError> {
+    let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut retryable = false;
+    match tag {
+        msg::SYNC => {
+            let retry = group.finish(streamed.swap(false, Ordering::Relaxed));
+            retryable = retry.is_some();
+            match retry {
+                Some(retry) => state.rewritten_group_sent(RewrittenGroup {
+                    retry: Some(retry),
+                    ..RewrittenGroup::default()
+                }),
+                None => state.sync_sent(),
+            }
         }
-        Plan::Run(frames) => {
+        msg::QUERY | msg::FUNCTION_CALL => {
+            group.reset();
+            streamed.store(false, Ordering::Relaxed);
+            if tag == msg::QUERY {
+                state.query_sent();
+            } else {
+                state.sync_sent();
+            }
+        }
+        _ => {
+            group.on_frame(tag, frame, tracked && tag == msg::BIND, &state);
+            if !tracked {
+                track_client_frame(tag, frame, &mut state)?;
+            }
+        }
+    }
+    Ok(retryable)
+}
+
+impl ClientDirection<'_, '_> {
+    /// Writes `out` upstream. A retry the upstream direction decided on goes first, so
+    /// that it runs exactly where the failed attempt ran; `ends_retryable` says whether
+    /// `out` ends with the Sync of a group that may itself be retried.
+    async fn send(&mut self, out: &mut BytesMut, ends_retryable: bool) -> Result<(), SessionError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        loop {
             {
-                let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-                // Retried transparently only outside a transaction block, where the failed
-                // attempt left nothing behind, and while nothing else is outstanding.
-                let retryable = state.phase == Phase::Idle
-                    && state.outstanding_syncs() == 0
-                    && attempt < MAX_READ_RETRIES;
-                state.rewritten_query_sent(RewrittenGroup {
-                    retry_with: retryable.then(|| query.clone()),
-                    attempt,
-                    drop_row_description: attempt > 0,
-                    retrying: false,
-                });
-            }
-            super::reads::after_plan().await;
-            frames
-        }
-        Plan::Fail(error) => {
-            let (_, status) = wait_until_answered(shared).await;
-            let mut out = error.encode();
-            out.extend_from_slice(&msg::encode_ready_for_query(status));
-            let mut client = shared.client_tx.lock().await;
-            return client.write_all(&out).await.map_err(SessionError::ClientIo);
-        }
-    };
-    metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream")
-        .increment(out.len() as u64);
-    dir.write(tx, &mut out)
-        .await
-        .map_err(SessionError::UpstreamIo)
-}
-
-/// Waits until Postgres has answered every request the client sent so far; the phase and
-/// ReadyForQuery status then.
-async fn wait_until_answered(shared: &Shared<'_>) -> (Phase, u8) {
-    loop {
-        let notified = shared.ready.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        {
-            let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-            if state.outstanding_syncs() == 0 {
-                return (state.phase, state.status_byte());
-            }
-        }
-        notified.await;
-    }
-}
-
-/// Sends coldwire's own answer to a client message, once every earlier request has been
-/// answered by Postgres so the answer lands in protocol order.
-async fn answer_admin(
-    answer: Answer,
-    admin: &mut AdminSession,
-    shared: &Shared<'_>,
-) -> Result<(), SessionError> {
-    let (phase, status) = wait_until_answered(shared).await;
-    let simple = matches!(
-        answer,
-        Answer::Fail { simple: true, .. } | Answer::Run { simple: true, .. }
-    );
-    let function_name = match &answer {
-        Answer::Run { call, .. } => Some(call.function.name()),
-        _ => None,
-    };
-    let mut out = BytesMut::new();
-    let result = if phase == Phase::FailedTransaction {
-        Err(AdminError::InFailedTransaction)
-    } else {
-        match answer {
-            Answer::Bytes(bytes) => {
-                out = bytes;
-                Ok(())
-            }
-            Answer::Fail { error, .. } => Err(error),
-            Answer::Run {
-                call,
-                args,
-                binary,
-                simple,
-            } => {
-                let request = AdminRequest {
-                    function: call.function,
-                    args,
-                    user: shared.user.clone(),
-                    database: shared.database.clone(),
-                };
-                let outcome = shared.ctx.admin.execute(request).await;
-                if let Some(reads) = &shared.ctx.reads {
-                    // A table may have become tiered: plan reads from a fresh catalog.
-                    reads.invalidate().await;
+                let mut state = self
+                    .shared
+                    .state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if !state.retry_pending {
+                    state.quiet_since_sync = ends_retryable;
+                    break;
                 }
-                outcome.map(|json| {
-                    if simple {
-                        ext::row_description(&mut out, &call.column, oid::JSONB, false);
-                    }
-                    let text = json.to_string();
-                    if binary {
-                        let mut value = BytesMut::with_capacity(text.len() + 1);
-                        value.put_u8(1); // jsonb binary format version
-                        value.put_slice(text.as_bytes());
-                        ext::data_row(&mut out, &value);
-                    } else {
-                        ext::data_row(&mut out, text.as_bytes());
-                    }
-                    ext::command_complete(&mut out, "SELECT 1");
-                })
+            }
+            match self.retries.recv().await {
+                Some((retry, attempt)) => self.run_retry(retry, attempt).await?,
+                None => break,
             }
         }
-    };
-    let function = function_name.unwrap_or("unknown");
-    metrics::counter!(crate::metrics::ADMIN_CALLS_TOTAL, "function" => function, "outcome" => if result.is_ok() { "ok" } else { "error" })
-        .increment(1);
-    if let Err(error) = result {
-        tracing::info!(%error, function, "admin call refused");
-        out.extend_from_slice(&crate::error::admin_error(&error).encode());
-        if !simple {
-            admin.failed();
+        self.bytes.increment(out.len() as u64);
+        self.dir
+            .write(self.tx, out)
+            .await
+            .map_err(SessionError::UpstreamIo)
+    }
+
+    /// Sends the retry of a group whose guard failed unseen.
+    async fn run_retry(&mut self, group: RewrittenGroup, attempt: u8) -> Result<(), SessionError> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retry_pending = false;
+        match group.retry {
+            Some(Retry::Query(query)) => self.run_read(query, attempt, false).await,
+            Some(Retry::Bind { bind, execute }) => {
+                let mut out = rewritten::bind(&bind, &HashMap::new(), true, self.shared).await?;
+                out.extend_from_slice(&execute);
+                out.extend_from_slice(&ext::empty(msg::SYNC));
+                let retry = (attempt < MAX_READ_RETRIES).then_some(Retry::Bind { bind, execute });
+                {
+                    let mut state = self
+                        .shared
+                        .state
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    state.quiet_since_sync = true;
+                    state.rewritten_group_sent(RewrittenGroup {
+                        retry,
+                        attempt,
+                        drop_bind_complete: true,
+                        ..RewrittenGroup::default()
+                    });
+                }
+                self.write_now(&mut out).await
+            }
+            None => Ok(()),
         }
     }
-    if simple {
-        out.extend_from_slice(&msg::encode_ready_for_query(status));
+
+    /// Plans a simple Query over tiered tables and sends what the plan says: the Query
+    /// unchanged, coldwire's rewritten statement in its place, or coldwire's error.
+    /// `boundary`: nothing of an extended-protocol group went upstream before it.
+    async fn run_read(
+        &mut self,
+        query: BytesMut,
+        attempt: u8,
+        boundary: bool,
+    ) -> Result<(), SessionError> {
+        let plan = match rewritten::prepare_query(&query, self.shared).await {
+            Ok(None) => Plan::PassThrough,
+            Ok(Some(prepared)) => {
+                let at = self
+                    .transaction_generations(&prepared.table_ids(), boundary)
+                    .await?;
+                rewritten::plan_query(&prepared, &at, attempt > 0, self.shared).await
+            }
+            Err(error) => Plan::Fail(error),
+        };
+        let mut out = match plan {
+            Plan::PassThrough => {
+                self.shared
+                    .state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .query_sent();
+                query
+            }
+            Plan::Run(frames) => {
+                {
+                    let mut state = self
+                        .shared
+                        .state
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    // Retried transparently only outside a transaction block, where the
+                    // failed attempt left nothing behind, and while nothing else is
+                    // outstanding.
+                    let retryable = state.phase == Phase::Idle
+                        && state.outstanding_syncs() == 0
+                        && attempt < MAX_READ_RETRIES;
+                    state.forget_unnamed();
+                    state.quiet_since_sync = true;
+                    state.rewritten_group_sent(RewrittenGroup {
+                        retry: retryable.then(|| Retry::Query(query.clone())),
+                        attempt,
+                        drop_parse_complete: true,
+                        drop_bind_complete: true,
+                        drop_row_description: attempt > 0,
+                        retrying: false,
+                    });
+                }
+                super::reads::after_plan().await;
+                frames
+            }
+            Plan::Fail(error) => {
+                let (_, status) = wait_until_answered(self.shared).await;
+                let mut out = error.encode();
+                out.extend_from_slice(&msg::encode_ready_for_query(status));
+                let mut client = self.shared.client_tx.lock().await;
+                return client.write_all(&out).await.map_err(SessionError::ClientIo);
+            }
+        };
+        self.write_now(&mut out).await
     }
-    let mut tx = shared.client_tx.lock().await;
-    tx.write_all(&out).await.map_err(SessionError::ClientIo)
+
+    /// The generations of `tables` the client's transaction block sees, for planning its
+    /// reads (DESIGN §6.4): known once per transaction, learnt by running
+    /// `coldwire.read_lock` as coldwire's own group where a group may start (`boundary`,
+    /// nothing outstanding) inside a transaction block. Empty outside one: reads are then
+    /// planned for the current generation and guarded.
+    async fn transaction_generations(
+        &mut self,
+        tables: &[i64],
+        boundary: bool,
+    ) -> Result<HashMap<i64, i64>, SessionError> {
+        let (mut known, missing) = {
+            let state = self
+                .shared
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let known: HashMap<i64, i64> = tables
+                .iter()
+                .filter_map(|t| state.txn_generations.get(t).map(|g| (*t, *g)))
+                .collect();
+            let missing: Vec<i64> = tables
+                .iter()
+                .copied()
+                .filter(|t| !known.contains_key(t))
+                .collect();
+            let ask = boundary
+                && !missing.is_empty()
+                && state.phase == Phase::InTransaction
+                && state.outstanding_syncs() == 0;
+            (known, if ask { missing } else { Vec::new() })
+        };
+        if missing.is_empty() {
+            return Ok(known);
+        }
+        let (reply, result) = tokio::sync::oneshot::channel();
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .own_group_sent(reply);
+        self.write_now(&mut rewritten::read_lock_frames(&missing))
+            .await?;
+        match result.await {
+            Ok(Ok(rows)) => {
+                let found = rewritten::read_lock_rows(&rows);
+                self.shared
+                    .state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .txn_generations
+                    .extend(found.iter().map(|(k, v)| (*k, *v)));
+                known.extend(found);
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(code = %error.code, message = %error.message, "coldwire.read_lock failed in the client's transaction");
+            }
+            Err(_) => {}
+        }
+        Ok(known)
+    }
+
+    /// Writes coldwire's own frames upstream at once (the caller has done the bookkeeping).
+    async fn write_now(&mut self, out: &mut BytesMut) -> Result<(), SessionError> {
+        self.bytes.increment(out.len() as u64);
+        self.dir
+            .write(self.tx, out)
+            .await
+            .map_err(SessionError::UpstreamIo)
+    }
 }
 
 async fn upstream_to_client(
@@ -452,11 +567,22 @@ async fn upstream_to_client(
         {
             return Ok(End::UpstreamClosed);
         }
+        let own = state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .own_outstanding();
+        dir.scanner.set_inspect_all(own);
         let mut ready = false;
         dir.scanner
             .drain(&mut input, &mut out, |tag, frame, out| {
                 ready |= tag == msg::READY_FOR_QUERY;
-                if tag == msg::BACKEND_KEY_DATA {
+                if own_response(tag, frame, shared)? {
+                    // coldwire's own statement: see `own_response`.
+                } else if !UPSTREAM_INSPECTED.contains(&tag) {
+                    // Held whole only while coldwire's own responses were expected.
+                    streamed.store(true, Ordering::Relaxed);
+                    out.extend_from_slice(frame);
+                } else if tag == msg::BACKEND_KEY_DATA {
                     let (pid, secret) = msg::backend_key_data(frame)
                         .ok_or(WireError::Malformed("BackendKeyData"))?;
                     let issued = ctx
@@ -467,8 +593,9 @@ async fn upstream_to_client(
                         &issued.key().secret,
                     ));
                     *registration = Some(issued);
-                } else if held_back(tag, frame, shared, &streamed)? {
+                } else if let Some(held) = held_back(tag, frame, shared, &streamed)? {
                     // coldwire's own business: see `held_back`.
+                    out.extend_from_slice(&held);
                 } else if let Some(rewritten) = msg::sasl_without_channel_binding(frame) {
                     out.extend_from_slice(&rewritten);
                 } else {
@@ -491,59 +618,108 @@ async fn upstream_to_client(
     }
 }
 
-/// Whether the upstream frame `tag` answers a statement coldwire runs in place of a
-/// simple Query and must not reach the client: its ParseComplete and BindComplete; the
-/// RowDescription of a retry (the client has it from the first attempt); and a guard
-/// failure (DESIGN §6.4) that can still be retried — nothing of the statement has reached
-/// the client but its RowDescription, no other request is outstanding, the Query ran
-/// outside a transaction block — together with its ReadyForQuery, which then hands the
-/// Query back to the client direction to plan and run again.
+/// Whether the upstream frame answers coldwire's own group and is consumed by it: its
+/// rows and error are collected, notices dropped, and at its ReadyForQuery the result goes
+/// to whoever sent the group. ParameterStatus and notifications still reach the client.
+fn own_response(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<bool, WireError> {
+    let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(own) = state.answering_own() else {
+        return Ok(false);
+    };
+    match tag {
+        msg::PARAMETER_STATUS | msg::NOTIFICATION_RESPONSE => Ok(false),
+        msg::DATA_ROW => {
+            own.rows.push(msg::data_row_values(frame)?);
+            Ok(true)
+        }
+        msg::ERROR_RESPONSE => {
+            own.error = Some(msg::ErrorFields::decode(frame)?);
+            Ok(true)
+        }
+        msg::READY_FOR_QUERY => {
+            let status =
+                msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?;
+            let answered = state.own_group_answered(status);
+            drop(state);
+            if let Some(own) = answered {
+                own.finish();
+            }
+            Ok(true)
+        }
+        _ => Ok(true),
+    }
+}
+
+/// What coldwire does with an upstream frame that answers a rewritten read, instead of
+/// relaying it: `Some(bytes)` to send in its place (often nothing). Held back are the
+/// ParseComplete and BindComplete answering coldwire's own Parse and Bind; the
+/// RowDescription of a retry (the client has it from the first attempt); a
+/// ParameterDescription of a rewritten statement, trimmed to the client's parameters; and
+/// a guard failure (DESIGN §6.4) that can still be retried — nothing of the statement has
+/// reached the client but its descriptions, the group is the only one outstanding and
+/// nothing followed it — together with its ReadyForQuery, which then hands the group back
+/// to the client direction to plan and send again.
 fn held_back(
     tag: u8,
     frame: &[u8],
     shared: &Shared<'_>,
     streamed: &std::sync::atomic::AtomicBool,
-) -> Result<bool, WireError> {
+) -> Result<Option<BytesMut>, WireError> {
     let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-    let alone = state.outstanding_syncs() == 1;
+    if tag == msg::PARAMETER_DESCRIPTION {
+        return Ok(match state.parameter_description_received() {
+            Some(client_params) => {
+                let types = ext::parameter_types(frame)?;
+                let mut out = BytesMut::new();
+                ext::parameter_description(&mut out, &types[..client_params.min(types.len())]);
+                Some(out)
+            }
+            None => None,
+        });
+    }
+    let retry_possible = state.outstanding_syncs() == 1 && state.quiet_since_sync;
     let Some(group) = state.answering_rewritten() else {
         if tag == msg::READY_FOR_QUERY {
             streamed.store(false, Ordering::Relaxed);
         }
-        return Ok(false);
+        return Ok(None);
     };
+    let dropped = || Some(BytesMut::new());
     match tag {
-        msg::PARSE_COMPLETE | msg::BIND_COMPLETE => Ok(true),
-        msg::ROW_DESCRIPTION => Ok(group.drop_row_description),
+        msg::PARSE_COMPLETE if group.drop_parse_complete => Ok(dropped()),
+        msg::BIND_COMPLETE if group.drop_bind_complete => Ok(dropped()),
+        msg::ROW_DESCRIPTION if group.drop_row_description => Ok(dropped()),
         msg::ERROR_RESPONSE
-            if group.retry_with.is_some()
-                && alone
+            if group.retry.is_some()
+                && retry_possible
                 && !streamed.load(Ordering::Relaxed)
                 && is_guard_failure(frame) =>
         {
             group.retrying = true;
-            Ok(true)
+            state.retry_pending = true;
+            Ok(dropped())
         }
         msg::READY_FOR_QUERY => {
             streamed.store(false, Ordering::Relaxed);
             if !group.retrying {
-                return Ok(false);
+                return Ok(None);
             }
             let group = state.take_answered_group().unwrap_or_default();
             state.ready_for_query(
                 msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?,
             );
-            if let Some(query) = group.retry_with {
-                metrics::counter!(crate::metrics::READ_RETRIES_TOTAL).increment(1);
-                tracing::info!(
-                    attempt = group.attempt + 1,
-                    "cold segment set changed: running the read again"
-                );
-                let _ = shared.retries.send((query, group.attempt + 1));
+            metrics::counter!(crate::metrics::READ_RETRIES_TOTAL).increment(1);
+            tracing::info!(
+                attempt = group.attempt + 1,
+                "cold segment set changed: running the read again"
+            );
+            let attempt = group.attempt + 1;
+            if shared.retries.send((group, attempt)).is_err() {
+                state.retry_pending = false;
             }
-            Ok(true)
+            Ok(dropped())
         }
-        _ => Ok(false),
+        _ => Ok(None),
     }
 }
 
@@ -561,15 +737,24 @@ async fn read_more<R: AsyncRead + Unpin>(
     rx.read_buf(input).await
 }
 
-fn track_client_frame(tag: u8, frame: &[u8], state: &Mutex<SessionState>) -> Result<(), WireError> {
-    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+fn track_client_frame(tag: u8, frame: &[u8], state: &mut SessionState) -> Result<(), WireError> {
     match tag {
-        msg::PARSE => state.parse_sent(ext::Parse::decode(frame)?.statement),
+        msg::PARSE => {
+            let name = ext::Parse::decode(frame)?.statement;
+            state.parse_sent(name);
+            state.statement_parsed(name, None);
+        }
         msg::CLOSE => match ext::target(frame, msg::CLOSE)? {
             ext::Target::Statement(name) => state.close_sent(Some(name)),
             ext::Target::Portal(_) => state.close_sent(None),
         },
-        msg::SYNC | msg::QUERY | msg::FUNCTION_CALL => state.sync_sent(),
+        msg::DESCRIBE => {
+            if let ext::Target::Statement(name) = ext::target(frame, msg::DESCRIBE)? {
+                state.describe_statement_sent(name);
+            }
+        }
+        msg::SYNC | msg::FUNCTION_CALL => state.sync_sent(),
+        msg::QUERY => state.query_sent(),
         _ => {}
     }
     Ok(())

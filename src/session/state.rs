@@ -2,6 +2,13 @@
 //! the protocol phase, server parameters, and the client's prepared statement names.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tokio::sync::oneshot;
+
+use super::reads::PreparedRead;
+use crate::wire::messages::ErrorFields;
 
 /// Where a session stands in the protocol. Transitions come from relayed messages only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +43,10 @@ enum Pending {
     Parse(String),
     /// Close of a statement (`Some`) or portal (`None`), answered by CloseComplete.
     Close(Option<String>),
+    /// Describe of a statement, answered by ParameterDescription: `Some(n)` when the
+    /// statement is coldwire's rewrite, whose description must show the client's `n`
+    /// parameters only.
+    DescribeStatement(Option<usize>),
     /// Sync, simple Query or FunctionCall: ends with ReadyForQuery. "When an error is
     /// detected while processing any extended-query message, the backend ... reads and
     /// discards messages until a Sync is reached", so unanswered entries before it are void.
@@ -56,20 +67,86 @@ pub struct SessionState {
     pending: VecDeque<Pending>,
     /// Sync points sent upstream and not yet answered by ReadyForQuery.
     outstanding_syncs: usize,
-    /// Per outstanding sync point, oldest first: `Some` when its group is a statement
-    /// coldwire runs in place of a simple Query (whose ParseComplete and BindComplete the
-    /// client must not see).
-    rewritten_groups: VecDeque<Option<RewrittenGroup>>,
+    /// Per outstanding sync point, oldest first: what the responses up to it answer.
+    groups: VecDeque<Group>,
+    /// Generations of tiered tables as the client's current transaction block sees them
+    /// (learnt by `coldwire.read_lock`), so its reads are planned for exactly those.
+    pub txn_generations: HashMap<i64, i64>,
+    /// Client statements (by name, "" for the unnamed one) that coldwire rewrote at Parse
+    /// and gives cold parameters at each Bind.
+    rewritten_statements: HashMap<String, RewrittenStatement>,
+    /// Nothing was sent upstream after the Sync of the newest outstanding group, so that
+    /// group can be retried without reordering anything the client sent later.
+    pub quiet_since_sync: bool,
+    /// A guard failure was held back from the client: the client direction must send the
+    /// retry before anything else.
+    pub retry_pending: bool,
 }
 
-/// A statement coldwire runs in place of a client's simple Query.
+/// What the responses up to one sync point answer.
+#[derive(Debug)]
+enum Group {
+    /// The client's messages, relayed as sent.
+    Client,
+    /// A group that runs a read coldwire rewrote.
+    Rewritten(RewrittenGroup),
+    /// coldwire's own statement: every response is coldwire's.
+    Own(OwnGroup),
+}
+
+/// The rows (values in the format coldwire asked for) of coldwire's own statement, or
+/// its error.
+pub type OwnResult = Result<Vec<Vec<Option<Vec<u8>>>>, ErrorFields>;
+
+/// coldwire's own statement in the session, being answered.
+#[derive(Debug)]
+pub struct OwnGroup {
+    pub rows: Vec<Vec<Option<Vec<u8>>>>,
+    pub error: Option<ErrorFields>,
+    reply: Option<oneshot::Sender<OwnResult>>,
+}
+
+impl OwnGroup {
+    /// Hands the result to whoever sent the statement.
+    pub fn finish(mut self) {
+        let result = match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(std::mem::take(&mut self.rows)),
+        };
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+/// A client statement coldwire rewrote at Parse.
+#[derive(Debug, Clone)]
+pub struct RewrittenStatement {
+    pub read: Arc<PreparedRead>,
+    /// Parameter types the client's Parse declared.
+    pub param_types: Vec<u32>,
+}
+
+/// What coldwire sends again after a guard failure the client was not shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Retry {
+    /// A simple Query (the client's frame).
+    Query(BytesMut),
+    /// An extended-protocol execution: the client's Bind (re-planned) and Execute.
+    Bind { bind: BytesMut, execute: BytesMut },
+}
+
+/// A group of messages (up to a sync point) that runs a read coldwire rewrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RewrittenGroup {
-    /// The client's Query frame, kept while the statement may still be retried after a
-    /// guard failure (DESIGN §6.4): outside a transaction block, within the retry budget.
-    pub retry_with: Option<bytes::BytesMut>,
-    /// Retries already made for this Query.
+    /// What to send again if the guard fails (DESIGN §6.4), while that is still possible:
+    /// outside a transaction block, within the retry budget.
+    pub retry: Option<Retry>,
+    /// Retries already made.
     pub attempt: u8,
+    /// Responses to messages coldwire sent itself, which the client must not see.
+    pub drop_parse_complete: bool,
+    pub drop_bind_complete: bool,
     /// The client already has the RowDescription (from the attempt that failed).
     pub drop_row_description: bool,
     /// The guard failed and the failure was held back: at ReadyForQuery, run it again.
@@ -86,7 +163,59 @@ impl SessionState {
             statements: HashSet::new(),
             pending: VecDeque::new(),
             outstanding_syncs: 0,
-            rewritten_groups: VecDeque::new(),
+            groups: VecDeque::new(),
+            txn_generations: HashMap::new(),
+            rewritten_statements: HashMap::new(),
+            quiet_since_sync: false,
+            retry_pending: false,
+        }
+    }
+
+    /// The rewrite of the client's statement `name`, if coldwire rewrote it.
+    pub fn rewritten_statement(&self, name: &str) -> Option<&RewrittenStatement> {
+        self.rewritten_statements.get(name)
+    }
+
+    /// Whether any client statement is a rewrite (so Bind must be inspected).
+    pub fn has_rewritten_statements(&self) -> bool {
+        !self.rewritten_statements.is_empty()
+    }
+
+    /// The client's Parse of `name` went upstream, rewritten (`Some`) or as it was. A
+    /// named statement Postgres already has is left alone: Postgres refuses to redefine it.
+    pub fn statement_parsed(&mut self, name: &str, rewrite: Option<RewrittenStatement>) {
+        let closing = self
+            .pending
+            .iter()
+            .any(|p| matches!(p, Pending::Close(Some(n)) if n == name));
+        if !name.is_empty() && self.statements.contains(name) && !closing {
+            return;
+        }
+        match rewrite {
+            Some(r) => {
+                self.rewritten_statements.insert(name.to_owned(), r);
+            }
+            None => {
+                self.rewritten_statements.remove(name);
+            }
+        }
+    }
+
+    /// The client sent Describe of statement `name`.
+    pub fn describe_statement_sent(&mut self, name: &str) {
+        let trim = self
+            .rewritten_statements
+            .get(name)
+            .map(|r| r.read.client_params);
+        self.pending.push_back(Pending::DescribeStatement(trim));
+    }
+
+    /// The server answered ParameterDescription: how many parameters the client may see,
+    /// when the statement was coldwire's rewrite.
+    pub fn parameter_description_received(&mut self) -> Option<usize> {
+        match self.pop_until(|p| matches!(p, Pending::DescribeStatement(_))) {
+            Some(Pending::DescribeStatement(trim)) => trim,
+            _ => None,
         }
     }
 
@@ -102,35 +231,92 @@ impl SessionState {
 
     /// The client sent Close for a statement (`Some(name)`) or a portal.
     pub fn close_sent(&mut self, statement: Option<&str>) {
+        if let Some(name) = statement {
+            self.rewritten_statements.remove(name);
+        }
         self.pending
             .push_back(Pending::Close(statement.map(str::to_owned)));
     }
 
-    /// The client sent a message that ReadyForQuery answers (Sync, Query, FunctionCall).
-    pub fn sync_sent(&mut self) {
-        self.pending.push_back(Pending::SyncPoint);
-        self.outstanding_syncs += 1;
-        self.rewritten_groups.push_back(None);
+    /// A simple Query went upstream: it replaces the unnamed statement.
+    pub fn query_sent(&mut self) {
+        self.forget_unnamed();
+        self.sync_sent();
     }
 
-    /// coldwire sent its own Parse/Bind/Describe/Execute/Sync in place of a client's
-    /// simple Query.
-    pub fn rewritten_query_sent(&mut self, group: RewrittenGroup) {
-        self.sync_sent();
-        if let Some(last) = self.rewritten_groups.back_mut() {
-            *last = Some(group);
+    /// The unnamed statement was replaced by one coldwire did not rewrite.
+    pub fn forget_unnamed(&mut self) {
+        self.rewritten_statements.remove("");
+    }
+
+    /// The client sent a message that ReadyForQuery answers (Sync, Query, FunctionCall).
+    pub fn sync_sent(&mut self) {
+        self.group_sent(Group::Client);
+    }
+
+    fn group_sent(&mut self, group: Group) {
+        self.pending.push_back(Pending::SyncPoint);
+        self.outstanding_syncs += 1;
+        self.groups.push_back(group);
+    }
+
+    /// A group that runs a rewritten read went upstream, ending with its sync point.
+    pub fn rewritten_group_sent(&mut self, group: RewrittenGroup) {
+        self.group_sent(Group::Rewritten(group));
+    }
+
+    /// coldwire's own statement went upstream as a group of its own (Sync included, its
+    /// messages untracked); `reply` gets its result.
+    pub fn own_group_sent(&mut self, reply: oneshot::Sender<OwnResult>) {
+        self.quiet_since_sync = false;
+        self.group_sent(Group::Own(OwnGroup {
+            rows: Vec::new(),
+            error: None,
+            reply: Some(reply),
+        }));
+    }
+
+    /// Whether any of coldwire's own statements is still being answered.
+    pub fn own_outstanding(&self) -> bool {
+        self.groups.iter().any(|g| matches!(g, Group::Own(_)))
+    }
+
+    /// coldwire's own statement that responses arriving now answer, if they answer one.
+    pub fn answering_own(&mut self) -> Option<&mut OwnGroup> {
+        match self.groups.front_mut() {
+            Some(Group::Own(own)) => Some(own),
+            _ => None,
         }
     }
 
-    /// The statement coldwire runs in place of a simple Query that responses arriving now
-    /// answer, if they answer one.
-    pub fn answering_rewritten(&mut self) -> Option<&mut RewrittenGroup> {
-        self.rewritten_groups.front_mut().and_then(Option::as_mut)
+    /// Ends coldwire's own group being answered (its ReadyForQuery with `status` arrived).
+    pub fn own_group_answered(&mut self, status: u8) -> Option<OwnGroup> {
+        let own = match self.groups.front_mut() {
+            Some(Group::Own(own)) => Some(OwnGroup {
+                rows: std::mem::take(&mut own.rows),
+                error: own.error.take(),
+                reply: own.reply.take(),
+            }),
+            _ => None,
+        };
+        self.ready_for_query(status);
+        own
     }
 
-    /// The group the next ReadyForQuery ends, if coldwire ran it in place of a Query.
+    /// The rewritten read that responses arriving now answer, if they answer one.
+    pub fn answering_rewritten(&mut self) -> Option<&mut RewrittenGroup> {
+        match self.groups.front_mut() {
+            Some(Group::Rewritten(group)) => Some(group),
+            _ => None,
+        }
+    }
+
+    /// The rewritten group the next ReadyForQuery ends, taken out.
     pub fn take_answered_group(&mut self) -> Option<RewrittenGroup> {
-        self.rewritten_groups.front_mut().and_then(Option::take)
+        match self.groups.front_mut() {
+            Some(Group::Rewritten(group)) => Some(std::mem::take(group)),
+            _ => None,
+        }
     }
 
     /// Messages answered by ReadyForQuery that are still unanswered; zero means every
@@ -171,8 +357,12 @@ impl SessionState {
         if let Some(phase) = Phase::from_status(status) {
             self.phase = phase;
         }
+        if self.phase == Phase::Idle {
+            // The transaction block ended: its snapshot and locks are gone.
+            self.txn_generations.clear();
+        }
         self.outstanding_syncs = self.outstanding_syncs.saturating_sub(1);
-        self.rewritten_groups.pop_front();
+        self.groups.pop_front();
         // Everything up to the first sync point is answered or was skipped after an error.
         while let Some(p) = self.pending.pop_front() {
             if p == Pending::SyncPoint {

@@ -1,5 +1,7 @@
-//! SQL that names tiered tables (DESIGN §6): the read rewrite. Classification in sessions,
-//! the guard and the write path build on it (see docs/architecture.md for what exists).
+//! SQL that names tiered tables (DESIGN §6): the read rewrite, the conjuncts the cold
+//! planner prunes by, and Bind values as constants. Classification in sessions, the guard
+//! and the write path build on it (see docs/architecture.md for what exists).
 
+pub mod params;
 pub mod predicates;
 pub mod rewrite;

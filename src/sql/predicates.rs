@@ -11,13 +11,15 @@
 //! where that encoding is the comparison's order: integers (also from quoted literals);
 //! text, varchar and uuid for equality only (byte equality is text equality under
 //! deterministic collations; ordering would depend on the collation); nothing that
-//! depends on TimeZone or DateStyle.
+//! depends on TimeZone or DateStyle. Parameters (`$n`) stand for their Bind values
+//! ([`super::params::BoundParams`]), decoded only where their type is certain.
 
 use pg_query::protobuf::{
     a_const, node::Node as N, AExprKind, BoolExprType, JoinType, Node, NullTestType, SelectStmt,
 };
 use pg_query::NodeRef;
 
+use super::params::BoundParams;
 use crate::cold::ordered;
 use crate::cold::prune::Predicate;
 use crate::cold::{ColdType, ScalarType, TextKind};
@@ -28,6 +30,8 @@ use crate::flush::segment::SegmentColumn;
 pub enum Constant {
     Int(i64),
     Text(String),
+    /// `$n`: the client's parameter number n (1-based), known at Bind.
+    Param(u32),
 }
 
 /// What a conjunct says about a column.
@@ -237,8 +241,12 @@ fn column_of(node: &Node, name: &str, only_relation: bool) -> Option<String> {
     }
 }
 
-/// A literal constant (integers, strings); casts and expressions are not looked into.
+/// A literal constant (integers, strings) or a parameter; casts and expressions are not
+/// looked into.
 fn constant(node: &Node) -> Option<Constant> {
+    if let Some(N::ParamRef(p)) = node.node.as_ref() {
+        return u32::try_from(p.number).ok().map(Constant::Param);
+    }
     let Some(N::AConst(c)) = node.node.as_ref() else {
         return None;
     };
@@ -251,8 +259,13 @@ fn constant(node: &Node) -> Option<Constant> {
     }
 }
 
-/// The predicates the cold planner can use, for a table with `columns`.
-pub fn to_prune(predicates: &[ColumnPredicate], columns: &[SegmentColumn]) -> Vec<Predicate> {
+/// The predicates the cold planner can use, for a table with `columns`, with the
+/// statement's parameters standing for `params`.
+pub fn to_prune(
+    predicates: &[ColumnPredicate],
+    columns: &[SegmentColumn],
+    params: &BoundParams<'_>,
+) -> Vec<Predicate> {
     let mut out = Vec::new();
     for p in predicates {
         let Some(column) = columns.iter().find(|c| c.name == p.column) else {
@@ -261,7 +274,10 @@ pub fn to_prune(predicates: &[ColumnPredicate], columns: &[SegmentColumn]) -> Ve
         let ColdType::Scalar(scalar) = column.ty else {
             continue;
         };
-        let encode = |v: &Constant| encode(scalar, v);
+        let encode = |v: &Constant| match v {
+            Constant::Param(n) => encode(scalar, &params.constant(*n, scalar)?),
+            v => encode(scalar, v),
+        };
         let attnum = column.attnum;
         let ranged = matches!(
             scalar,
@@ -409,6 +425,7 @@ mod tests {
                 p("missing", Comparison::IsNull),
             ],
             &columns,
+            &BoundParams::none(),
         );
         assert_eq!(
             got,

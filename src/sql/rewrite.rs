@@ -33,11 +33,12 @@ pub struct TieredTable {
     pub columns: Vec<String>,
     /// The primary-key columns, in key order.
     pub pk: Vec<String>,
-    /// The generation the cold rows were planned for: when set, both branches call
-    /// `coldwire.guard` (DESIGN §6.4), which raises 40001 if the statement's snapshot sees
-    /// another generation, and 0A000 if the name as written resolves to another relation
-    /// in the session (search_path, temporary tables).
-    pub guard_generation: Option<i64>,
+    /// Whether both branches call `coldwire.guard` (DESIGN §6.4) with a parameter of
+    /// their own that says which cold state the rows were planned for: it raises 40001 if
+    /// the statement's snapshot sees a cold tier the rows do not cover, and 0A000 if the
+    /// name as written resolves to another relation in the session (search_path,
+    /// temporary tables).
+    pub guarded: bool,
 }
 
 impl TieredTable {
@@ -46,21 +47,21 @@ impl TieredTable {
     }
 
     /// The derived table that replaces a reference written as `written`, reading cold rows
-    /// from `$param`.
+    /// from `$param` and, when guarded, the guard's plan from `$(param + 1)`.
     fn derived(&self, param: usize, written: &str, qualified: bool) -> String {
-        let guard = match self.guard_generation {
-            Some(generation) => {
-                let name = if qualified {
-                    "NULL".to_owned()
-                } else {
-                    dollar_quoted(written)
-                };
-                format!(
-                    " WHERE (SELECT coldwire.guard({}, {generation}, {name}))",
-                    self.table_id
-                )
-            }
-            None => String::new(),
+        let guard = if self.guarded {
+            let name = if qualified {
+                "NULL".to_owned()
+            } else {
+                dollar_quoted(written)
+            };
+            format!(
+                " WHERE (SELECT coldwire.guard({}, ${}::jsonb, {name}))",
+                self.table_id,
+                param + 1
+            )
+        } else {
+            String::new()
         };
         let and_guard = guard.replacen(" WHERE ", " AND ", 1);
         let cols = column_list(self.columns.iter().map(String::as_str), "");
@@ -76,12 +77,14 @@ impl TieredTable {
     }
 }
 
-/// One rewritten reference: which table, the parameter number its cold rows go in, and
-/// where it was (for [`super::predicates::extract`]).
+/// One rewritten reference: which table, the parameter number its cold rows go in (the
+/// guard's plan follows it when guarded), and where it was (for
+/// [`super::predicates::extract`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reference {
     pub table_id: i64,
     pub param: usize,
+    pub guarded: bool,
     /// The RangeVar's location in the client's text.
     pub location: i32,
     /// The alias, or the table's name when it has none: what qualifies its columns.
@@ -183,7 +186,8 @@ pub fn rewrite_parsed(
     let mut out = String::with_capacity(sql.len() + 256 * found.len());
     let mut copied = 0;
     let mut references = Vec::new();
-    for (i, (location, table, alias, qualified)) in found.into_iter().enumerate() {
+    let mut param = client_params;
+    for (location, table, alias, qualified) in found {
         let (start, end) = name_span(&tokens, location).ok_or(RewriteError::Parse(
             "a table name the scanner does not see".into(),
         ))?;
@@ -192,7 +196,7 @@ pub fn rewrite_parsed(
                 "a table reference inside another",
             ));
         }
-        let param = client_params + i + 1;
+        param += 1;
         out.push_str(&sql[copied..start]);
         out.push_str(&table.derived(param, &sql[location..end], qualified));
         if alias.is_none() {
@@ -205,9 +209,13 @@ pub fn rewrite_parsed(
         references.push(Reference {
             table_id: table.table_id,
             param,
+            guarded: table.guarded,
             location: location as i32,
             name,
         });
+        if table.guarded {
+            param += 1;
+        }
     }
     out.push_str(&sql[copied..]);
     Ok(Some(Rewritten {
@@ -250,7 +258,7 @@ mod tests {
             name: "events".into(),
             columns: vec!["id".into(), "kind".into()],
             pk: vec!["id".into()],
-            guard_generation: None,
+            guarded: false,
         }
     }
 
@@ -291,6 +299,7 @@ mod tests {
             vec![Reference {
                 table_id: 7,
                 param: 2,
+                guarded: false,
                 location: 17,
                 name: "events".into()
             }]
@@ -328,33 +337,42 @@ mod tests {
     }
 
     #[test]
-    fn the_guard_names_the_generation_and_the_name_as_written_when_unqualified() {
+    fn the_guard_takes_a_parameter_and_the_name_as_written_when_unqualified() {
         let guarded = |schema: Option<&str>, name: &str| {
-            resolve(schema, name).map(|t| TieredTable {
-                guard_generation: Some(4),
-                ..t
-            })
+            resolve(schema, name).map(|t| TieredTable { guarded: true, ..t })
         };
-        let r = rewrite("SELECT * FROM events", 0, guarded)
+        let r = rewrite("SELECT * FROM events WHERE id = $1", 1, guarded)
             .unwrap()
             .unwrap();
         assert_eq!(
             r.sql
-                .matches("(SELECT coldwire.guard(7, 4, $cw$events$cw$))")
+                .matches("(SELECT coldwire.guard(7, $3::jsonb, $cw$events$cw$))")
                 .count(),
             2,
             "{}",
             r.sql
         );
-        let r = rewrite("SELECT * FROM public.events", 0, guarded)
-            .unwrap()
-            .unwrap();
+        assert!(r.sql.contains("unnest($2::"), "{}", r.sql);
+        let r = rewrite(
+            "SELECT * FROM public.events a JOIN events b USING (id)",
+            0,
+            guarded,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(
-            r.sql.matches("(SELECT coldwire.guard(7, 4, NULL))").count(),
+            r.sql
+                .matches("(SELECT coldwire.guard(7, $2::jsonb, NULL))")
+                .count(),
             2,
             "{}",
             r.sql
         );
+        assert_eq!(
+            r.references.iter().map(|r| r.param).collect::<Vec<_>>(),
+            [1, 3]
+        );
+        assert!(r.sql.contains("guard(7, $4::jsonb, $cw$events$cw$)"));
         assert_eq!(dollar_quoted("a$cw$b"), "$cwx$a$cw$b$cwx$");
     }
 

@@ -133,6 +133,55 @@ impl<'a> Bind<'a> {
             many => many.get(i).copied().unwrap_or(false),
         }
     }
+
+    /// Appends this Bind to `out` with `extra` parameters, in binary format, after the
+    /// client's own (whose formats are spelled out one per parameter).
+    pub fn encode_with_extra(&self, extra: &[BytesMut], out: &mut BytesMut) {
+        let at = start(out, b'B');
+        out.put_slice(self.portal.as_bytes());
+        out.put_u8(0);
+        out.put_slice(self.statement.as_bytes());
+        out.put_u8(0);
+        let count = self.params.len() + extra.len();
+        out.put_i16(count as i16);
+        for i in 0..self.params.len() {
+            out.put_i16(i16::from(self.is_binary(i)));
+        }
+        for _ in extra {
+            out.put_i16(1);
+        }
+        out.put_i16(count as i16);
+        for p in self
+            .params
+            .iter()
+            .copied()
+            .chain(extra.iter().map(|e| Some(&e[..])))
+        {
+            match p {
+                Some(v) => {
+                    out.put_i32(v.len() as i32);
+                    out.put_slice(v);
+                }
+                None => out.put_i32(-1),
+            }
+        }
+        out.put_i16(self.result_binary.len() as i16);
+        for b in &self.result_binary {
+            out.put_i16(i16::from(*b));
+        }
+        finish(out, at);
+    }
+}
+
+/// The parameter type OIDs of a ParameterDescription (`t`).
+///
+/// # Errors
+/// A malformed frame.
+pub fn parameter_types(frame: &[u8]) -> Result<Vec<u32>, WireError> {
+    const WHAT: &str = "ParameterDescription";
+    let mut b = body(frame, b't', WHAT)?;
+    let n = b.count(WHAT)?;
+    (0..n).map(|_| Ok(b.i32(WHAT)? as u32)).collect()
 }
 
 /// Decodes a Describe (`D`) or Close (`C`) frame's target.
@@ -218,21 +267,44 @@ pub fn command_complete(out: &mut BytesMut, tag: &str) {
     finish(out, at);
 }
 
-/// The frontend messages that run `sql` once as the unnamed statement and portal with
-/// `params` in binary format and text results, answered like a simple Query by
-/// ParseComplete, BindComplete, RowDescription or NoData, rows, CommandComplete and
-/// ReadyForQuery: Parse, Bind, Describe (portal), Execute, Sync.
-pub fn run_unnamed(out: &mut BytesMut, sql: &str, params: &[Option<&[u8]>]) {
+/// Parse of `sql` as statement `name` with these declared parameter types (0 or none:
+/// inferred by the server).
+pub fn encode_parse(out: &mut BytesMut, name: &str, sql: &str, param_types: &[u32]) {
     let at = start(out, b'P');
-    out.put_u8(0); // unnamed statement
+    out.put_slice(name.as_bytes());
+    out.put_u8(0);
     out.put_slice(sql.as_bytes());
     out.put_u8(0);
-    out.put_i16(0); // parameter types inferred by the server
+    out.put_i16(param_types.len() as i16);
+    for t in param_types {
+        out.put_u32(*t);
+    }
     finish(out, at);
+}
 
+/// Close of a statement (`b'S'`) or portal (`b'P'`) named `name`.
+pub fn encode_close(out: &mut BytesMut, kind: u8, name: &str) {
+    let at = start(out, b'C');
+    out.put_u8(kind);
+    out.put_slice(name.as_bytes());
+    out.put_u8(0);
+    finish(out, at);
+}
+
+/// Bind of `statement` to `portal` with `params` in binary format, results in binary
+/// (`binary_results`) or text.
+pub fn encode_bind(
+    out: &mut BytesMut,
+    portal: &str,
+    statement: &str,
+    params: &[Option<&[u8]>],
+    binary_results: bool,
+) {
     let at = start(out, b'B');
-    out.put_u8(0); // unnamed portal
-    out.put_u8(0); // unnamed statement
+    out.put_slice(portal.as_bytes());
+    out.put_u8(0);
+    out.put_slice(statement.as_bytes());
+    out.put_u8(0);
     out.put_i16(1);
     out.put_i16(1); // every parameter in binary
     out.put_i16(params.len() as i16);
@@ -245,19 +317,32 @@ pub fn run_unnamed(out: &mut BytesMut, sql: &str, params: &[Option<&[u8]>]) {
             None => out.put_i32(-1),
         }
     }
-    out.put_i16(0); // results in text
+    out.put_i16(1);
+    out.put_i16(i16::from(binary_results));
     finish(out, at);
+}
 
+/// Execute of `portal`, all rows.
+pub fn encode_execute(out: &mut BytesMut, portal: &str) {
+    let at = start(out, b'E');
+    out.put_slice(portal.as_bytes());
+    out.put_u8(0);
+    out.put_i32(0);
+    finish(out, at);
+}
+
+/// The frontend messages that run `sql` once as the unnamed statement and portal with
+/// `params` in binary format and text results, answered like a simple Query by
+/// ParseComplete, BindComplete, RowDescription or NoData, rows, CommandComplete and
+/// ReadyForQuery: Parse, Bind, Describe (portal), Execute, Sync.
+pub fn run_unnamed(out: &mut BytesMut, sql: &str, params: &[Option<&[u8]>]) {
+    encode_parse(out, "", sql, &[]);
+    encode_bind(out, "", "", params, false);
     let at = start(out, b'D');
     out.put_u8(b'P');
     out.put_u8(0);
     finish(out, at);
-
-    let at = start(out, b'E');
-    out.put_u8(0);
-    out.put_i32(0); // all rows
-    finish(out, at);
-
+    encode_execute(out, "");
     out.extend_from_slice(&empty(b'S'));
 }
 
@@ -321,6 +406,39 @@ mod tests {
         assert!(bind.is_binary(0) && bind.is_binary(1));
         assert!(bind.result_binary.is_empty());
         assert!(Bind::decode(&f[..f.len() - 3]).is_err());
+    }
+
+    #[test]
+    fn bind_with_extra_parameters_round_trips() {
+        let mut b = b"p\0s1\0".to_vec();
+        b.extend_from_slice(&1i16.to_be_bytes());
+        b.extend_from_slice(&0i16.to_be_bytes()); // all text
+        b.extend_from_slice(&2i16.to_be_bytes());
+        b.extend_from_slice(&2i32.to_be_bytes());
+        b.extend_from_slice(b"42");
+        b.extend_from_slice(&(-1i32).to_be_bytes());
+        b.extend_from_slice(&1i16.to_be_bytes());
+        b.extend_from_slice(&1i16.to_be_bytes()); // binary results
+        let f = frame(b'B', &b);
+        let bind = Bind::decode(&f).unwrap();
+        let mut out = BytesMut::new();
+        bind.encode_with_extra(&[BytesMut::from(&b"\x01\x02"[..])], &mut out);
+        let again = Bind::decode(&out).unwrap();
+        assert_eq!((again.portal, again.statement), ("p", "s1"));
+        assert_eq!(again.param_binary, vec![false, false, true]);
+        assert_eq!(
+            again.params,
+            vec![Some(&b"42"[..]), None, Some(&[1u8, 2][..])]
+        );
+        assert_eq!(again.result_binary, vec![true]);
+        let mut none = BytesMut::new();
+        bind.encode_with_extra(&[], &mut none);
+        assert_eq!(Bind::decode(&none).unwrap().params, bind.params);
+
+        let mut t = BytesMut::new();
+        parameter_description(&mut t, &[20, 25]);
+        assert_eq!(parameter_types(&t).unwrap(), vec![20, 25]);
+        assert!(parameter_types(&t[..t.len() - 1]).is_err());
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct FrameScanner {
     remaining: usize,
     max_message_bytes: usize,
     inspected: [bool; 256],
+    /// Hold every frame whole, whatever its type.
+    inspect_all: bool,
     streamed: Arc<AtomicBool>,
 }
 
@@ -49,8 +51,20 @@ impl FrameScanner {
             remaining: 0,
             max_message_bytes,
             inspected,
+            inspect_all: false,
             streamed: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Starts or stops holding every frame whole (while coldwire consumes responses of its
+    /// own), without changing the set of inspected types.
+    pub fn set_inspect_all(&mut self, all: bool) {
+        self.inspect_all = all;
+    }
+
+    /// Whether frames of type `tag` are held for inspection.
+    pub fn is_inspected(&self, tag: u8) -> bool {
+        self.inspect_all || self.inspected[usize::from(tag)]
     }
 
     /// Starts or stops holding whole frames of type `tag` for inspection.
@@ -94,7 +108,7 @@ impl FrameScanner {
             });
         }
         let total = declared + 1;
-        if self.inspected[usize::from(tag)] {
+        if self.is_inspected(tag) {
             if buf.len() >= total {
                 Ok(Step::Inspect { tag, len: total })
             } else {

@@ -18,6 +18,12 @@ pub const READY_FOR_QUERY: u8 = b'Z';
 pub const ERROR_RESPONSE: u8 = b'E';
 /// RowDescription.
 pub const ROW_DESCRIPTION: u8 = b'T';
+/// Backend: DataRow (`D`).
+pub const DATA_ROW: u8 = b'D';
+/// Backend: NotificationResponse (`A`).
+pub const NOTIFICATION_RESPONSE: u8 = b'A';
+/// Backend: ParameterDescription (`t`).
+pub const PARAMETER_DESCRIPTION: u8 = b't';
 /// Backend: ParseComplete (`1`).
 pub const PARSE_COMPLETE: u8 = b'1';
 /// Backend: CloseComplete (`3`).
@@ -142,6 +148,38 @@ impl ErrorFields {
     }
 }
 
+/// The values of a DataRow frame (None: NULL).
+///
+/// # Errors
+/// A frame that is not a well-formed DataRow.
+pub fn data_row_values(frame: &[u8]) -> Result<Vec<Option<Vec<u8>>>, WireError> {
+    const WHAT: &str = "DataRow";
+    let mut rest = body(frame, DATA_ROW).ok_or(WireError::Malformed(WHAT))?;
+    let (count, after) = rest
+        .split_first_chunk::<2>()
+        .ok_or(WireError::Malformed(WHAT))?;
+    rest = after;
+    let mut values = Vec::with_capacity(usize::from(u16::from_be_bytes(*count)));
+    for _ in 0..u16::from_be_bytes(*count) {
+        let (len, after) = rest
+            .split_first_chunk::<4>()
+            .ok_or(WireError::Malformed(WHAT))?;
+        rest = after;
+        let len = i32::from_be_bytes(*len);
+        if len < 0 {
+            values.push(None);
+            continue;
+        }
+        let len = len as usize;
+        if rest.len() < len {
+            return Err(WireError::Malformed(WHAT));
+        }
+        values.push(Some(rest[..len].to_vec()));
+        rest = &rest[len..];
+    }
+    Ok(values)
+}
+
 /// The transaction status byte of a ReadyForQuery frame (`I`, `T` or `E`).
 pub fn ready_for_query_status(frame: &[u8]) -> Option<u8> {
     match body(frame, READY_FOR_QUERY)? {
@@ -234,6 +272,21 @@ mod tests {
     use super::*;
 
     use crate::wire::test_frame as frame;
+
+    #[test]
+    fn data_rows_decode_values_and_nulls() {
+        let mut body = 2u16.to_be_bytes().to_vec();
+        body.extend_from_slice(&2i32.to_be_bytes());
+        body.extend_from_slice(b"ab");
+        body.extend_from_slice(&(-1i32).to_be_bytes());
+        let f = frame(b'D', &body);
+        assert_eq!(
+            data_row_values(&f).unwrap(),
+            vec![Some(b"ab".to_vec()), None]
+        );
+        assert!(data_row_values(&f[..f.len() - 5]).is_err());
+        assert!(data_row_values(&frame(b'D', &[0])).is_err());
+    }
 
     #[test]
     fn error_response_round_trips() {

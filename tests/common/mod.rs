@@ -413,3 +413,59 @@ pub async fn simple_rows(
         })
         .collect())
 }
+
+/// A result value exactly as Postgres sent it in binary format (None: NULL), for any type.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RawValue(pub Option<Vec<u8>>);
+
+impl<'a> tokio_postgres::types::FromSql<'a> for RawValue {
+    fn from_sql(
+        _: &tokio_postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(RawValue(Some(raw.to_vec())))
+    }
+
+    fn from_sql_null(
+        _: &tokio_postgres::types::Type,
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(RawValue(None))
+    }
+
+    fn accepts(_: &tokio_postgres::types::Type) -> bool {
+        true
+    }
+}
+
+/// The rows of an extended-protocol query (binary results), byte for byte.
+pub async fn binary_rows(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Vec<Vec<RawValue>>, tokio_postgres::Error> {
+    Ok(client
+        .query(sql, params)
+        .await?
+        .iter()
+        .map(|r| (0..r.len()).map(|i| r.get::<_, RawValue>(i)).collect())
+        .collect())
+}
+
+/// A plain HTTP GET of `path` (the metrics endpoint): the whole response, headers too.
+pub async fn http_get(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.unwrap();
+    body
+}
+
+/// The value of the first sample line of `metric` whose labels contain `labels`.
+pub fn sample(text: &str, metric: &str, labels: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(metric) && l.contains(labels))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}

@@ -1,0 +1,112 @@
+//! Answers coldwire gives the client itself: admin calls (`coldwire.tier_table(…)`, …),
+//! sent only once every earlier request has been answered by Postgres, so they land in
+//! protocol order.
+
+use std::sync::PoisonError;
+
+use bytes::{BufMut, BytesMut};
+use tokio::io::AsyncWriteExt;
+
+use super::admin::{AdminSession, Answer};
+use super::relay::Shared;
+use super::state::Phase;
+use super::SessionError;
+use crate::admin::call::oid;
+use crate::admin::{AdminError, AdminRequest};
+use crate::wire::extended as ext;
+use crate::wire::messages as msg;
+
+/// Waits until Postgres has answered every request the client sent so far; the phase and
+/// ReadyForQuery status then.
+pub async fn wait_until_answered(shared: &Shared<'_>) -> (Phase, u8) {
+    loop {
+        let notified = shared.ready.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if state.outstanding_syncs() == 0 {
+                return (state.phase, state.status_byte());
+            }
+        }
+        notified.await;
+    }
+}
+
+/// Sends coldwire's own answer to a client message, once every earlier request has been
+/// answered by Postgres so the answer lands in protocol order.
+pub async fn answer_admin(
+    answer: Answer,
+    admin: &mut AdminSession,
+    shared: &Shared<'_>,
+) -> Result<(), SessionError> {
+    let (phase, status) = wait_until_answered(shared).await;
+    let simple = matches!(
+        answer,
+        Answer::Fail { simple: true, .. } | Answer::Run { simple: true, .. }
+    );
+    let function_name = match &answer {
+        Answer::Run { call, .. } => Some(call.function.name()),
+        _ => None,
+    };
+    let mut out = BytesMut::new();
+    let result = if phase == Phase::FailedTransaction {
+        Err(AdminError::InFailedTransaction)
+    } else {
+        match answer {
+            Answer::Bytes(bytes) => {
+                out = bytes;
+                Ok(())
+            }
+            Answer::Fail { error, .. } => Err(error),
+            Answer::Run {
+                call,
+                args,
+                binary,
+                simple,
+            } => {
+                let request = AdminRequest {
+                    function: call.function,
+                    args,
+                    user: shared.user.clone(),
+                    database: shared.database.clone(),
+                };
+                let outcome = shared.ctx.admin.execute(request).await;
+                if let Some(reads) = &shared.ctx.reads {
+                    // A table may have become tiered: plan reads from a fresh catalog.
+                    reads.invalidate();
+                }
+                outcome.map(|json| {
+                    if simple {
+                        ext::row_description(&mut out, &call.column, oid::JSONB, false);
+                    }
+                    let text = json.to_string();
+                    if binary {
+                        let mut value = BytesMut::with_capacity(text.len() + 1);
+                        value.put_u8(1); // jsonb binary format version
+                        value.put_slice(text.as_bytes());
+                        ext::data_row(&mut out, &value);
+                    } else {
+                        ext::data_row(&mut out, text.as_bytes());
+                    }
+                    ext::command_complete(&mut out, "SELECT 1");
+                })
+            }
+        }
+    };
+    let function = function_name.unwrap_or("unknown");
+    metrics::counter!(crate::metrics::ADMIN_CALLS_TOTAL, "function" => function, "outcome" => if result.is_ok() { "ok" } else { "error" })
+        .increment(1);
+    if let Err(error) = result {
+        tracing::info!(%error, function, "admin call refused");
+        out.extend_from_slice(&crate::error::admin_error(&error).encode());
+        if !simple {
+            admin.failed();
+        }
+    }
+    if simple {
+        out.extend_from_slice(&msg::encode_ready_for_query(status));
+    }
+    let mut tx = shared.client_tx.lock().await;
+    tx.write_all(&out).await.map_err(SessionError::ClientIo)
+}

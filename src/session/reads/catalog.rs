@@ -1,0 +1,351 @@
+//! The read path's view of the catalog, shared by every session of a proxy: which tables
+//! are tiered (re-read at most every [`REGISTRY_TTL`]) and each one's cold state (segments,
+//! stats, overrides) at its current generation.
+//!
+//! Generations are kept fresh by `LISTEN coldwire_catalog` (every finalize and TRUNCATE
+//! notifies): while the listener is connected and nothing was notified since a table's
+//! state was last confirmed, a read plans from memory without a catalog round trip. A
+//! notification still in flight when a read is planned is caught by the guard in the
+//! statement (DESIGN §6.4), which makes coldwire plan again with `fresh` set.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio::sync::Mutex as AsyncMutex;
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+
+use crate::cold::scan::ColdTable;
+use crate::sql::rewrite::TieredTable;
+
+use super::path::PlanError;
+
+/// How long the list of tiered tables is trusted before it is read again. A proxy that
+/// has not seen a table as tiered relays its reads unchanged, so the first flush of a
+/// table waits until every proxy's list is newer than the table
+/// (`flush::run::FIRST_FINALIZE_DELAY`, a multiple of this).
+pub const REGISTRY_TTL: Duration = Duration::from_secs(1);
+/// Pause before the catalog listener connects again after losing its connection.
+const LISTEN_RETRY_DELAY: Duration = Duration::from_secs(1);
+/// The channel finalize and TRUNCATE notify.
+const CATALOG_CHANNEL: &str = "coldwire_catalog";
+/// Cold states of past generations kept for REPEATABLE READ transactions; the cache starts
+/// over when full.
+const PAST_STATES: usize = 32;
+
+/// A tiered table as sessions see it.
+#[derive(Debug, Clone)]
+pub struct Tiered {
+    pub table: TieredTable,
+    /// `pg_class.reltype`: the row type cold rows are bound as.
+    pub row_type: u32,
+}
+
+/// The list of tiered tables, with a version that moves whenever its content does.
+#[derive(Debug, Default)]
+pub struct Registry {
+    pub tables: Vec<Tiered>,
+    /// Lower-case names, for the cheap test of every statement.
+    pub names: Vec<String>,
+    pub version: u64,
+}
+
+impl Registry {
+    /// The one tiered table `schema.name` (as written; any schema when unqualified) names.
+    pub fn unique(&self, schema: Option<&str>, name: &str) -> Option<&Tiered> {
+        let mut candidates = self
+            .tables
+            .iter()
+            .filter(|t| t.table.name == name && schema.is_none_or(|s| t.table.schema == s));
+        match (candidates.next(), candidates.next()) {
+            (Some(only), None) => Some(only),
+            _ => None,
+        }
+    }
+
+    pub fn by_id(&self, id: i64) -> Option<&Tiered> {
+        self.tables.iter().find(|t| t.table.table_id == id)
+    }
+}
+
+/// The shared catalog cache.
+pub struct CatalogCache {
+    service: tokio_postgres::Config,
+    /// The registry and when it was read (`None` until first read).
+    registry: RwLock<Option<(Instant, Arc<Registry>)>>,
+    /// Per table: its cold state and the notification epoch it was last confirmed in.
+    cold: RwLock<HashMap<i64, (Arc<ColdTable>, u64)>>,
+    /// Cold states of past generations, by table and generation.
+    past: RwLock<HashMap<(i64, i64), Arc<ColdTable>>>,
+    /// Bumped by every catalog notification (and every listener reconnect).
+    epoch: Arc<AtomicU64>,
+    /// Whether the listener is connected, so that an unmoved epoch means "unchanged".
+    listening: Arc<AtomicBool>,
+    listener_started: AtomicBool,
+    /// The service connection for catalog reads, and the lock that serializes them.
+    client: AsyncMutex<Option<Client>>,
+}
+
+impl CatalogCache {
+    pub fn new(service: tokio_postgres::Config) -> Self {
+        Self {
+            service,
+            registry: RwLock::new(None),
+            cold: RwLock::new(HashMap::new()),
+            past: RwLock::new(HashMap::new()),
+            epoch: Arc::new(AtomicU64::new(0)),
+            listening: Arc::new(AtomicBool::new(false)),
+            listener_started: AtomicBool::new(false),
+            client: AsyncMutex::new(None),
+        }
+    }
+
+    /// The registry as last read, if it is younger than [`REGISTRY_TTL`].
+    pub fn current_registry(&self) -> Option<Arc<Registry>> {
+        self.registry
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < REGISTRY_TTL)
+            .map(|(_, r)| r.clone())
+    }
+
+    /// Forgets the registry, so the next statement reads it again.
+    pub fn invalidate(&self) {
+        *self
+            .registry
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// The registry, read again when older than [`REGISTRY_TTL`].
+    ///
+    /// # Errors
+    /// The catalog could not be read.
+    pub async fn registry(&self) -> Result<Arc<Registry>, PlanError> {
+        self.start_listener();
+        if let Some(r) = self.current_registry() {
+            return Ok(r);
+        }
+        let mut client = self.client.lock().await;
+        if let Some(r) = self.current_registry() {
+            return Ok(r);
+        }
+        let rows = self
+            .connected(&mut client)
+            .await?
+            .query(
+                "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums \
+                 FROM coldwire.tables t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE t.state = 'active' ORDER BY t.id",
+                &[],
+            )
+            .await?;
+        let mut tables = Vec::new();
+        for row in rows {
+            let columns: serde_json::Value = row.get(4);
+            let pk_attnums: Vec<i16> = row.get(5);
+            let list = columns.as_array().cloned().unwrap_or_default();
+            let name_of = |attnum: i16| {
+                list.iter()
+                    .find(|c| c["attnum"].as_i64() == Some(attnum.into()))
+                    .and_then(|c| c["name"].as_str())
+                    .map(str::to_owned)
+            };
+            tables.push(Tiered {
+                table: TieredTable {
+                    table_id: row.get(0),
+                    schema: row.get(2),
+                    name: row.get(3),
+                    columns: list
+                        .iter()
+                        .filter_map(|c| c["name"].as_str().map(str::to_owned))
+                        .collect(),
+                    pk: pk_attnums.iter().filter_map(|a| name_of(*a)).collect(),
+                    guarded: true,
+                },
+                row_type: row.get(1),
+            });
+        }
+        let mut slot = self
+            .registry
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let previous = slot.as_ref().map(|(_, r)| r.clone());
+        let same = previous.as_ref().is_some_and(|p| {
+            p.tables.len() == tables.len()
+                && p.tables
+                    .iter()
+                    .zip(&tables)
+                    .all(|(a, b)| a.table == b.table && a.row_type == b.row_type)
+        });
+        let registry = match previous {
+            Some(p) if same => p,
+            previous => Arc::new(Registry {
+                names: tables.iter().map(|t| t.table.name.to_lowercase()).collect(),
+                tables,
+                version: previous.map_or(1, |p| p.version + 1),
+            }),
+        };
+        *slot = Some((Instant::now(), registry.clone()));
+        Ok(registry)
+    }
+
+    /// The table's cold state at its current generation. From memory while the listener
+    /// vouches that nothing changed since it was last confirmed (unless `fresh`); else
+    /// one catalog round trip to learn the generation, and a reload when it moved.
+    ///
+    /// # Errors
+    /// The catalog could not be read, or the table is no longer tiered.
+    pub async fn cold_table(&self, id: i64, fresh: bool) -> Result<Arc<ColdTable>, PlanError> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let cached = self
+            .cold
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned();
+        if let Some((table, confirmed)) = &cached {
+            if !fresh && *confirmed == epoch && self.listening.load(Ordering::Acquire) {
+                return Ok(table.clone());
+            }
+        }
+        let mut client = self.client.lock().await;
+        let client = self.connected(&mut client).await?;
+        let generation: Option<i64> = client
+            .query_opt(
+                "SELECT generation FROM coldwire.tables WHERE id = $1 AND state = 'active'",
+                &[&id],
+            )
+            .await?
+            .map(|r| r.get(0));
+        let table = match cached {
+            Some((table, _)) if Some(table.generation) == generation => table,
+            _ => Arc::new(ColdTable::load(client, id, None).await?),
+        };
+        self.cold
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, (table.clone(), epoch));
+        Ok(table)
+    }
+
+    /// The table's cold state as of `generation` (a transaction's snapshot sees it): the
+    /// current state when that is the one, else the past one, loaded once.
+    ///
+    /// # Errors
+    /// As [`CatalogCache::cold_table`].
+    pub async fn cold_table_at(
+        &self,
+        id: i64,
+        generation: i64,
+    ) -> Result<Arc<ColdTable>, PlanError> {
+        let current = self
+            .cold
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .map(|(t, _)| t.clone());
+        if let Some(t) = current.filter(|t| t.generation == generation) {
+            return Ok(t);
+        }
+        if let Some(t) = self
+            .past
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(id, generation))
+        {
+            return Ok(t.clone());
+        }
+        let mut client = self.client.lock().await;
+        let client = self.connected(&mut client).await?;
+        let table = Arc::new(ColdTable::load(client, id, Some(generation)).await?);
+        let mut past = self.past.write().unwrap_or_else(PoisonError::into_inner);
+        if past.len() >= PAST_STATES {
+            past.clear();
+        }
+        past.insert((id, generation), table.clone());
+        Ok(table)
+    }
+
+    async fn connected<'a>(
+        &self,
+        client: &'a mut Option<Client>,
+    ) -> Result<&'a mut Client, PlanError> {
+        if client.as_ref().is_none_or(Client::is_closed) {
+            *client = Some(
+                crate::catalog::connect(&self.service)
+                    .await
+                    .map_err(|e| PlanError::Catalog(e.to_string()))?,
+            );
+        }
+        Ok(client.as_mut().expect("connected above"))
+    }
+
+    /// Starts the catalog listener once; it reconnects on its own for the life of the
+    /// process.
+    fn start_listener(&self) {
+        if self.listener_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (service, epoch, listening) = (
+            self.service.clone(),
+            self.epoch.clone(),
+            self.listening.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = listen(&service, &epoch, &listening).await {
+                    tracing::debug!(error = %e, "catalog listener disconnected");
+                }
+                listening.store(false, Ordering::Release);
+                epoch.fetch_add(1, Ordering::AcqRel);
+                tokio::time::sleep(LISTEN_RETRY_DELAY).await;
+            }
+        });
+    }
+}
+
+/// Listens on [`CATALOG_CHANNEL`] until the connection ends, bumping `epoch` for every
+/// notification.
+async fn listen(
+    service: &tokio_postgres::Config,
+    epoch: &AtomicU64,
+    listening: &AtomicBool,
+) -> Result<(), tokio_postgres::Error> {
+    let mut config = service.clone();
+    config.application_name("coldwire listener");
+    let (client, mut connection) = config.connect(NoTls).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message {
+                Ok(AsyncMessage::Notification(_)) => {
+                    if tx.send(()).is_err() {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "catalog listener connection failed");
+                    break;
+                }
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN {CATALOG_CHANNEL}"))
+        .await?;
+    // Anything may have changed while nobody listened.
+    epoch.fetch_add(1, Ordering::AcqRel);
+    listening.store(true, Ordering::Release);
+    while rx.recv().await.is_some() {
+        epoch.fetch_add(1, Ordering::AcqRel);
+    }
+    driver.abort();
+    drop(client);
+    Ok(())
+}

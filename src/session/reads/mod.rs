@@ -1,0 +1,8 @@
+//! Merged reads inside a session (DESIGN §6): the catalog cache shared by a proxy's
+//! sessions, and the planning of statements that read tiered tables.
+
+mod catalog;
+mod path;
+
+pub use catalog::REGISTRY_TTL;
+pub use path::{after_plan, Plan, PlanError, PreparedRead, ReadPath};

@@ -1,0 +1,396 @@
+//! Merged reads (DESIGN §6): a statement that reads a tiered table is rewritten once
+//! (`sql::rewrite`, cached per statement text), and at every execution its cold rows are
+//! found per reference (`sql::predicates` with the Bind values, `cold::scan`) and bound as
+//! parameters after the client's own: per reference, the rows as one array of the table's
+//! row type, then the guard's plan (`coldwire.guard`, catalog v4).
+//!
+//! A simple Query runs as Parse/Bind/Describe/Execute/Sync of the unnamed statement
+//! ([`ReadPath::plan`]); an extended-protocol statement is rewritten at Parse
+//! ([`ReadPath::prepare`]) and given its cold parameters at each Bind
+//! ([`ReadPath::cold_params`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::{BufMut, BytesMut};
+use pg_query::NodeRef;
+
+use super::catalog::{CatalogCache, Registry};
+use crate::catalog::postgres_text;
+use crate::cold::record::encode_record_array;
+use crate::cold::scan::{scan, ColdTable, ScanError};
+use crate::cold::ColdColumn;
+use crate::flush::store::ColdStore;
+use crate::sql::params::BoundParams;
+use crate::sql::predicates::{extract, to_prune, ColumnPredicate};
+use crate::sql::rewrite::rewrite_parsed;
+use crate::wire::extended as ext;
+use crate::wire::messages::{ErrorFields, Severity};
+
+/// Statement texts whose rewrite is remembered; the cache starts over when full.
+const STATEMENT_CACHE_ENTRIES: usize = 1024;
+
+/// (statement text, declared parameter count) → the rewrite (None: nothing to rewrite),
+/// with the registry version it was made under.
+type StatementCache = HashMap<(String, usize), (u64, Option<Arc<PreparedRead>>)>;
+
+/// What to do with a simple Query.
+#[derive(Debug)]
+pub enum Plan {
+    /// Relay it unchanged.
+    PassThrough,
+    /// Send these frames upstream instead (their ParseComplete and BindComplete are
+    /// coldwire's to drop).
+    Run(BytesMut),
+    /// Answer the client with this error (and ReadyForQuery).
+    Fail(ErrorFields),
+}
+
+/// A statement over tiered tables, rewritten and ready to be bound.
+#[derive(Debug)]
+pub struct PreparedRead {
+    /// The rewritten text.
+    pub sql: String,
+    /// Parameters of the client's statement: its highest `$n`, or as many types as its
+    /// Parse declared, whichever is more. coldwire's parameters follow them.
+    pub client_params: usize,
+    references: Vec<PlannedReference>,
+}
+
+impl PreparedRead {
+    /// Parameters coldwire appends at each Bind.
+    pub fn cold_param_count(&self) -> usize {
+        2 * self.references.len()
+    }
+
+    /// The tiered tables the statement reads, each once.
+    pub fn table_ids(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self.references.iter().map(|r| r.table_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
+#[derive(Debug)]
+struct PlannedReference {
+    table_id: i64,
+    /// The conjuncts of its query block that constrain it, `$n` unresolved.
+    predicates: Vec<ColumnPredicate>,
+    row_type: u32,
+}
+
+/// The read path shared by a server's sessions.
+pub struct ReadPath {
+    catalog: CatalogCache,
+    store: ColdStore,
+    max_cold_rows: usize,
+    statements: Mutex<StatementCache>,
+}
+
+impl ReadPath {
+    pub fn new(service: tokio_postgres::Config, store: ColdStore, max_cold_rows: usize) -> Self {
+        Self {
+            catalog: CatalogCache::new(service),
+            store,
+            max_cold_rows,
+            statements: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `sql` may name a tiered table (a case-insensitive substring test over the
+    /// cached names, so a superset). While the names are unknown or stale every statement
+    /// may, so that they are read again.
+    pub fn may_name_tiered(&self, sql: &str) -> bool {
+        match self.catalog.current_registry() {
+            None => true,
+            Some(r) => r.names.iter().any(|n| contains_ignore_ascii_case(sql, n)),
+        }
+    }
+
+    /// Forgets the list of tiered tables, so the next statement reads it again.
+    pub fn invalidate(&self) {
+        self.catalog.invalidate();
+    }
+
+    /// The rewrite of `sql` when it reads tiered tables (`None`: relay it unchanged), for
+    /// a Parse that declared `declared_params` parameter types.
+    ///
+    /// # Errors
+    /// The catalog could not be read.
+    pub async fn prepare(
+        &self,
+        sql: &str,
+        declared_params: usize,
+    ) -> Result<Option<Arc<PreparedRead>>, PlanError> {
+        if !self.may_name_tiered(sql) {
+            return Ok(None);
+        }
+        let registry = self.catalog.registry().await?;
+        if !self.may_name_tiered(sql) {
+            return Ok(None);
+        }
+        let key = (sql.to_owned(), declared_params);
+        if let Some((version, found)) = self
+            .statements
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            if *version == registry.version {
+                return Ok(found.clone());
+            }
+        }
+        let prepared = rewrite(sql, declared_params, &registry).map(Arc::new);
+        let mut statements = self
+            .statements
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if statements.len() >= STATEMENT_CACHE_ENTRIES {
+            statements.clear();
+        }
+        statements.insert(key, (registry.version, prepared.clone()));
+        Ok(prepared)
+    }
+
+    /// coldwire's parameters for one execution of `prepared` with the client's `params`:
+    /// per reference, the cold rows that may match, then the guard's plan. Tables in `at`
+    /// are planned for the generation given there (what the client's transaction sees);
+    /// the others for their current one, read from the catalog when `fresh` (a retry after
+    /// the guard failed).
+    ///
+    /// # Errors
+    /// The catalog or the cold store could not be read; too many cold rows; cold text for
+    /// a session whose client_encoding is not UTF-8.
+    pub async fn cold_params(
+        &self,
+        prepared: &PreparedRead,
+        params: &BoundParams<'_>,
+        at: &HashMap<i64, i64>,
+        fresh: bool,
+    ) -> Result<Vec<BytesMut>, PlanError> {
+        let mut tables: HashMap<i64, Arc<ColdTable>> = HashMap::new();
+        for id in prepared.table_ids() {
+            let table = match at.get(&id) {
+                Some(generation) => self.catalog.cold_table_at(id, *generation).await?,
+                None => self.catalog.cold_table(id, fresh).await?,
+            };
+            tables.insert(id, table);
+        }
+        let mut out = Vec::with_capacity(prepared.cold_param_count());
+        for r in &prepared.references {
+            let cold = &tables[&r.table_id];
+            let predicates = to_prune(&r.predicates, &cold.columns, params);
+            let found = scan(&self.store, cold, &predicates, self.max_cold_rows).await?;
+            let rows = found.rows.num_rows();
+            tracing::debug!(
+                table = %cold.name,
+                rows,
+                segments_pruned = found.stats.segments_pruned,
+                row_groups_pruned = found.stats.row_groups_pruned,
+                bytes = found.stats.bytes_read,
+                "cold rows injected"
+            );
+            metrics::counter!(crate::metrics::COLD_ROWS_INJECTED_TOTAL).increment(rows as u64);
+            metrics::counter!(crate::metrics::COLD_BYTES_READ_TOTAL)
+                .increment(found.stats.bytes_read);
+            metrics::counter!(crate::metrics::COLD_SEGMENTS_PRUNED_TOTAL)
+                .increment(found.stats.segments_pruned as u64);
+            if rows > 0 && !params.utf8 {
+                return Err(PlanError::Encoding);
+            }
+            let columns: Vec<ColdColumn> = cold
+                .columns
+                .iter()
+                .map(|c| ColdColumn::new(c.name.clone(), c.ty))
+                .collect();
+            let mut array = BytesMut::new();
+            encode_record_array(&columns, r.row_type, &found.rows, &mut array)
+                .map_err(|e| PlanError::Catalog(e.to_string()))?;
+            out.push(array);
+            out.push(jsonb(&serde_json::json!({ "planned": cold.generation })));
+        }
+        metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "read").increment(1);
+        Ok(out)
+    }
+
+    /// Parameters that make the statement fail with `error` where it reads a tiered table
+    /// (the guard raises it), for a Bind coldwire could not plan: the error then reaches
+    /// the client in protocol order, like any error of the statement.
+    pub fn refusal_params(prepared: &PreparedRead, error: &ErrorFields) -> Vec<BytesMut> {
+        let mut refusal = serde_json::json!({"code": error.code, "message": error.message});
+        if let Some(hint) = &error.hint {
+            refusal["hint"] = hint.clone().into();
+        }
+        let plan = jsonb(&serde_json::json!({ "refusal": refusal }));
+        prepared
+            .references
+            .iter()
+            .flat_map(|r| {
+                let mut empty = BytesMut::with_capacity(12);
+                empty.put_i32(0); // no dimensions
+                empty.put_i32(0); // no NULLs
+                empty.put_u32(r.row_type);
+                [empty, plan.clone()]
+            })
+            .collect()
+    }
+
+    /// The plan for one simple Query already prepared (with no declared parameters);
+    /// `at` and `fresh` as for [`ReadPath::cold_params`], `utf8` whether the session's
+    /// client_encoding is UTF-8.
+    pub async fn plan(
+        &self,
+        prepared: &PreparedRead,
+        at: &HashMap<i64, i64>,
+        fresh: bool,
+        utf8: bool,
+    ) -> Plan {
+        let params = BoundParams {
+            utf8,
+            ..BoundParams::none()
+        };
+        match self.cold_params(prepared, &params, at, fresh).await {
+            Ok(values) => {
+                let mut out = BytesMut::new();
+                let values: Vec<Option<&[u8]>> = values.iter().map(|p| Some(&p[..])).collect();
+                ext::run_unnamed(&mut out, &prepared.sql, &values);
+                Plan::Run(out)
+            }
+            Err(e) => Plan::Fail(e.client_error()),
+        }
+    }
+}
+
+/// The rewrite of `sql` under `registry`, when it reads tiered tables. One statement only:
+/// a string of several keeps the simple protocol's own transaction rules, and anything
+/// the rewrite refuses (writes, locking reads) is relayed unchanged.
+fn rewrite(sql: &str, declared_params: usize, registry: &Registry) -> Option<PreparedRead> {
+    let parsed = pg_query::parse(sql, 0).ok()?;
+    if parsed.protobuf.stmts.len() != 1 {
+        return None;
+    }
+    let highest_param = parsed
+        .protobuf
+        .nodes()
+        .iter()
+        .filter_map(|(node, ..)| match node {
+            NodeRef::ParamRef(p) => usize::try_from(p.number).ok(),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let client_params = highest_param.max(declared_params);
+    let rewritten = rewrite_parsed(sql, &parsed, client_params, |schema, name| {
+        registry.unique(schema, name).map(|t| t.table.clone())
+    })
+    .ok()??;
+    let references = rewritten
+        .references
+        .iter()
+        .map(|r| {
+            Some(PlannedReference {
+                table_id: r.table_id,
+                predicates: extract(&parsed, r.location, &r.name),
+                row_type: registry.by_id(r.table_id)?.row_type,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(PreparedRead {
+        sql: rewritten.sql,
+        client_params,
+        references,
+    })
+}
+
+/// `value` in jsonb's binary format (version byte 1, then the text).
+fn jsonb(value: &serde_json::Value) -> BytesMut {
+    let text = value.to_string();
+    let mut out = BytesMut::with_capacity(text.len() + 1);
+    out.put_u8(1);
+    out.put_slice(text.as_bytes());
+    out
+}
+
+/// Whether `haystack` contains `needle` (lower-case ASCII or any UTF-8), ignoring ASCII
+/// case: the cheap name test, without allocating.
+fn contains_ignore_ascii_case(haystack: &str, needle: &str) -> bool {
+    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
+    if n.is_empty() {
+        return true;
+    }
+    h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
+}
+
+/// The `after_read_plan` failpoint (tests widen the window between planning a read and
+/// running it, so that flushes finalize in between and the guard fires).
+pub async fn after_plan() {
+    crate::flush::failpoint::hit("after_read_plan").await;
+}
+
+/// Why a read could not be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("{0}")]
+    Catalog(String),
+    #[error("{}", postgres_text(.0))]
+    Postgres(#[from] tokio_postgres::Error),
+    #[error(transparent)]
+    Scan(#[from] ScanError),
+    #[error("cold rows can only be sent to sessions whose client_encoding is UTF8")]
+    Encoding,
+}
+
+impl PlanError {
+    /// What the client is told (without store locations or catalog details).
+    pub fn client_error(&self) -> ErrorFields {
+        match self {
+            PlanError::Scan(ScanError::TooManyRows { table, cap }) => error(
+                "54000",
+                format!("coldwire: the query would read more than {cap} cold rows of {table}"),
+                Some("Add a condition on the primary key, or raise max_cold_rows in coldwire's configuration.".into()),
+            ),
+            PlanError::Encoding => error(
+                "0A000",
+                "coldwire: cold rows of tiered tables are served only to sessions with client_encoding UTF8".into(),
+                Some("SET client_encoding = 'UTF8', or convert on the client.".into()),
+            ),
+            e => {
+                tracing::warn!(error = %e, "cold read failed");
+                error(
+                    "58030",
+                    "coldwire could not read the cold tier".into(),
+                    Some("The proxy's log has the cause.".into()),
+                )
+            }
+        }
+    }
+}
+
+fn error(code: &str, message: String, hint: Option<String>) -> ErrorFields {
+    ErrorFields {
+        severity: Severity::Error,
+        code: code.to_owned(),
+        message,
+        detail: None,
+        hint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_name_test_ignores_ascii_case_only() {
+        assert!(contains_ignore_ascii_case("SELECT * FROM Events", "events"));
+        assert!(contains_ignore_ascii_case(
+            "select 1 from \"EVENTS\"",
+            "events"
+        ));
+        assert!(!contains_ignore_ascii_case("SELECT 1", "events"));
+        // Non-ASCII letters must match exactly (Postgres folds only ASCII in identifiers).
+        assert!(!contains_ignore_ascii_case("från Ärende", "ärende"));
+        assert!(contains_ignore_ascii_case("x ärende", "ärende"));
+    }
+}

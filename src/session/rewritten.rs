@@ -1,0 +1,335 @@
+//! Client messages that read tiered tables (DESIGN §6.2): which ones coldwire must plan,
+//! what it sends upstream in their place, and the shape of extended-protocol groups,
+//! which decides whether a guard failure in one can be retried unseen (DESIGN §6.4).
+//!
+//! - A simple Query is planned whole and runs as the unnamed statement
+//!   ([`plan_query`]); its ParseComplete and BindComplete are coldwire's.
+//! - A Parse is rewritten ([`prepare`]) under the client's statement name; its
+//!   ParameterDescription is trimmed to the client's parameters (`SessionState`).
+//! - A Bind of a rewritten statement gets its cold parameters appended ([`bind`]); when
+//!   they cannot be planned, parameters that make the guard raise the error instead, so
+//!   it reaches the client in protocol order.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError};
+
+use bytes::{BufMut, BytesMut};
+
+use super::admin::Answer;
+use super::reads::{Plan, PreparedRead, ReadPath};
+use super::relay::Shared;
+use super::state::{Phase, Retry, RewrittenStatement, SessionState};
+use super::SessionError;
+use crate::sql::params::BoundParams;
+use crate::wire::extended::{self as ext, Bind, Parse};
+use crate::wire::messages as msg;
+use crate::wire::messages::ErrorFields;
+use crate::wire::WireError;
+
+/// Where the client direction stops draining to do something asynchronous.
+pub enum Stop {
+    /// Answer an admin call.
+    Admin(Answer),
+    /// Plan a simple Query that may read a tiered table (this frame).
+    Read(BytesMut),
+    /// Rewrite a Parse whose statement may read a tiered table.
+    Prepare(BytesMut),
+    /// Give a Bind of a rewritten statement its cold parameters.
+    Bind(BytesMut),
+}
+
+/// The stop a client frame on its way upstream needs, if it reads tiered tables.
+///
+/// # Errors
+/// A malformed Parse or Bind.
+pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<Stop>, WireError> {
+    let Some(reads) = &shared.ctx.reads else {
+        return Ok(None);
+    };
+    Ok(match tag {
+        msg::QUERY if query_text(frame).is_some_and(|sql| reads.may_name_tiered(sql)) => {
+            Some(Stop::Read(BytesMut::from(frame)))
+        }
+        msg::PARSE if reads.may_name_tiered(Parse::decode(frame)?.query) => {
+            Some(Stop::Prepare(BytesMut::from(frame)))
+        }
+        msg::BIND => {
+            let bind = Bind::decode(frame)?;
+            let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state
+                .rewritten_statement(bind.statement)
+                .is_some()
+                .then(|| Stop::Bind(BytesMut::from(frame)))
+        }
+        _ => None,
+    })
+}
+
+/// The SQL text of a Query frame.
+pub fn query_text(frame: &[u8]) -> Option<&str> {
+    let body = frame.get(5..)?;
+    let end = body.iter().position(|&b| b == 0)?;
+    std::str::from_utf8(&body[..end]).ok()
+}
+
+/// Whether the session's client_encoding is one cold text can be sent in unconverted.
+fn utf8_session(state: &SessionState) -> bool {
+    state
+        .parameters
+        .get("client_encoding")
+        .is_none_or(|e| e.eq_ignore_ascii_case("UTF8") || e.eq_ignore_ascii_case("SQL_ASCII"))
+}
+
+fn read_path<'a>(shared: &'a Shared<'_>) -> &'a ReadPath {
+    shared
+        .ctx
+        .reads
+        .as_ref()
+        .expect("read stops exist only with a read path")
+}
+
+/// The rewrite of a simple Query, when it reads tiered tables.
+pub async fn prepare_query(
+    query: &[u8],
+    shared: &Shared<'_>,
+) -> Result<Option<Arc<PreparedRead>>, ErrorFields> {
+    match query_text(query) {
+        Some(sql) => read_path(shared)
+            .prepare(sql, 0)
+            .await
+            .map_err(|e| e.client_error()),
+        None => Ok(None),
+    }
+}
+
+/// The plan for a simple Query already prepared; `at` and `fresh` as for
+/// [`ReadPath::cold_params`].
+pub async fn plan_query(
+    prepared: &PreparedRead,
+    at: &HashMap<i64, i64>,
+    fresh: bool,
+    shared: &Shared<'_>,
+) -> Plan {
+    let utf8 = utf8_session(&shared.state.lock().unwrap_or_else(PoisonError::into_inner));
+    read_path(shared).plan(prepared, at, fresh, utf8).await
+}
+
+/// The rewrite of a Parse's statement, when it reads tiered tables (relayed unchanged
+/// when it cannot be prepared: Postgres then sees the hot rows only, as without coldwire,
+/// and the statement is planned again at its next Parse).
+///
+/// # Errors
+/// A malformed Parse.
+pub async fn prepare(
+    frame: &[u8],
+    shared: &Shared<'_>,
+) -> Result<Option<Arc<PreparedRead>>, SessionError> {
+    let parse = Parse::decode(frame)?;
+    match read_path(shared)
+        .prepare(parse.query, parse.param_types.len())
+        .await
+    {
+        Ok(p) => Ok(p),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not prepare a read of a tiered table");
+            Ok(None)
+        }
+    }
+}
+
+/// The Parse to send for the client's `frame` with its rewrite `read` (if any), recorded
+/// under the client's statement name.
+///
+/// # Errors
+/// A malformed Parse.
+pub fn parse_to_send(
+    frame: &[u8],
+    read: Option<Arc<PreparedRead>>,
+    shared: &Shared<'_>,
+) -> Result<BytesMut, SessionError> {
+    let parse = Parse::decode(frame)?;
+    let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+    state.parse_sent(parse.statement);
+    let Some(read) = read else {
+        state.statement_parsed(parse.statement, None);
+        return Ok(BytesMut::from(frame));
+    };
+    let mut out = BytesMut::new();
+    ext::encode_parse(&mut out, parse.statement, &read.sql, &parse.param_types);
+    state.statement_parsed(
+        parse.statement,
+        Some(RewrittenStatement {
+            read,
+            param_types: parse.param_types,
+        }),
+    );
+    Ok(out)
+}
+
+/// The tables the client's Bind `frame` reads, if it binds a rewritten statement.
+pub fn bound_tables(frame: &[u8], shared: &Shared<'_>) -> Vec<i64> {
+    let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+    Bind::decode(frame)
+        .ok()
+        .and_then(|b| {
+            state
+                .rewritten_statement(b.statement)
+                .map(|s| s.read.table_ids())
+        })
+        .unwrap_or_default()
+}
+
+/// The Bind to send for the client's Bind `frame` of a rewritten statement: the client's
+/// parameters, then coldwire's; `at` and `fresh` as for [`ReadPath::cold_params`].
+///
+/// # Errors
+/// A malformed Bind.
+pub async fn bind(
+    frame: &[u8],
+    at: &HashMap<i64, i64>,
+    fresh: bool,
+    shared: &Shared<'_>,
+) -> Result<BytesMut, SessionError> {
+    let bind = Bind::decode(frame)?;
+    let (statement, utf8) = {
+        let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+        (
+            state.rewritten_statement(bind.statement).cloned(),
+            utf8_session(&state),
+        )
+    };
+    let Some(statement) = statement else {
+        return Ok(BytesMut::from(frame));
+    };
+    let read = &statement.read;
+    if bind.params.len() != read.client_params {
+        // Postgres refuses the Bind for its parameter count; let it say so.
+        return Ok(BytesMut::from(frame));
+    }
+    let params = BoundParams {
+        values: bind.params.clone(),
+        binary: (0..bind.params.len()).map(|i| bind.is_binary(i)).collect(),
+        declared: statement.param_types.clone(),
+        utf8,
+    };
+    let cold = match read_path(shared)
+        .cold_params(read, &params, at, fresh)
+        .await
+    {
+        Ok(values) => values,
+        Err(e) => ReadPath::refusal_params(read, &e.client_error()),
+    };
+    let mut out = BytesMut::new();
+    bind.encode_with_extra(&cold, &mut out);
+    Ok(out)
+}
+
+/// The statement name and portal of coldwire's own statements in a session.
+const OWN_STATEMENT: &str = "coldwire_own";
+
+/// coldwire's own group that asks `coldwire.read_lock` for `tables` (DESIGN §6.4):
+/// closes any leftover of an earlier one first (closing a name that does not exist is no
+/// error), never touches the client's unnamed statement or portal, ends with its own Sync
+/// (sent only inside a transaction block, where a Sync ends nothing).
+pub fn read_lock_frames(tables: &[i64]) -> BytesMut {
+    let mut ids = BytesMut::new();
+    ids.put_i32(1); // one dimension
+    ids.put_i32(0); // no NULLs
+    ids.put_u32(20); // int8
+    ids.put_i32(tables.len() as i32);
+    ids.put_i32(1);
+    for id in tables {
+        ids.put_i32(8);
+        ids.put_i64(*id);
+    }
+    let mut out = BytesMut::new();
+    ext::encode_close(&mut out, b'P', OWN_STATEMENT);
+    ext::encode_close(&mut out, b'S', OWN_STATEMENT);
+    ext::encode_parse(
+        &mut out,
+        OWN_STATEMENT,
+        "SELECT table_id, generation FROM coldwire.read_lock($1)",
+        &[1016],
+    );
+    ext::encode_bind(&mut out, OWN_STATEMENT, OWN_STATEMENT, &[Some(&ids)], true);
+    ext::encode_execute(&mut out, OWN_STATEMENT);
+    ext::encode_close(&mut out, b'P', OWN_STATEMENT);
+    ext::encode_close(&mut out, b'S', OWN_STATEMENT);
+    out.extend_from_slice(&ext::empty(msg::SYNC));
+    out
+}
+
+/// The (table, generation) pairs of `coldwire.read_lock`'s binary rows.
+pub fn read_lock_rows(rows: &[Vec<Option<Vec<u8>>>]) -> HashMap<i64, i64> {
+    let int8 = |v: &Option<Vec<u8>>| {
+        v.as_deref()
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(i64::from_be_bytes)
+    };
+    rows.iter()
+        .filter_map(|r| Some((int8(r.first()?)?, int8(r.get(1)?)?)))
+        .collect()
+}
+
+/// The shape of the extended-protocol group the client is sending, as far as retrying a
+/// guard failure goes: retried unseen only when the group started with nothing
+/// outstanding outside a transaction block and holds nothing but Parses, Describes, one
+/// Bind of a rewritten statement and one Execute of its portal — so running that Bind and
+/// Execute again repeats exactly what failed and nothing else.
+#[derive(Debug, Default)]
+pub struct GroupShape {
+    messages: usize,
+    started_quiet: bool,
+    bind: Option<(BytesMut, String)>,
+    execute: Option<BytesMut>,
+    other: bool,
+}
+
+impl GroupShape {
+    /// A client frame went upstream in this group; `rewritten_bind` is the client's own
+    /// Bind frame when coldwire rewrote it.
+    pub fn on_frame(&mut self, tag: u8, frame: &[u8], rewritten_bind: bool, state: &SessionState) {
+        if self.messages == 0 {
+            self.started_quiet = state.outstanding_syncs() == 0 && state.phase == Phase::Idle;
+        }
+        self.messages += 1;
+        match tag {
+            msg::PARSE if self.bind.is_none() => {}
+            msg::DESCRIBE => {}
+            msg::BIND if rewritten_bind && self.bind.is_none() => match Bind::decode(frame) {
+                Ok(b) => self.bind = Some((BytesMut::from(frame), b.portal.to_owned())),
+                Err(_) => self.other = true,
+            },
+            msg::EXECUTE if self.execute.is_none() => {
+                let ours = self.bind.as_ref().is_some_and(|(_, portal)| {
+                    ext::execute_portal(frame).is_ok_and(|p| p == portal.as_str())
+                });
+                if ours {
+                    self.execute = Some(BytesMut::from(frame));
+                } else {
+                    self.other = true;
+                }
+            }
+            _ => self.other = true,
+        }
+    }
+
+    /// The group ends with a Sync; `streamed` says whether frames coldwire did not look
+    /// at went upstream in it. What to send again if its guard fails, if anything.
+    pub fn finish(&mut self, streamed: bool) -> Option<Retry> {
+        let shape = std::mem::take(self);
+        match (shape.bind, shape.execute) {
+            (Some((bind, _)), Some(execute))
+                if shape.started_quiet && !shape.other && !streamed =>
+            {
+                Some(Retry::Bind { bind, execute })
+            }
+            _ => None,
+        }
+    }
+
+    /// A simple Query or FunctionCall ends whatever group was under way.
+    pub fn reset(&mut self) {
+        *self = GroupShape::default();
+    }
+}

@@ -1,0 +1,167 @@
+//! A Bind's parameter values as constants for cold pruning (DESIGN §6.3). A value is used
+//! only where its type is certain: the type the client declared in Parse, or, when it
+//! declared none, the column's own type (Postgres infers an untyped `$n` compared with a
+//! column as that column's type). Anything else yields no constant, so the planner simply
+//! prunes less (invariant 7).
+
+use super::predicates::Constant;
+use crate::cold::{ScalarType, TextKind};
+
+/// Type OIDs a parameter may be declared with.
+mod oid {
+    pub const INT8: u32 = 20;
+    pub const INT2: u32 = 21;
+    pub const INT4: u32 = 23;
+    pub const TEXT: u32 = 25;
+    pub const UNKNOWN: u32 = 705;
+    pub const VARCHAR: u32 = 1043;
+    pub const UUID: u32 = 2950;
+}
+
+/// The client's parameter values of one Bind.
+#[derive(Debug, Clone, Default)]
+pub struct BoundParams<'a> {
+    /// Per parameter, in order: the value (None: NULL).
+    pub values: Vec<Option<&'a [u8]>>,
+    /// Per parameter: binary format.
+    pub binary: Vec<bool>,
+    /// Per parameter: the type declared in Parse (0 or missing: inferred by the server).
+    pub declared: Vec<u32>,
+    /// Text values are usable only when the session sends UTF-8 (or SQL_ASCII), the
+    /// encoding cold values are stored in.
+    pub utf8: bool,
+}
+
+impl BoundParams<'_> {
+    /// No parameters (a simple Query).
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Parameter `number` (1-based) as a constant comparable with a column of type
+    /// `column`, when its value and type are known.
+    pub fn constant(&self, number: u32, column: ScalarType) -> Option<Constant> {
+        let i = usize::try_from(number).ok()?.checked_sub(1)?;
+        let value = (*self.values.get(i)?)?;
+        let declared = self.declared.get(i).copied().unwrap_or(0);
+        let int_column = matches!(
+            column,
+            ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8
+        );
+        let text_column = matches!(column, ScalarType::Text(TextKind::Text | TextKind::Varchar));
+        if !self.binary.get(i).copied().unwrap_or(false) {
+            // Text format: Postgres parses it as the parameter's type; an integer's text
+            // is the same integer in every numeric type, and text compared with a text
+            // column is that text.
+            let text = std::str::from_utf8(value).ok()?;
+            let usable = match declared {
+                0 | oid::UNKNOWN => true,
+                oid::INT2 | oid::INT4 | oid::INT8 => int_column,
+                oid::TEXT | oid::VARCHAR => text_column,
+                oid::UUID => column == ScalarType::Uuid,
+                _ => false,
+            };
+            return (usable && (self.utf8 || text.is_ascii()))
+                .then(|| Constant::Text(text.to_owned()));
+        }
+        let ty = match declared {
+            0 => match column {
+                ScalarType::Int2 => oid::INT2,
+                ScalarType::Int4 => oid::INT4,
+                ScalarType::Int8 => oid::INT8,
+                ScalarType::Text(TextKind::Text) => oid::TEXT,
+                ScalarType::Text(TextKind::Varchar) => oid::VARCHAR,
+                ScalarType::Uuid => oid::UUID,
+                _ => return None,
+            },
+            other => other,
+        };
+        match (ty, value.len()) {
+            (oid::INT2, 2) if int_column => Some(Constant::Int(
+                i16::from_be_bytes(value.try_into().ok()?).into(),
+            )),
+            (oid::INT4, 4) if int_column => Some(Constant::Int(
+                i32::from_be_bytes(value.try_into().ok()?).into(),
+            )),
+            (oid::INT8, 8) if int_column => {
+                Some(Constant::Int(i64::from_be_bytes(value.try_into().ok()?)))
+            }
+            (oid::TEXT | oid::VARCHAR, _) if text_column => {
+                let text = std::str::from_utf8(value).ok()?;
+                (self.utf8 || text.is_ascii()).then(|| Constant::Text(text.to_owned()))
+            }
+            (oid::UUID, 16) if column == ScalarType::Uuid => Some(Constant::Text(
+                uuid::Uuid::from_slice(value).ok()?.hyphenated().to_string(),
+            )),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one<'a>(value: &'a [u8], binary: bool, declared: u32) -> BoundParams<'a> {
+        BoundParams {
+            values: vec![Some(value)],
+            binary: vec![binary],
+            declared: vec![declared],
+            utf8: true,
+        }
+    }
+
+    #[test]
+    fn binary_integers_need_a_known_width() {
+        let eight = 42i64.to_be_bytes();
+        assert_eq!(
+            one(&eight, true, 0).constant(1, ScalarType::Int8),
+            Some(Constant::Int(42))
+        );
+        // An untyped parameter compared with an int4 column is int4: eight bytes are not.
+        assert_eq!(one(&eight, true, 0).constant(1, ScalarType::Int4), None);
+        let four = (-7i32).to_be_bytes();
+        assert_eq!(
+            one(&four, true, oid::INT4).constant(1, ScalarType::Int8),
+            Some(Constant::Int(-7))
+        );
+        // Declared numeric (1700): its binary form is not an integer's.
+        assert_eq!(one(&eight, true, 1700).constant(1, ScalarType::Int8), None);
+    }
+
+    #[test]
+    fn text_values_follow_the_declared_type_and_encoding() {
+        assert_eq!(
+            one(b"17", false, 0).constant(1, ScalarType::Int8),
+            Some(Constant::Text("17".into()))
+        );
+        assert_eq!(one(b"17", false, 701).constant(1, ScalarType::Int8), None);
+        assert_eq!(
+            one("é".as_bytes(), true, 0).constant(1, ScalarType::Text(TextKind::Text)),
+            Some(Constant::Text("é".into()))
+        );
+        let latin = BoundParams {
+            utf8: false,
+            ..one("é".as_bytes(), false, 0)
+        };
+        assert_eq!(latin.constant(1, ScalarType::Text(TextKind::Text)), None);
+        let u = uuid::Uuid::from_u128(5);
+        assert_eq!(
+            one(u.as_bytes(), true, 0).constant(1, ScalarType::Uuid),
+            Some(Constant::Text(u.hyphenated().to_string()))
+        );
+    }
+
+    #[test]
+    fn nulls_and_missing_parameters_give_nothing() {
+        let p = BoundParams {
+            values: vec![None],
+            binary: vec![false],
+            declared: vec![],
+            utf8: true,
+        };
+        assert_eq!(p.constant(1, ScalarType::Int8), None);
+        assert_eq!(p.constant(2, ScalarType::Int8), None);
+        assert_eq!(p.constant(0, ScalarType::Int8), None);
+    }
+}

@@ -1,0 +1,394 @@
+//! Merged reads in the extended protocol: prepared statements (named and unnamed) over a
+//! tiered table return, byte for byte in binary format, what the same statements return on
+//! a plain control table, with Bind values used for cold pruning, across flushes, inside
+//! REPEATABLE READ while flushes finalize, for raw pipelines, pgbench and tokio-postgres.
+
+mod common;
+
+use common::raw::{self, tags, RawConn};
+use common::{
+    admin_call, binary_rows, cluster, connect_direct, create_db, http_get, pg_bin, sample,
+    simple_rows, Proxy,
+};
+use tokio_postgres::types::Type;
+
+const SCHEMA: &str = "CREATE TABLE events(id bigint PRIMARY KEY, kind text, amount numeric(10,2), at timestamptz, tags text[], small int);
+     CREATE TABLE control(LIKE events INCLUDING ALL);
+     INSERT INTO events SELECT g, 'k' || g % 4, g / 4.0, '2026-01-01'::timestamptz + g * interval '1 minute', ARRAY[g::text], g % 100
+     FROM generate_series(1, 3000) g;
+     INSERT INTO control SELECT * FROM events;";
+
+/// A tiered `events` table (mostly cold after one flush) beside a plain `control` copy;
+/// the proxy and a client through it.
+async fn flushed_events(
+    db: &str,
+    store: &str,
+    extra: &[&str],
+) -> (Proxy, tokio_postgres::Client, tokio_postgres::Client) {
+    let direct = connect_direct(db).await;
+    direct.batch_execute(SCHEMA).await.unwrap();
+    let url = cluster().url(db);
+    let mut args = vec!["--service-url", &url, "--cold-store", store];
+    args.extend_from_slice(extra);
+    let proxy = Proxy::start(&args).await;
+    let c = proxy.connect(db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 200, "min_flush_rows": 100, "max_rows_per_file": 1000, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    (proxy, c, direct)
+}
+
+/// Applies `sql` (with `{t}` for the table) to the tiered table through coldwire and to
+/// the control table directly.
+async fn both(c: &tokio_postgres::Client, direct: &tokio_postgres::Client, sql: &str) {
+    c.batch_execute(&sql.replace("{t}", "events"))
+        .await
+        .unwrap();
+    direct
+        .batch_execute(&sql.replace("{t}", "control"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn prepared_statements_see_cold_rows_with_bind_values_and_survive_flushes() {
+    let db = create_db("extreads");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, c, direct) =
+        flushed_events(&db, &store, &["--metrics-listen", "127.0.0.1:0"]).await;
+    both(&c, &direct, "UPDATE {t} SET kind = 'late' WHERE id > 2950; INSERT INTO {t} VALUES (5000, 'new', 1, '2026-06-01', '{}', 7)").await;
+
+    // The client sees its own parameters only, typed as on the plain table.
+    let lookup = c
+        .prepare("SELECT * FROM events WHERE id = $1")
+        .await
+        .unwrap();
+    assert_eq!(lookup.params(), &[Type::INT8]);
+    let control_lookup = direct
+        .prepare("SELECT * FROM control WHERE id = $1")
+        .await
+        .unwrap();
+    let types = |s: &tokio_postgres::Statement| {
+        s.columns()
+            .iter()
+            .map(|c| (c.name().to_owned(), c.type_().clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(types(&lookup), types(&control_lookup));
+
+    let metrics = proxy.metrics_addr.unwrap();
+    let pruned_before = sample(
+        &http_get(metrics, "/metrics").await,
+        "coldwire_cold_segments_pruned_total",
+        "",
+    )
+    .unwrap_or(0.0);
+    for id in [1i64, 17, 999, 1000, 1001, 2800, 2999, 5000, 7777, -1] {
+        let got = c.query(&lookup, &[&id]).await.unwrap();
+        let expected = direct.query(&control_lookup, &[&id]).await.unwrap();
+        assert_eq!(got.len(), expected.len(), "id {id}");
+        let raw = |rows: &[tokio_postgres::Row]| {
+            rows.iter()
+                .map(|r| {
+                    (0..r.len())
+                        .map(|i| r.get::<_, common::RawValue>(i))
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(raw(&got), raw(&expected), "id {id}");
+    }
+    let pruned_after = sample(
+        &http_get(metrics, "/metrics").await,
+        "coldwire_cold_segments_pruned_total",
+        "",
+    )
+    .unwrap();
+    assert!(
+        pruned_after - pruned_before >= 10.0,
+        "point lookups by a Bind value prune segments: {pruned_before} -> {pruned_after}"
+    );
+
+    // More shapes, parameters of several types and formats, binary results compared
+    // byte for byte.
+    let kinds = ["k1", "late", "none"];
+    let small: i32 = 42;
+    let ids: Vec<i64> = vec![3, 1500, 2999, 5000];
+    let (lo, hi) = (950i64, 1100i64);
+    let cases: Vec<(&str, Vec<&(dyn tokio_postgres::types::ToSql + Sync)>)> = vec![
+        ("SELECT id, kind, amount FROM {t} WHERE id BETWEEN $1 AND $2 ORDER BY id", vec![&lo, &hi]),
+        ("SELECT count(*), sum(amount) FROM {t} WHERE kind = $1", vec![&kinds[0]]),
+        ("SELECT count(*) FROM {t} WHERE kind = $1", vec![&kinds[1]]),
+        ("SELECT count(*) FROM {t} WHERE kind = $1", vec![&kinds[2]]),
+        ("SELECT id, at, tags FROM {t} WHERE id = ANY($1) ORDER BY id", vec![&ids]),
+        ("SELECT id FROM {t} WHERE small = $1 AND id > $2 ORDER BY id", vec![&small, &lo]),
+        ("SELECT e.id, f.kind FROM {t} e JOIN {t} f ON f.id = e.id + 1 WHERE e.id < $1 ORDER BY 1", vec![&lo]),
+        ("SELECT max(id), min(at) FROM {t}", vec![]),
+    ];
+    for (sql, params) in &cases {
+        let got = binary_rows(&c, &sql.replace("{t}", "events"), params)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        let expected = binary_rows(&direct, &sql.replace("{t}", "control"), params)
+            .await
+            .unwrap();
+        assert!(!expected.is_empty(), "{sql}");
+        assert_eq!(got, expected, "{sql}");
+    }
+
+    // A statement prepared once keeps seeing every row while flushes move them.
+    let count = c
+        .prepare("SELECT count(*), sum(id), sum(amount)::text FROM events WHERE id >= $1")
+        .await
+        .unwrap();
+    let control_count = direct
+        .prepare("SELECT count(*), sum(id), sum(amount)::text FROM control WHERE id >= $1")
+        .await
+        .unwrap();
+    for round in 0..3i64 {
+        let first = 6000 + round * 500;
+        both(
+            &c,
+            &direct,
+            &format!("INSERT INTO {{t}} SELECT g, 'r{round}', g / 8.0, '2026-04-01', NULL, 1 FROM generate_series({first}, {}) g; UPDATE {{t}} SET amount = amount + 1 WHERE id >= {first} AND id % 7 = {round}", first + 399),
+        )
+        .await;
+        admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+            .await
+            .unwrap();
+        for from in [0i64, 2000, 6000] {
+            let got = c.query_one(&count, &[&from]).await.unwrap();
+            let expected = direct.query_one(&control_count, &[&from]).await.unwrap();
+            let pair =
+                |r: &tokio_postgres::Row| (r.get::<_, i64>(0), r.get::<_, Option<String>>(2));
+            assert_eq!(pair(&got), pair(&expected), "round {round}, from {from}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn unnamed_statements_pipelines_and_refusals_keep_protocol_order() {
+    let db = create_db("extraw");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, _c, _direct) = flushed_events(&db, &store, &[]).await;
+    let mut conn = RawConn::ready(proxy.addr, &db).await;
+
+    // Parse, Describe statement, Bind (text parameter), Describe portal, Execute, Sync.
+    let mut group = raw::parse("", "SELECT kind, id FROM events WHERE id = $1");
+    group.extend(raw::frame(b'D', b"S\0"));
+    group.extend(raw::bind("", &["5"]));
+    group.extend(raw::frame(b'D', b"P\0"));
+    group.extend(raw::execute());
+    group.extend(raw::sync());
+    conn.send(&group).await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "1tT2TDCZ", "{msgs:?}");
+    let description = &msgs[1].body;
+    assert_eq!(&description[..2], &[0, 1], "one parameter: {description:?}");
+    let row = &msgs[5].body;
+    assert!(row.windows(2).any(|w| w == b"k1"), "{row:?}");
+
+    // Two groups pipelined, the second on a named statement, then a Bind of the unnamed
+    // statement again with another value.
+    let mut pipeline = raw::parse("byid", "SELECT kind FROM events WHERE id = $1 OR id = $2");
+    pipeline.extend(raw::bind("byid", &["6", "2999"]));
+    pipeline.extend(raw::execute());
+    pipeline.extend(raw::sync());
+    pipeline.extend(raw::bind("", &["7"]));
+    pipeline.extend(raw::execute());
+    pipeline.extend(raw::sync());
+    conn.send(&pipeline).await;
+    let first = conn.until_ready().await;
+    assert_eq!(tags(&first), "12DDCZ", "{first:?}");
+    let second = conn.until_ready().await;
+    assert_eq!(tags(&second), "2DCZ", "{second:?}");
+    assert!(second[1].body.windows(2).any(|w| w == b"k3"));
+
+    // A simple Query in between replaces the unnamed statement; a Bind of it then fails
+    // as in Postgres, and the named one still works.
+    conn.send(&raw::query("SELECT 1")).await;
+    conn.until_ready().await;
+    conn.send(&[raw::bind("", &["7"]), raw::execute(), raw::sync()].concat())
+        .await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "EZ", "{msgs:?}");
+    conn.send(&[raw::bind("byid", &["8", "9"]), raw::execute(), raw::sync()].concat())
+        .await;
+    assert_eq!(tags(&conn.until_ready().await), "2DDCZ");
+}
+
+#[tokio::test]
+async fn a_bind_over_the_cold_row_cap_fails_in_order_and_the_session_goes_on() {
+    let db = create_db("extcap");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, _c, _direct) = flushed_events(&db, &store, &["--max-cold-rows", "500"]).await;
+    let mut conn = RawConn::ready(proxy.addr, &db).await;
+    let mut group = raw::parse("", "SELECT count(*) FROM events WHERE id > $1");
+    group.extend(raw::bind("", &["0"]));
+    group.extend(raw::execute());
+    group.extend(raw::sync());
+    conn.send(&group).await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "12EZ", "{msgs:?}");
+    let error = &msgs[2];
+    assert_eq!(error.field(b'C').as_deref(), Some("54000"), "{error:?}");
+    assert!(error.field(b'M').unwrap().contains("500"), "{error:?}");
+    assert!(error.field(b'H').unwrap().contains("max_cold_rows"));
+    // The same statement with a value the cap allows.
+    conn.send(&[raw::bind("", &["2700"]), raw::execute(), raw::sync()].concat())
+        .await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "2DCZ", "{msgs:?}");
+    assert!(msgs[1].body.ends_with(b"300"), "{:?}", msgs[1]);
+}
+
+#[tokio::test]
+async fn repeatable_read_keeps_its_snapshot_while_flushes_finalize() {
+    let db = create_db("extrr");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, c, _direct) = flushed_events(&db, &store, &[]).await;
+    let count_sql = "SELECT count(*), sum(id)::bigint FROM events WHERE id > $1";
+    let reader = proxy.connect(&db).await;
+    reader
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    let before = reader.query_one(count_sql, &[&0i64]).await.unwrap();
+    let hot_row = reader
+        .query_one("SELECT kind FROM events WHERE id = $1", &[&2950i64])
+        .await
+        .unwrap();
+    // Meanwhile: new rows, and a drain that moves every hot row (2950 among them) cold.
+    c.batch_execute(
+        "INSERT INTO events SELECT g, 'x', 0, now(), NULL, 0 FROM generate_series(4000, 4099) g",
+    )
+    .await
+    .unwrap();
+    admin_call(
+        &c,
+        "SELECT coldwire.flush_table('events', wait => true, drain => true)",
+    )
+    .await
+    .unwrap();
+    // The snapshot sees neither the new rows nor the flush: same answers, no 40001.
+    for _ in 0..2 {
+        let again = reader.query_one(count_sql, &[&0i64]).await.unwrap();
+        assert_eq!(
+            (again.get::<_, i64>(0), again.get::<_, i64>(1)),
+            (before.get::<_, i64>(0), before.get::<_, i64>(1))
+        );
+        let row = reader
+            .query_one("SELECT kind FROM events WHERE id = $1", &[&2950i64])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), hot_row.get::<_, String>(0));
+        assert_eq!(
+            simple_rows(&reader, "SELECT count(*) FROM events WHERE id > 0")
+                .await
+                .unwrap(),
+            vec![vec![Some(before.get::<_, i64>(0).to_string())]]
+        );
+    }
+    reader.batch_execute("COMMIT").await.unwrap();
+    let after = reader.query_one(count_sql, &[&0i64]).await.unwrap();
+    assert_eq!(after.get::<_, i64>(0), before.get::<_, i64>(0) + 100);
+}
+
+#[tokio::test]
+async fn read_committed_transactions_hold_off_finalize_and_stay_consistent() {
+    let db = create_db("extrc");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, c, direct) = flushed_events(&db, &store, &[]).await;
+    both(&c, &direct, "INSERT INTO {t} SELECT g, 'x', 0, '2026-03-01', NULL, 0 FROM generate_series(4000, 4099) g").await;
+    let reader = proxy.connect(&db).await;
+    reader.batch_execute("BEGIN").await.unwrap();
+    let count = "SELECT count(*), sum(id)::bigint FROM events WHERE id > $1";
+    let first = reader.query_one(count, &[&0i64]).await.unwrap();
+    assert_eq!(first.get::<_, i64>(0), 3100);
+    // A drain now waits for the reader's transaction: every statement of it plans for the
+    // generation its first read saw, and no finalize can change that under it.
+    let flusher = {
+        let f = proxy.connect(&db).await;
+        tokio::spawn(async move {
+            admin_call(
+                &f,
+                "SELECT coldwire.flush_table('events', wait => true, drain => true)",
+            )
+            .await
+            .unwrap()
+        })
+    };
+    for i in 0..5 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let again = reader.query_one(count, &[&0i64]).await.unwrap();
+        assert_eq!(again.get::<_, i64>(0), 3100, "read {i}");
+        assert_eq!(again.get::<_, i64>(1), first.get::<_, i64>(1));
+        let simple = simple_rows(&reader, "SELECT count(*) FROM events WHERE id >= 4000")
+            .await
+            .unwrap();
+        assert_eq!(simple, vec![vec![Some("100".to_owned())]]);
+    }
+    reader.batch_execute("COMMIT").await.unwrap();
+    let job = flusher.await.unwrap();
+    assert_eq!(job["state"], "completed", "{job}");
+    let hot: i64 = direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(hot, 0, "drained");
+    let got = binary_rows(&c, "SELECT * FROM events ORDER BY id", &[])
+        .await
+        .unwrap();
+    let expected = binary_rows(&direct, "SELECT * FROM control ORDER BY id", &[])
+        .await
+        .unwrap();
+    assert_eq!(got.len(), expected.len());
+    let differing = got.iter().zip(&expected).position(|(a, b)| a != b);
+    assert_eq!(differing, None, "first differing row");
+}
+
+#[tokio::test]
+async fn pgbench_extended_and_prepared_modes_read_a_tiered_table() {
+    let db = create_db("extbench");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, _c, _direct) = flushed_events(&db, &store, &[]).await;
+    let script = dir.path().join("lookup.sql");
+    std::fs::write(
+        &script,
+        "\\set id random(1, 3000)\nSELECT kind, amount FROM events WHERE id = :id;\nSELECT count(*) FROM events WHERE id BETWEEN :id AND :id + 10;\n",
+    )
+    .unwrap();
+    for mode in ["extended", "prepared"] {
+        let out = std::process::Command::new(pg_bin("pgbench"))
+            .args([
+                "-n",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &proxy.addr.port().to_string(),
+            ])
+            .args(["-U", "postgres", "-c", "2", "-t", "100", "-M", mode, "-f"])
+            .arg(&script)
+            .arg(&db)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success()
+                && stdout.contains("number of transactions actually processed: 200/200"),
+            "{mode}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(proxy.log_contains("cold rows injected").await);
+}
