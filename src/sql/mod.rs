@@ -5,3 +5,4 @@
 pub mod params;
 pub mod predicates;
 pub mod rewrite;
+pub mod tree;

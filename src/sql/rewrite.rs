@@ -19,7 +19,6 @@
 //! the table.
 
 use pg_query::protobuf::Token;
-use pg_query::{Context, NodeRef};
 
 use crate::catalog::capture::{column_list, pk_equal, quote_ident};
 
@@ -135,45 +134,24 @@ pub fn rewrite_parsed(
     client_params: usize,
     resolve: impl Fn(Option<&str>, &str) -> Option<TieredTable>,
 ) -> Result<Option<Rewritten>, RewriteError> {
-    let ctes: Vec<String> = parsed
-        .protobuf
-        .nodes()
-        .into_iter()
-        .filter_map(|(node, ..)| match node {
-            NodeRef::CommonTableExpr(c) => Some(c.ctename.clone()),
-            _ => None,
-        })
-        .collect();
-    let locking =
-        parsed.protobuf.nodes().iter().any(
-            |(node, ..)| matches!(node, NodeRef::SelectStmt(s) if !s.locking_clause.is_empty()),
-        );
+    let walked = super::tree::walk(parsed);
     let mut found: Vec<(usize, TieredTable, Option<String>, bool)> = Vec::new();
-    for (node, _, context, _) in parsed.protobuf.nodes() {
-        let NodeRef::RangeVar(rv) = node else {
-            continue;
-        };
-        let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
-        if schema.is_none() && ctes.contains(&rv.relname) {
+    for rv in walked.relations {
+        if rv.schema.is_none() && walked.cte_names.contains(&rv.name) {
             continue;
         }
-        let Some(table) = resolve(schema, &rv.relname) else {
+        let Some(table) = resolve(rv.schema.as_deref(), &rv.name) else {
             continue;
         };
-        if context != Context::Select {
+        if !rv.read {
             return Err(RewriteError::Unsupported("writing, COPY or DDL"));
         }
-        if locking {
+        if walked.locking {
             return Err(RewriteError::Unsupported("SELECT … FOR UPDATE/SHARE"));
         }
         let location = usize::try_from(rv.location)
             .map_err(|_| RewriteError::Parse("a table reference without a location".into()))?;
-        found.push((
-            location,
-            table,
-            rv.alias.as_ref().map(|a| a.aliasname.clone()),
-            schema.is_some(),
-        ));
+        found.push((location, table, rv.alias, rv.schema.is_some()));
     }
     if found.is_empty() {
         return Ok(None);
@@ -374,6 +352,19 @@ mod tests {
         );
         assert!(r.sql.contains("guard(7, $4::jsonb, $cw$events$cw$)"));
         assert_eq!(dollar_quoted("a$cw$b"), "$cwx$a$cw$b$cwx$");
+    }
+
+    #[test]
+    fn references_outside_the_clauses_pg_query_walks_are_rewritten_too() {
+        let r = rewrite(
+            "SELECT 1 FROM other LIMIT (SELECT count(*) FROM events)",
+            0,
+            resolve,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.references.len(), 1);
+        assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
     }
 
     #[test]

@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{BufMut, BytesMut};
-use pg_query::NodeRef;
 
 use super::catalog::{CatalogCache, Registry};
 use crate::catalog::postgres_text;
@@ -270,13 +269,17 @@ fn rewrite(sql: &str, declared_params: usize, registry: &Registry) -> Option<Pre
     if parsed.protobuf.stmts.len() != 1 {
         return None;
     }
-    let highest_param = parsed
-        .protobuf
-        .nodes()
+    // From the scanner, not the parse tree: the tree walk does not reach every clause
+    // (LIMIT and OFFSET, for one).
+    let highest_param = pg_query::scan(sql)
+        .ok()?
+        .tokens
         .iter()
-        .filter_map(|(node, ..)| match node {
-            NodeRef::ParamRef(p) => usize::try_from(p.number).ok(),
-            _ => None,
+        .filter(|t| t.token == pg_query::protobuf::Token::Param as i32)
+        .filter_map(|t| {
+            sql.get(t.start as usize + 1..t.end as usize)?
+                .parse::<usize>()
+                .ok()
         })
         .max()
         .unwrap_or(0);

@@ -1,0 +1,184 @@
+//! Every relation a statement names, found by a walk of the whole parse tree.
+//!
+//! `pg_query`'s own walk (`ParseResult::nodes`) does not descend into every clause: a
+//! table named in a subquery under LIMIT, OFFSET, an aggregate's FILTER, a window's ORDER
+//! BY, VALUES or TABLESAMPLE is not reported, and a read coldwire does not rewrite sees
+//! hot rows only. So the tree is also serialized (its protobuf types derive `Serialize`)
+//! and walked generically for relation nodes; `nodes` supplies the context of what it
+//! finds (DML and DDL targets are typed fields the generic walk does not see as nodes),
+//! and what only the generic walk finds sits in a subquery: a read.
+
+use std::collections::HashSet;
+
+use pg_query::{Context, NodeRef};
+use serde_json::Value;
+
+/// A relation as written in the statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relation {
+    pub schema: Option<String>,
+    pub name: String,
+    /// Byte offset of the reference in the statement text.
+    pub location: i32,
+    pub alias: Option<String>,
+    /// Read (FROM, JOIN, subqueries anywhere); false for what a statement writes or
+    /// defines.
+    pub read: bool,
+}
+
+/// What the walk found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Walk {
+    pub relations: Vec<Relation>,
+    /// Names of CTEs defined anywhere in the statement.
+    pub cte_names: Vec<String>,
+    /// Some query block has FOR UPDATE/SHARE.
+    pub locking: bool,
+}
+
+/// Walks the whole of `parsed`.
+pub fn walk(parsed: &pg_query::ParseResult) -> Walk {
+    let mut out = Walk::default();
+    // What `nodes` finds, with its context: statement targets (typed fields, which the
+    // generic walk below does not see as nodes) and most reads.
+    for (node, _, context, _) in parsed.protobuf.nodes() {
+        if let NodeRef::RangeVar(rv) = node {
+            out.relations.push(relation(rv, context == Context::Select));
+        }
+    }
+    let known: HashSet<i32> = out.relations.iter().map(|r| r.location).collect();
+    // Every relation node anywhere: those `nodes` missed are in subqueries, so reads.
+    if let Ok(tree) = serde_json::to_value(&parsed.protobuf) {
+        visit(&tree, &known, &mut out);
+    }
+    out.relations.sort_by_key(|r| r.location);
+    out.relations.dedup_by_key(|r| r.location);
+    out
+}
+
+fn relation(rv: &pg_query::protobuf::RangeVar, read: bool) -> Relation {
+    Relation {
+        schema: (!rv.schemaname.is_empty()).then(|| rv.schemaname.clone()),
+        name: rv.relname.clone(),
+        location: rv.location,
+        alias: rv.alias.as_ref().map(|a| a.aliasname.clone()),
+        read,
+    }
+}
+
+fn visit(value: &Value, known: &HashSet<i32>, out: &mut Walk) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                match key.as_str() {
+                    "RangeVar" => {
+                        if let Some(r) = range_var(inner).filter(|r| !known.contains(&r.location)) {
+                            out.relations.push(r);
+                        }
+                    }
+                    "CommonTableExpr" => {
+                        if let Some(name) = inner.get("ctename").and_then(Value::as_str) {
+                            out.cte_names.push(name.to_owned());
+                        }
+                    }
+                    "SelectStmt" => {
+                        out.locking |= inner
+                            .get("locking_clause")
+                            .and_then(Value::as_array)
+                            .is_some_and(|l| !l.is_empty());
+                    }
+                    _ => {}
+                }
+                visit(inner, known, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| visit(v, known, out)),
+        _ => {}
+    }
+}
+
+fn range_var(v: &Value) -> Option<Relation> {
+    let text = |key: &str| v.get(key).and_then(Value::as_str).unwrap_or_default();
+    let location = i32::try_from(v.get("location")?.as_i64()?).ok()?;
+    let schema = text("schemaname");
+    Some(Relation {
+        schema: (!schema.is_empty()).then(|| schema.to_owned()),
+        name: text("relname").to_owned(),
+        location,
+        alias: v
+            .get("alias")
+            .and_then(|a| a.get("aliasname"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        read: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reads_of_events(sql: &str) -> usize {
+        let parsed = pg_query::parse(sql, 0).unwrap();
+        walk(&parsed)
+            .relations
+            .iter()
+            .filter(|r| r.name == "events" && r.read)
+            .count()
+    }
+
+    #[test]
+    fn tables_in_every_clause_are_found() {
+        for (sql, n) in [
+            ("SELECT 1 LIMIT (SELECT count(*) FROM events)", 1),
+            ("SELECT 1 OFFSET (SELECT count(*) FROM events)", 1),
+            (
+                "SELECT sum(a) FILTER (WHERE a IN (SELECT id FROM events)) FROM x",
+                1,
+            ),
+            (
+                "SELECT row_number() OVER (ORDER BY (SELECT 1 FROM events LIMIT 1)) FROM x",
+                1,
+            ),
+            (
+                "VALUES ((SELECT 1 FROM events)), ((SELECT 2 FROM events))",
+                2,
+            ),
+            (
+                "SELECT * FROM x TABLESAMPLE BERNOULLI ((SELECT 1 FROM events LIMIT 1))",
+                1,
+            ),
+            ("SELECT * FROM events e JOIN events f USING (id)", 2),
+            ("INSERT INTO x SELECT * FROM events", 1),
+        ] {
+            assert_eq!(reads_of_events(sql), n, "{sql}");
+        }
+    }
+
+    #[test]
+    fn written_relations_ctes_and_locking_are_told_apart() {
+        let parsed = pg_query::parse("DELETE FROM events WHERE id = 1", 0).unwrap();
+        let w = walk(&parsed);
+        assert_eq!(w.relations.len(), 1);
+        assert!(!w.relations[0].read);
+        let parsed = pg_query::parse(
+            "SELECT * FROM x LIMIT (WITH events AS (SELECT 1) SELECT count(*) FROM events FOR SHARE)",
+            0,
+        )
+        .unwrap();
+        let w = walk(&parsed);
+        assert_eq!(w.cte_names, ["events"]);
+        assert!(w.locking);
+        let parsed = pg_query::parse("SELECT * FROM public.events AS e", 0).unwrap();
+        assert_eq!(
+            walk(&parsed).relations,
+            vec![Relation {
+                schema: Some("public".into()),
+                name: "events".into(),
+                location: 14,
+                alias: Some("e".into()),
+                read: true
+            }]
+        );
+    }
+}
