@@ -392,3 +392,109 @@ async fn pgbench_extended_and_prepared_modes_read_a_tiered_table() {
     }
     assert!(proxy.log_contains("cold rows injected").await);
 }
+
+#[tokio::test]
+async fn prepared_reads_during_auto_flush_never_miss_or_double_a_row() {
+    let db = create_db("extflush");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute("CREATE TABLE t(id bigint PRIMARY KEY, v bigint NOT NULL)")
+        .await
+        .unwrap();
+    // The failpoint widens the window between planning a Bind and sending it, so flushes
+    // finalize inside it and the guard fires.
+    let proxy = common::Proxy::start_env(
+        &["--service-url", &cluster().url(&db), "--cold-store", &store],
+        &[("COLDWIRE_FAILPOINT", "after_read_plan:sleep=25")],
+    )
+    .await;
+    let c = proxy.connect(&db).await;
+    c.batch_execute("INSERT INTO t SELECT g, g * 3 FROM generate_series(1, 2000) g")
+        .await
+        .unwrap();
+    admin_call(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 100, "min_flush_rows": 50, "max_rows_per_file": 400, "check_interval": "100ms"}')"#)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(8);
+    let writer = {
+        let w = proxy.connect(&db).await;
+        tokio::spawn(async move {
+            let mut next = 100_000i64;
+            while tokio::time::Instant::now() < deadline {
+                w.execute(
+                    "INSERT INTO t SELECT g, 0 FROM generate_series($1::bigint, $1::bigint + 49) g",
+                    &[&next],
+                )
+                .await
+                .unwrap();
+                next += 50;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let expected_sum = 3 * 2000 * 2001 / 2;
+    let mut readers = Vec::new();
+    for in_transactions in [false, true] {
+        let client = proxy.connect(&db).await;
+        readers.push(tokio::spawn(async move {
+            let all = client
+                .prepare("SELECT count(*), sum(v)::bigint FROM t WHERE id <= $1")
+                .await
+                .unwrap();
+            let one = client
+                .prepare("SELECT v FROM t WHERE id = $1")
+                .await
+                .unwrap();
+            let mut reads = 0;
+            let mut k = 7i64;
+            while tokio::time::Instant::now() < deadline {
+                if in_transactions {
+                    client.batch_execute("BEGIN").await.unwrap();
+                }
+                for _ in 0..2 {
+                    let row = client
+                        .query_one(&all, &[&2000i64])
+                        .await
+                        .unwrap_or_else(|e| panic!("{e:?}"));
+                    assert_eq!(
+                        (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+                        (2000, expected_sum),
+                        "no row missing or doubled"
+                    );
+                    k = k * 31 % 2000 + 1;
+                    let v: i64 = client
+                        .query_one(&one, &[&k])
+                        .await
+                        .unwrap_or_else(|e| panic!("{e:?}"))
+                        .get(0);
+                    assert_eq!(v, k * 3, "key {k}");
+                    reads += 2;
+                }
+                if in_transactions {
+                    client.batch_execute("COMMIT").await.unwrap();
+                }
+            }
+            reads
+        }));
+    }
+    writer.await.unwrap();
+    let mut reads = 0;
+    for r in readers {
+        match r.await {
+            Ok(n) => reads += n,
+            Err(e) => panic!("{e:?}\nproxy log:\n{}", proxy.log()),
+        }
+    }
+    assert!(reads > 20, "{reads} reads");
+    let cold: i64 = direct.query_one("SELECT coalesce(sum(row_count), 0)::bigint FROM coldwire.segments WHERE status = 'active'", &[]).await.unwrap().get(0);
+    assert!(
+        cold >= 1900,
+        "the table was flushed meanwhile: {cold} cold rows"
+    );
+    assert!(
+        proxy.log_contains("running the read again").await,
+        "the guard fired and the read was retried"
+    );
+}

@@ -12,8 +12,8 @@ use tokio::sync::{Mutex as AsyncMutex, Notify};
 use super::admin::{AdminSession, Disposition};
 use super::answer::{answer_admin, wait_until_answered};
 use super::reads::Plan;
-use super::rewritten::{self, read_stop, GroupShape, Stop};
-use super::state::{Phase, Retry, RewrittenGroup, SessionState};
+use super::rewritten::{self, read_stop, GroupShape, QueryRead, Stop};
+use super::state::{CopyOut, Phase, Retry, RewrittenGroup, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
 use crate::metrics::BYTES_RELAYED_TOTAL;
@@ -263,12 +263,12 @@ async fn client_to_upstream(
             }
             Some(Stop::Prepare(frame)) => {
                 let boundary = !sent_since_sync && !streamed.load(Ordering::Relaxed);
-                let read = rewritten::prepare(&frame, shared).await?;
-                if let Some(read) = &read {
+                let rewrite = rewritten::prepare(&frame, shared).await?;
+                if let rewritten::ParseRewrite::Read(read) = &rewrite {
                     c.transaction_generations(&read.table_ids(), boundary)
                         .await?;
                 }
-                let mut parse = rewritten::parse_to_send(&frame, read, shared)?;
+                let mut parse = rewritten::parse_to_send(&frame, rewrite, shared)?;
                 forwarded(msg::PARSE, &frame, true, &mut group, &streamed, shared)?;
                 sent_since_sync = true;
                 c.send(&mut parse, false).await?;
@@ -279,6 +279,7 @@ async fn client_to_upstream(
                 let tables = rewritten::bound_tables(&frame, shared);
                 let at = c.transaction_generations(&tables, boundary).await?;
                 let mut bind = rewritten::bind(&frame, &at, false, shared).await?;
+                super::reads::after_plan().await;
                 forwarded(msg::BIND, &frame, true, &mut group, &streamed, shared)?;
                 sent_since_sync = true;
                 c.send(&mut bind, false).await?;
@@ -419,13 +420,20 @@ impl ClientDirection<'_, '_> {
         attempt: u8,
         boundary: bool,
     ) -> Result<(), SessionError> {
+        let mut copy = None;
         let plan = match rewritten::prepare_query(&query, self.shared).await {
             Ok(None) => Plan::PassThrough,
-            Ok(Some(prepared)) => {
+            Ok(Some(read)) => {
                 let at = self
-                    .transaction_generations(&prepared.table_ids(), boundary)
+                    .transaction_generations(&read.prepared().table_ids(), boundary)
                     .await?;
-                rewritten::plan_query(&prepared, &at, attempt > 0, self.shared).await
+                if let QueryRead::Copy(_, options) = &read {
+                    copy = Some(CopyOut {
+                        options: options.clone(),
+                        encoder: None,
+                    });
+                }
+                rewritten::plan_query(&read, &at, attempt > 0, self.shared).await
             }
             Err(error) => Plan::Fail(error),
         };
@@ -460,6 +468,7 @@ impl ClientDirection<'_, '_> {
                         drop_bind_complete: true,
                         drop_row_description: attempt > 0,
                         retrying: false,
+                        copy,
                     });
                 }
                 super::reads::after_plan().await;
@@ -570,7 +579,7 @@ async fn upstream_to_client(
         let own = state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .own_outstanding();
+            .needs_whole_frames();
         dir.scanner.set_inspect_all(own);
         let mut ready = false;
         dir.scanner
@@ -578,10 +587,6 @@ async fn upstream_to_client(
                 ready |= tag == msg::READY_FOR_QUERY;
                 if own_response(tag, frame, shared)? {
                     // coldwire's own statement: see `own_response`.
-                } else if !UPSTREAM_INSPECTED.contains(&tag) {
-                    // Held whole only while coldwire's own responses were expected.
-                    streamed.store(true, Ordering::Relaxed);
-                    out.extend_from_slice(frame);
                 } else if tag == msg::BACKEND_KEY_DATA {
                     let (pid, secret) = msg::backend_key_data(frame)
                         .ok_or(WireError::Malformed("BackendKeyData"))?;
@@ -596,6 +601,10 @@ async fn upstream_to_client(
                 } else if let Some(held) = held_back(tag, frame, shared, &streamed)? {
                     // coldwire's own business: see `held_back`.
                     out.extend_from_slice(&held);
+                } else if !UPSTREAM_INSPECTED.contains(&tag) {
+                    // Held whole only while coldwire needed every frame.
+                    streamed.store(true, Ordering::Relaxed);
+                    out.extend_from_slice(frame);
                 } else if let Some(rewritten) = msg::sasl_without_channel_binding(frame) {
                     out.extend_from_slice(&rewritten);
                 } else {
@@ -685,6 +694,11 @@ fn held_back(
         return Ok(None);
     };
     let dropped = || Some(BytesMut::new());
+    if let Some(copy) = &mut group.copy {
+        if let Some(out) = copy_out(tag, frame, copy, group.drop_row_description, streamed)? {
+            return Ok(Some(out));
+        }
+    }
     match tag {
         msg::PARSE_COMPLETE if group.drop_parse_complete => Ok(dropped()),
         msg::BIND_COMPLETE if group.drop_bind_complete => Ok(dropped()),
@@ -719,6 +733,58 @@ fn held_back(
             }
             Ok(dropped())
         }
+        _ => Ok(None),
+    }
+}
+
+/// A response to the query of a `COPY … TO STDOUT` coldwire serves, re-encoded: its
+/// RowDescription becomes CopyOutResponse (and the header), each DataRow a CopyData, its
+/// CommandComplete the trailer, CopyDone and `COPY n`. `None` for what passes unchanged
+/// (errors, notices, ReadyForQuery). `seen` means the client already has the
+/// CopyOutResponse (from the attempt a guard failure stopped).
+fn copy_out(
+    tag: u8,
+    frame: &[u8],
+    copy: &mut CopyOut,
+    seen: bool,
+    streamed: &std::sync::atomic::AtomicBool,
+) -> Result<Option<BytesMut>, WireError> {
+    let mut out = BytesMut::new();
+    match (tag, &mut copy.encoder) {
+        (msg::ROW_DESCRIPTION, _) => {
+            let names = ext::row_description_names(frame)?;
+            match crate::sql::copy_to::CopyEncoder::new(&copy.options, &names) {
+                Ok(encoder) => {
+                    if !seen {
+                        encoder.start(&names, &mut out);
+                    }
+                    copy.encoder = Some(encoder);
+                }
+                Err(e) => {
+                    out = msg::ErrorFields {
+                        severity: msg::Severity::Error,
+                        code: e.code.to_owned(),
+                        message: e.message,
+                        detail: None,
+                        hint: None,
+                    }
+                    .encode();
+                }
+            }
+            Ok(Some(out))
+        }
+        (msg::DATA_ROW, Some(encoder)) => {
+            streamed.store(true, Ordering::Relaxed);
+            encoder.row(&msg::data_row_values(frame)?, &mut out);
+            Ok(Some(out))
+        }
+        (msg::COMMAND_COMPLETE, Some(encoder)) => {
+            encoder.finish(&mut out);
+            copy.encoder = None;
+            Ok(Some(out))
+        }
+        // After a refused FORCE_QUOTE: nothing of the query reaches the client.
+        (msg::DATA_ROW | msg::COMMAND_COMPLETE, None) => Ok(Some(out)),
         _ => Ok(None),
     }
 }

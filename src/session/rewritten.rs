@@ -20,10 +20,11 @@ use super::reads::{Plan, PreparedRead, ReadPath};
 use super::relay::Shared;
 use super::state::{Phase, Retry, RewrittenStatement, SessionState};
 use super::SessionError;
+use crate::sql::copy_to::{copy_to, CopyOptions};
 use crate::sql::params::BoundParams;
 use crate::wire::extended::{self as ext, Bind, Parse};
 use crate::wire::messages as msg;
-use crate::wire::messages::ErrorFields;
+use crate::wire::messages::{ErrorFields, Severity};
 use crate::wire::WireError;
 
 /// Where the client direction stops draining to do something asynchronous.
@@ -88,81 +89,178 @@ fn read_path<'a>(shared: &'a Shared<'_>) -> &'a ReadPath {
         .expect("read stops exist only with a read path")
 }
 
+/// A simple Query that reads tiered tables.
+pub enum QueryRead {
+    /// A read, rewritten.
+    Select(Arc<PreparedRead>),
+    /// `COPY … TO STDOUT`: the rewrite of its query and the COPY's options.
+    Copy(Arc<PreparedRead>, CopyOptions),
+}
+
+impl QueryRead {
+    pub fn prepared(&self) -> &PreparedRead {
+        match self {
+            QueryRead::Select(p) | QueryRead::Copy(p, _) => p,
+        }
+    }
+}
+
 /// The rewrite of a simple Query, when it reads tiered tables.
+///
+/// # Errors
+/// What the client is told: the catalog could not be read; a COPY of a tiered table with
+/// options Postgres would refuse, or into a server-side file or program (which would see
+/// only the hot rows).
 pub async fn prepare_query(
     query: &[u8],
     shared: &Shared<'_>,
-) -> Result<Option<Arc<PreparedRead>>, ErrorFields> {
+) -> Result<Option<QueryRead>, ErrorFields> {
     match query_text(query) {
-        Some(sql) => read_path(shared)
-            .prepare(sql, 0)
-            .await
-            .map_err(|e| e.client_error()),
+        Some(sql) => prepare_sql(sql, 0, read_path(shared)).await,
         None => Ok(None),
     }
+}
+
+/// [`prepare_query`] of statement text `sql` with `declared_params` parameter types.
+async fn prepare_sql(
+    sql: &str,
+    declared_params: usize,
+    reads: &ReadPath,
+) -> Result<Option<QueryRead>, ErrorFields> {
+    let failed = |e: super::reads::PlanError| e.client_error();
+    let copy = sql
+        .trim_start()
+        .get(..4)
+        .is_some_and(|w| w.eq_ignore_ascii_case("copy"));
+    if !copy {
+        return Ok(reads
+            .prepare(sql, declared_params)
+            .await
+            .map_err(failed)?
+            .map(QueryRead::Select));
+    }
+    let Ok(parsed) = pg_query::parse(sql, 0) else {
+        return Ok(None);
+    };
+    let refused = |code: &str, message: String, hint: Option<String>| ErrorFields {
+        severity: Severity::Error,
+        code: code.to_owned(),
+        message,
+        detail: None,
+        hint,
+    };
+    let Some(copy) = copy_to(sql, &parsed) else {
+        return Ok(None);
+    };
+    // Only a COPY of a tiered table is coldwire's to serve (or refuse).
+    let Some(read) = reads.prepare(&copy.select_sql(), 0).await.map_err(failed)? else {
+        return Ok(None);
+    };
+    if copy.to_server {
+        return Err(refused(
+            "0A000",
+            "coldwire: COPY of a tiered table into a server-side file or program would miss its cold rows".into(),
+            Some("Use COPY … TO STDOUT (psql's \\copy), which coldwire serves with every row.".into()),
+        ));
+    }
+    let options = copy.options.map_err(|e| refused(e.code, e.message, None))?;
+    Ok(Some(QueryRead::Copy(read, options)))
 }
 
 /// The plan for a simple Query already prepared; `at` and `fresh` as for
 /// [`ReadPath::cold_params`].
 pub async fn plan_query(
-    prepared: &PreparedRead,
+    read: &QueryRead,
     at: &HashMap<i64, i64>,
     fresh: bool,
     shared: &Shared<'_>,
 ) -> Plan {
     let utf8 = utf8_session(&shared.state.lock().unwrap_or_else(PoisonError::into_inner));
-    read_path(shared).plan(prepared, at, fresh, utf8).await
+    let binary = matches!(read, QueryRead::Copy(_, o) if o.format == crate::sql::copy_to::CopyFormat::Binary);
+    read_path(shared)
+        .plan(read.prepared(), at, fresh, utf8, binary)
+        .await
 }
 
-/// The rewrite of a Parse's statement, when it reads tiered tables (relayed unchanged
-/// when it cannot be prepared: Postgres then sees the hot rows only, as without coldwire,
-/// and the statement is planned again at its next Parse).
+/// What becomes of a Parse.
+pub enum ParseRewrite {
+    /// Relayed unchanged.
+    Unchanged,
+    /// A read of tiered tables, rewritten.
+    Read(Arc<PreparedRead>),
+    /// A statement coldwire cannot serve in the extended protocol (`COPY … TO` of a
+    /// tiered table, which would see the hot rows only): it fails with this error when
+    /// executed.
+    Refused(ErrorFields),
+}
+
+/// The rewrite of a Parse's statement (relayed unchanged when it cannot be prepared:
+/// Postgres then sees the hot rows only, as without coldwire, and the statement is
+/// planned again at its next Parse).
 ///
 /// # Errors
 /// A malformed Parse.
-pub async fn prepare(
-    frame: &[u8],
-    shared: &Shared<'_>,
-) -> Result<Option<Arc<PreparedRead>>, SessionError> {
+pub async fn prepare(frame: &[u8], shared: &Shared<'_>) -> Result<ParseRewrite, SessionError> {
     let parse = Parse::decode(frame)?;
-    match read_path(shared)
-        .prepare(parse.query, parse.param_types.len())
-        .await
-    {
-        Ok(p) => Ok(p),
-        Err(e) => {
-            tracing::warn!(error = %e, "could not prepare a read of a tiered table");
-            Ok(None)
-        }
-    }
+    Ok(
+        match prepare_sql(parse.query, parse.param_types.len(), read_path(shared)).await {
+            Ok(None) => ParseRewrite::Unchanged,
+            Ok(Some(QueryRead::Select(read))) => ParseRewrite::Read(read),
+            Ok(Some(QueryRead::Copy(..))) => ParseRewrite::Refused(ErrorFields {
+                severity: Severity::Error,
+                code: "0A000".into(),
+                message: "coldwire serves COPY … TO STDOUT of tiered tables in the simple query protocol only".into(),
+                detail: None,
+                hint: Some("Send the COPY as a simple Query (psql's \\copy, PQexec), or SELECT the rows.".into()),
+            }),
+            Err(e) if e.code == "58030" => {
+                tracing::warn!(message = %e.message, "could not prepare a read of a tiered table");
+                ParseRewrite::Unchanged
+            }
+            Err(e) => ParseRewrite::Refused(e),
+        },
+    )
 }
 
-/// The Parse to send for the client's `frame` with its rewrite `read` (if any), recorded
-/// under the client's statement name.
+/// The Parse to send for the client's `frame` given its rewrite, recorded under the
+/// client's statement name.
 ///
 /// # Errors
 /// A malformed Parse.
 pub fn parse_to_send(
     frame: &[u8],
-    read: Option<Arc<PreparedRead>>,
+    rewrite: ParseRewrite,
     shared: &Shared<'_>,
 ) -> Result<BytesMut, SessionError> {
     let parse = Parse::decode(frame)?;
     let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
     state.parse_sent(parse.statement);
-    let Some(read) = read else {
-        state.statement_parsed(parse.statement, None);
-        return Ok(BytesMut::from(frame));
-    };
     let mut out = BytesMut::new();
-    ext::encode_parse(&mut out, parse.statement, &read.sql, &parse.param_types);
-    state.statement_parsed(
-        parse.statement,
-        Some(RewrittenStatement {
-            read,
-            param_types: parse.param_types,
-        }),
-    );
+    match rewrite {
+        ParseRewrite::Unchanged => {
+            state.statement_parsed(parse.statement, None);
+            out.extend_from_slice(frame);
+        }
+        ParseRewrite::Refused(error) => {
+            state.statement_parsed(parse.statement, None);
+            let sql = crate::sql::rewrite::refusal_sql(
+                &error.code,
+                &error.message,
+                error.hint.as_deref(),
+            );
+            ext::encode_parse(&mut out, parse.statement, &sql, &[]);
+        }
+        ParseRewrite::Read(read) => {
+            ext::encode_parse(&mut out, parse.statement, &read.sql, &parse.param_types);
+            state.statement_parsed(
+                parse.statement,
+                Some(RewrittenStatement {
+                    read,
+                    param_types: parse.param_types,
+                }),
+            );
+        }
+    }
     Ok(out)
 }
 

@@ -8,6 +8,7 @@ use bytes::BytesMut;
 use tokio::sync::oneshot;
 
 use super::reads::PreparedRead;
+use crate::sql::copy_to::{CopyEncoder, CopyOptions};
 use crate::wire::messages::ErrorFields;
 
 /// Where a session stands in the protocol. Transitions come from relayed messages only.
@@ -151,6 +152,16 @@ pub struct RewrittenGroup {
     pub drop_row_description: bool,
     /// The guard failed and the failure was held back: at ReadyForQuery, run it again.
     pub retrying: bool,
+    /// A `COPY … TO STDOUT` coldwire serves: the rows of its query re-encoded as COPY data.
+    pub copy: Option<CopyOut>,
+}
+
+/// A `COPY … TO STDOUT` being served from the rows of its rewritten query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyOut {
+    pub options: CopyOptions,
+    /// Made when the query's RowDescription arrives; `None` before, or after it failed.
+    pub encoder: Option<CopyEncoder>,
 }
 
 impl SessionState {
@@ -276,9 +287,15 @@ impl SessionState {
         }));
     }
 
-    /// Whether any of coldwire's own statements is still being answered.
-    pub fn own_outstanding(&self) -> bool {
-        self.groups.iter().any(|g| matches!(g, Group::Own(_)))
+    /// Whether upstream frames of every type must be held whole: coldwire's own
+    /// statements or a COPY it serves are being answered.
+    pub fn needs_whole_frames(&self) -> bool {
+        self.groups.iter().any(|g| {
+            matches!(
+                g,
+                Group::Own(_) | Group::Rewritten(RewrittenGroup { copy: Some(_), .. })
+            )
+        })
     }
 
     /// coldwire's own statement that responses arriving now answer, if they answer one.

@@ -202,6 +202,21 @@ pub fn rewrite_parsed(
     }))
 }
 
+/// A statement that fails with this error when executed (the guard raises it), for a
+/// client statement coldwire refuses where it can only answer in Postgres's place. The
+/// text is coldwire's own, never data.
+pub fn refusal_sql(code: &str, message: &str, hint: Option<&str>) -> String {
+    let mut refusal = serde_json::json!({"code": code, "message": message});
+    if let Some(hint) = hint {
+        refusal["hint"] = hint.into();
+    }
+    let plan = serde_json::json!({ "refusal": refusal }).to_string();
+    format!(
+        "SELECT coldwire.guard(0, {}::jsonb, NULL)",
+        dollar_quoted(&plan)
+    )
+}
+
 /// `text` as a dollar-quoted literal whose tag does not occur in it.
 fn dollar_quoted(text: &str) -> String {
     let mut tag = String::from("cw");

@@ -235,6 +235,23 @@ pub fn parameter_description(out: &mut BytesMut, types: &[u32]) {
     finish(out, at);
 }
 
+/// The column names of a RowDescription (`T`).
+///
+/// # Errors
+/// A malformed frame.
+pub fn row_description_names(frame: &[u8]) -> Result<Vec<String>, WireError> {
+    const WHAT: &str = "RowDescription";
+    let mut b = body(frame, b'T', WHAT)?;
+    let n = b.count(WHAT)?;
+    (0..n)
+        .map(|_| {
+            let name = b.cstr(WHAT)?.to_owned();
+            b.take(18, WHAT)?; // table OID, column, type OID, size, typmod, format
+            Ok(name)
+        })
+        .collect()
+}
+
 /// RowDescription of one computed column (no table) of type `type_oid`.
 pub fn row_description(out: &mut BytesMut, column: &str, type_oid: u32, binary: bool) {
     let at = start(out, b'T');
@@ -332,12 +349,13 @@ pub fn encode_execute(out: &mut BytesMut, portal: &str) {
 }
 
 /// The frontend messages that run `sql` once as the unnamed statement and portal with
-/// `params` in binary format and text results, answered like a simple Query by
+/// `params` in binary format and results in binary (`binary_results`) or text, answered
+/// like a simple Query by
 /// ParseComplete, BindComplete, RowDescription or NoData, rows, CommandComplete and
 /// ReadyForQuery: Parse, Bind, Describe (portal), Execute, Sync.
-pub fn run_unnamed(out: &mut BytesMut, sql: &str, params: &[Option<&[u8]>]) {
+pub fn run_unnamed(out: &mut BytesMut, sql: &str, params: &[Option<&[u8]>], binary_results: bool) {
     encode_parse(out, "", sql, &[]);
-    encode_bind(out, "", "", params, false);
+    encode_bind(out, "", "", params, binary_results);
     let at = start(out, b'D');
     out.put_u8(b'P');
     out.put_u8(0);
@@ -355,7 +373,7 @@ mod tests {
     #[test]
     fn run_unnamed_round_trips_through_the_decoders() {
         let mut out = BytesMut::new();
-        run_unnamed(&mut out, "SELECT $1", &[Some(b"\x01"), None]);
+        run_unnamed(&mut out, "SELECT $1", &[Some(b"\x01"), None], false);
         let parse_len = u32::from_be_bytes(out[1..5].try_into().unwrap()) as usize;
         let parse = Parse::decode(&out[..1 + parse_len]).unwrap();
         assert_eq!((parse.statement, parse.query), ("", "SELECT $1"));
@@ -470,6 +488,13 @@ mod tests {
             rest = &rest[len + 1..];
         }
         assert_eq!(tags, b"tTDC");
+        let at = 1 + u32::from_be_bytes(out[1..5].try_into().unwrap()) as usize;
+        let len = 1 + u32::from_be_bytes(out[at + 1..at + 5].try_into().unwrap()) as usize;
+        assert_eq!(
+            row_description_names(&out[at..at + len]).unwrap(),
+            ["tier_table"]
+        );
+        assert!(row_description_names(&out[at..at + len - 1]).is_err());
         assert_eq!(&out[..7], &[b't', 0, 0, 0, 14, 0, 2]);
     }
 }

@@ -237,13 +237,14 @@ impl ReadPath {
 
     /// The plan for one simple Query already prepared (with no declared parameters);
     /// `at` and `fresh` as for [`ReadPath::cold_params`], `utf8` whether the session's
-    /// client_encoding is UTF-8.
+    /// client_encoding is UTF-8, results in binary for a binary COPY.
     pub async fn plan(
         &self,
         prepared: &PreparedRead,
         at: &HashMap<i64, i64>,
         fresh: bool,
         utf8: bool,
+        binary_results: bool,
     ) -> Plan {
         let params = BoundParams {
             utf8,
@@ -253,7 +254,7 @@ impl ReadPath {
             Ok(values) => {
                 let mut out = BytesMut::new();
                 let values: Vec<Option<&[u8]>> = values.iter().map(|p| Some(&p[..])).collect();
-                ext::run_unnamed(&mut out, &prepared.sql, &values);
+                ext::run_unnamed(&mut out, &prepared.sql, &values, binary_results);
                 Plan::Run(out)
             }
             Err(e) => Plan::Fail(e.client_error()),
