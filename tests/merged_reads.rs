@@ -227,3 +227,100 @@ async fn reads_during_auto_flush_never_miss_or_double_a_row_and_guard_failures_a
         "the guard fired and the read was retried"
     );
 }
+
+#[tokio::test]
+async fn query_strings_of_several_statements_keep_their_implicit_transaction() {
+    let db = create_db("multistmt");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE events(id bigint PRIMARY KEY, kind text);
+             CREATE TABLE control(LIKE events INCLUDING ALL);
+             CREATE TABLE side(id int);
+             INSERT INTO events SELECT g, 'k' || g % 4 FROM generate_series(1, 1000) g;
+             INSERT INTO control SELECT * FROM events;",
+        )
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+
+    let messages = |msgs: Vec<tokio_postgres::SimpleQueryMessage>| {
+        msgs.into_iter()
+            .map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    format!(
+                        "row {:?}",
+                        (0..r.len())
+                            .map(|i| r.get(i).map(str::to_owned))
+                            .collect::<Vec<_>>()
+                    )
+                }
+                tokio_postgres::SimpleQueryMessage::CommandComplete(n) => format!("complete {n}"),
+                tokio_postgres::SimpleQueryMessage::RowDescription(d) => {
+                    format!("columns {}", d.len())
+                }
+                _ => "other".to_owned(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let sql = "SELECT count(*), max(id) FROM {t}; INSERT INTO side VALUES (1); SELECT kind FROM {t} WHERE id = 2; SELECT 42";
+    let got = messages(c.simple_query(&sql.replace("{t}", "events")).await.unwrap());
+    let expected = messages(
+        direct
+            .simple_query(&sql.replace("{t}", "control"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(got, expected);
+    assert!(
+        got.contains(&"row [Some(\"1000\"), Some(\"1000\")]".to_owned()),
+        "{got:?}"
+    );
+
+    // One implicit transaction: an error in a later statement undoes the earlier ones.
+    let err = c
+        .simple_query("INSERT INTO side VALUES (2); SELECT count(*) FROM events; SELECT 1/0")
+        .await
+        .unwrap_err();
+    assert_eq!(err.as_db_error().map(|e| e.code().code()), Some("22012"));
+    let side = simple_rows(&direct, "SELECT count(*) FROM side WHERE id = 2")
+        .await
+        .unwrap();
+    assert_eq!(side, vec![vec![Some("0".to_owned())]]);
+    // Transaction control inside the string works as in Postgres.
+    let got = simple_rows(
+        &c,
+        "BEGIN; INSERT INTO side VALUES (3); SELECT count(*) FROM events WHERE id <= 500; COMMIT",
+    )
+    .await
+    .unwrap();
+    assert_eq!(got, vec![vec![Some("500".to_owned())]]);
+    assert_eq!(
+        simple_rows(&direct, "SELECT count(*) FROM side WHERE id = 3")
+            .await
+            .unwrap(),
+        vec![vec![Some("1".to_owned())]]
+    );
+    // The session is idle again: a plain statement outside any block.
+    assert_eq!(
+        simple_rows(&c, "SELECT count(*) FROM events")
+            .await
+            .unwrap(),
+        vec![vec![Some("1000".to_owned())]]
+    );
+    // A COPY beside a read of a tiered table is refused, not half-served.
+    let err = c
+        .simple_query("SELECT count(*) FROM events; COPY side TO STDOUT")
+        .await
+        .unwrap_err();
+    assert_eq!(err.as_db_error().map(|e| e.code().code()), Some("0A000"));
+}

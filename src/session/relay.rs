@@ -51,6 +51,7 @@ const UPSTREAM_INSPECTED: &[u8] = &[
     msg::CLOSE_COMPLETE,
     msg::PARAMETER_DESCRIPTION,
     msg::ROW_DESCRIPTION,
+    msg::NO_DATA,
     msg::ERROR_RESPONSE,
 ];
 /// Terminate, sent upstream when a client vanishes without one.
@@ -258,7 +259,7 @@ async fn client_to_upstream(
                 sent_since_sync = false;
                 streamed.store(false, Ordering::Relaxed);
                 group.reset();
-                c.run_read(query, 0, boundary).await?;
+                c.run_read(query, 0, 0, boundary).await?;
                 continue;
             }
             Some(Stop::Prepare(frame)) => {
@@ -385,7 +386,10 @@ impl ClientDirection<'_, '_> {
             .unwrap_or_else(PoisonError::into_inner)
             .retry_pending = false;
         match group.retry {
-            Some(Retry::Query(query)) => self.run_read(query, attempt, false).await,
+            Some(Retry::Query(query)) => {
+                self.run_read(query, attempt, group.client_row_descriptions, false)
+                    .await
+            }
             Some(Retry::Bind { bind, execute }) => {
                 let mut out = rewritten::bind(&bind, &HashMap::new(), true, self.shared).await?;
                 out.extend_from_slice(&execute);
@@ -413,11 +417,13 @@ impl ClientDirection<'_, '_> {
 
     /// Plans a simple Query over tiered tables and sends what the plan says: the Query
     /// unchanged, coldwire's rewritten statement in its place, or coldwire's error.
-    /// `boundary`: nothing of an extended-protocol group went upstream before it.
+    /// `boundary`: nothing of an extended-protocol group went upstream before it;
+    /// `skip_row_descriptions`: the client has that many from failed attempts.
     async fn run_read(
         &mut self,
         query: BytesMut,
         attempt: u8,
+        skip_row_descriptions: u32,
         boundary: bool,
     ) -> Result<(), SessionError> {
         let mut copy = None;
@@ -425,7 +431,7 @@ impl ClientDirection<'_, '_> {
             Ok(None) => Plan::PassThrough,
             Ok(Some(read)) => {
                 let at = self
-                    .transaction_generations(&read.prepared().table_ids(), boundary)
+                    .transaction_generations(&read.table_ids(), boundary)
                     .await?;
                 if let QueryRead::Copy(_, options) = &read {
                     copy = Some(CopyOut {
@@ -466,7 +472,9 @@ impl ClientDirection<'_, '_> {
                         attempt,
                         drop_parse_complete: true,
                         drop_bind_complete: true,
-                        drop_row_description: attempt > 0,
+                        skip_row_descriptions,
+                        client_row_descriptions: skip_row_descriptions,
+                        drop_no_data: true,
                         retrying: false,
                         copy,
                     });
@@ -695,14 +703,30 @@ fn held_back(
     };
     let dropped = || Some(BytesMut::new());
     if let Some(copy) = &mut group.copy {
-        if let Some(out) = copy_out(tag, frame, copy, group.drop_row_description, streamed)? {
+        let seen = group.skip_row_descriptions > 0;
+        if let Some(out) = copy_out(tag, frame, copy, seen, streamed)? {
+            if tag == msg::ROW_DESCRIPTION {
+                if seen {
+                    group.skip_row_descriptions -= 1;
+                } else {
+                    group.client_row_descriptions += 1;
+                }
+            }
             return Ok(Some(out));
         }
     }
     match tag {
         msg::PARSE_COMPLETE if group.drop_parse_complete => Ok(dropped()),
         msg::BIND_COMPLETE if group.drop_bind_complete => Ok(dropped()),
-        msg::ROW_DESCRIPTION if group.drop_row_description => Ok(dropped()),
+        msg::ROW_DESCRIPTION if group.skip_row_descriptions > 0 => {
+            group.skip_row_descriptions -= 1;
+            Ok(dropped())
+        }
+        msg::ROW_DESCRIPTION => {
+            group.client_row_descriptions += 1;
+            Ok(None)
+        }
+        msg::NO_DATA if group.drop_no_data => Ok(dropped()),
         msg::ERROR_RESPONSE
             if group.retry.is_some()
                 && retry_possible

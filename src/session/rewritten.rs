@@ -16,7 +16,7 @@ use std::sync::{Arc, PoisonError};
 use bytes::{BufMut, BytesMut};
 
 use super::admin::Answer;
-use super::reads::{Plan, PreparedRead, ReadPath};
+use super::reads::{Part, Plan, PreparedRead, ReadPath};
 use super::relay::Shared;
 use super::state::{Phase, Retry, RewrittenStatement, SessionState};
 use super::SessionError;
@@ -95,12 +95,27 @@ pub enum QueryRead {
     Select(Arc<PreparedRead>),
     /// `COPY … TO STDOUT`: the rewrite of its query and the COPY's options.
     Copy(Arc<PreparedRead>, CopyOptions),
+    /// Several statements, some of them reads of tiered tables.
+    Multi(Vec<Part>),
 }
 
 impl QueryRead {
-    pub fn prepared(&self) -> &PreparedRead {
+    /// The tiered tables it reads.
+    pub fn table_ids(&self) -> Vec<i64> {
         match self {
-            QueryRead::Select(p) | QueryRead::Copy(p, _) => p,
+            QueryRead::Select(p) | QueryRead::Copy(p, _) => p.table_ids(),
+            QueryRead::Multi(parts) => {
+                let mut ids: Vec<i64> = parts
+                    .iter()
+                    .flat_map(|p| match p {
+                        Part::Read(r) => r.table_ids(),
+                        Part::Plain(_) => Vec::new(),
+                    })
+                    .collect();
+                ids.sort_unstable();
+                ids.dedup();
+                ids
+            }
         }
     }
 }
@@ -128,19 +143,10 @@ async fn prepare_sql(
     reads: &ReadPath,
 ) -> Result<Option<QueryRead>, ErrorFields> {
     let failed = |e: super::reads::PlanError| e.client_error();
-    let copy = sql
-        .trim_start()
-        .get(..4)
-        .is_some_and(|w| w.eq_ignore_ascii_case("copy"));
-    if !copy {
-        return Ok(reads
-            .prepare(sql, declared_params)
-            .await
-            .map_err(failed)?
-            .map(QueryRead::Select));
-    }
-    let Ok(parsed) = pg_query::parse(sql, 0) else {
-        return Ok(None);
+    let is_copy = |sql: &str| {
+        sql.trim_start()
+            .get(..4)
+            .is_some_and(|w| w.eq_ignore_ascii_case("copy"))
     };
     let refused = |code: &str, message: String, hint: Option<String>| ErrorFields {
         severity: Severity::Error,
@@ -148,6 +154,30 @@ async fn prepare_sql(
         message,
         detail: None,
         hint,
+    };
+    if !is_copy(sql) {
+        if let Some(read) = reads.prepare(sql, declared_params).await.map_err(failed)? {
+            return Ok(Some(QueryRead::Select(read)));
+        }
+        let Some(parts) = reads.prepare_multi(sql).await.map_err(failed)? else {
+            return Ok(None);
+        };
+        // COPY runs its own sub-protocol; beside a read of a tiered table it would be
+        // served in the extended protocol, where coldwire does not serve COPY.
+        if parts
+            .iter()
+            .any(|p| matches!(p, Part::Plain(s) if is_copy(s)))
+        {
+            return Err(refused(
+                "0A000",
+                "coldwire: a COPY in the same Query string as a read of a tiered table is not supported".into(),
+                Some("Send the COPY as a Query of its own.".into()),
+            ));
+        }
+        return Ok(Some(QueryRead::Multi(parts)));
+    }
+    let Ok(parsed) = pg_query::parse(sql, 0) else {
+        return Ok(None);
     };
     let Some(copy) = copy_to(sql, &parsed) else {
         return Ok(None);
@@ -176,10 +206,14 @@ pub async fn plan_query(
     shared: &Shared<'_>,
 ) -> Plan {
     let utf8 = utf8_session(&shared.state.lock().unwrap_or_else(PoisonError::into_inner));
-    let binary = matches!(read, QueryRead::Copy(_, o) if o.format == crate::sql::copy_to::CopyFormat::Binary);
-    read_path(shared)
-        .plan(read.prepared(), at, fresh, utf8, binary)
-        .await
+    match read {
+        QueryRead::Select(p) => read_path(shared).plan(p, at, fresh, utf8, false).await,
+        QueryRead::Copy(p, o) => {
+            let binary = o.format == crate::sql::copy_to::CopyFormat::Binary;
+            read_path(shared).plan(p, at, fresh, utf8, binary).await
+        }
+        QueryRead::Multi(parts) => read_path(shared).plan_multi(parts, at, fresh, utf8).await,
+    }
 }
 
 /// What becomes of a Parse.
@@ -206,6 +240,8 @@ pub async fn prepare(frame: &[u8], shared: &Shared<'_>) -> Result<ParseRewrite, 
         match prepare_sql(parse.query, parse.param_types.len(), read_path(shared)).await {
             Ok(None) => ParseRewrite::Unchanged,
             Ok(Some(QueryRead::Select(read))) => ParseRewrite::Read(read),
+            // A Parse holds one statement (Postgres refuses more).
+            Ok(Some(QueryRead::Multi(_))) => ParseRewrite::Unchanged,
             Ok(Some(QueryRead::Copy(..))) => ParseRewrite::Refused(ErrorFields {
                 severity: Severity::Error,
                 code: "0A000".into(),

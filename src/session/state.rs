@@ -148,8 +148,12 @@ pub struct RewrittenGroup {
     /// Responses to messages coldwire sent itself, which the client must not see.
     pub drop_parse_complete: bool,
     pub drop_bind_complete: bool,
-    /// The client already has the RowDescription (from the attempt that failed).
-    pub drop_row_description: bool,
+    /// RowDescriptions the client already has (from the attempt that failed), to drop.
+    pub skip_row_descriptions: u32,
+    /// RowDescriptions of this Query that the client has, over every attempt.
+    pub client_row_descriptions: u32,
+    /// NoData is coldwire's to drop (a simple Query never gets one).
+    pub drop_no_data: bool,
     /// The guard failed and the failure was held back: at ReadyForQuery, run it again.
     pub retrying: bool,
     /// A `COPY … TO STDOUT` coldwire serves: the rows of its query re-encoded as COPY data.

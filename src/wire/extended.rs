@@ -354,6 +354,17 @@ pub fn encode_execute(out: &mut BytesMut, portal: &str) {
 /// ParseComplete, BindComplete, RowDescription or NoData, rows, CommandComplete and
 /// ReadyForQuery: Parse, Bind, Describe (portal), Execute, Sync.
 pub fn run_unnamed(out: &mut BytesMut, sql: &str, params: &[Option<&[u8]>], binary_results: bool) {
+    execute_unnamed(out, sql, params, binary_results);
+    out.extend_from_slice(&empty(b'S'));
+}
+
+/// [`run_unnamed`] without the Sync, for one statement of several run in one group.
+pub fn execute_unnamed(
+    out: &mut BytesMut,
+    sql: &str,
+    params: &[Option<&[u8]>],
+    binary_results: bool,
+) {
     encode_parse(out, "", sql, &[]);
     encode_bind(out, "", "", params, binary_results);
     let at = start(out, b'D');
@@ -361,7 +372,6 @@ pub fn run_unnamed(out: &mut BytesMut, sql: &str, params: &[Option<&[u8]>], bina
     out.put_u8(0);
     finish(out, at);
     encode_execute(out, "");
-    out.extend_from_slice(&empty(b'S'));
 }
 
 #[cfg(test)]

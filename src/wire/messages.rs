@@ -18,6 +18,8 @@ pub const READY_FOR_QUERY: u8 = b'Z';
 pub const ERROR_RESPONSE: u8 = b'E';
 /// RowDescription.
 pub const ROW_DESCRIPTION: u8 = b'T';
+/// Backend: NoData (`n`).
+pub const NO_DATA: u8 = b'n';
 /// Backend: CommandComplete (`C`).
 pub const COMMAND_COMPLETE: u8 = b'C';
 /// Backend: DataRow (`D`).

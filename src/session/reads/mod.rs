@@ -5,4 +5,4 @@ mod catalog;
 mod path;
 
 pub use catalog::REGISTRY_TTL;
-pub use path::{after_plan, Plan, PlanError, PreparedRead, ReadPath};
+pub use path::{after_plan, Part, Plan, PlanError, PreparedRead, ReadPath};

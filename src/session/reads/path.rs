@@ -79,6 +79,15 @@ struct PlannedReference {
     row_type: u32,
 }
 
+/// One statement of a simple Query string of several.
+#[derive(Debug, Clone)]
+pub enum Part {
+    /// Run as written.
+    Plain(String),
+    /// A read of tiered tables, rewritten.
+    Read(Arc<PreparedRead>),
+}
+
 /// The read path shared by a server's sessions.
 pub struct ReadPath {
     catalog: CatalogCache,
@@ -233,6 +242,62 @@ impl ReadPath {
                 [empty, plan.clone()]
             })
             .collect()
+    }
+
+    /// The statements of a simple Query string of several, when one of them reads tiered
+    /// tables (`None` otherwise, or for a single statement).
+    ///
+    /// # Errors
+    /// The catalog could not be read.
+    pub async fn prepare_multi(&self, sql: &str) -> Result<Option<Vec<Part>>, PlanError> {
+        let statements = match pg_query::split_with_parser(sql) {
+            Ok(s) if s.len() > 1 => s,
+            _ => return Ok(None),
+        };
+        let mut parts = Vec::with_capacity(statements.len());
+        for statement in statements {
+            parts.push(match self.prepare(statement, 0).await? {
+                Some(read) => Part::Read(read),
+                None => Part::Plain(statement.to_owned()),
+            });
+        }
+        Ok(parts
+            .iter()
+            .any(|p| matches!(p, Part::Read(_)))
+            .then_some(parts))
+    }
+
+    /// The plan for a simple Query string of several statements: each statement as
+    /// Parse/Bind/Describe/Execute of the unnamed statement, one Sync after the last, so
+    /// they share one implicit transaction as in the simple protocol. Arguments as for
+    /// [`ReadPath::plan`].
+    pub async fn plan_multi(
+        &self,
+        parts: &[Part],
+        at: &HashMap<i64, i64>,
+        fresh: bool,
+        utf8: bool,
+    ) -> Plan {
+        let params = BoundParams {
+            utf8,
+            ..BoundParams::none()
+        };
+        let mut out = BytesMut::new();
+        for part in parts {
+            match part {
+                Part::Plain(sql) => ext::execute_unnamed(&mut out, sql, &[], false),
+                Part::Read(read) => match self.cold_params(read, &params, at, fresh).await {
+                    Ok(values) => {
+                        let values: Vec<Option<&[u8]>> =
+                            values.iter().map(|p| Some(&p[..])).collect();
+                        ext::execute_unnamed(&mut out, &read.sql, &values, false);
+                    }
+                    Err(e) => return Plan::Fail(e.client_error()),
+                },
+            }
+        }
+        out.extend_from_slice(&ext::empty(b'S'));
+        Plan::Run(out)
     }
 
     /// The plan for one simple Query already prepared (with no declared parameters);
