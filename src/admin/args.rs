@@ -21,6 +21,7 @@ pub enum Resolved {
     Table(TableRef),
     Json(Value),
     Bool(bool),
+    Text(String),
     /// Omitted or NULL: the default applies.
     Default,
 }
@@ -99,6 +100,7 @@ fn from_text(
             .map(Resolved::Json)
             .map_err(|_| invalid()),
         oid::BOOL => parse_bool(text).map(Resolved::Bool).ok_or_else(invalid),
+        oid::TEXT => Ok(Resolved::Text(text.to_owned())),
         _ => Err(invalid()),
     }
 }
@@ -138,6 +140,11 @@ fn from_param(
         (oid::JSONB, 114 /* json */) | (oid::JSONB, oid::TEXT) => serde_json::from_slice(bytes)
             .map(Resolved::Json)
             .map_err(|_| bad_binary()),
+        (oid::TEXT, t) if TEXTUAL.contains(&t) => Ok(Resolved::Text(
+            std::str::from_utf8(bytes)
+                .map_err(|_| bad_binary())?
+                .to_owned(),
+        )),
         (oid::BOOL, oid::BOOL | 0) => match bytes {
             [b] => Ok(Resolved::Bool(*b != 0)),
             _ => Err(bad_binary()),

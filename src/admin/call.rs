@@ -11,6 +11,8 @@ pub enum AdminFunction {
     TierTable,
     SetPolicy,
     FlushTable,
+    UntierTable,
+    Explain,
 }
 
 /// Postgres type OIDs of the admin functions' parameters.
@@ -22,10 +24,12 @@ pub mod oid {
 }
 
 impl AdminFunction {
-    const ALL: [AdminFunction; 3] = [
+    const ALL: [AdminFunction; 5] = [
         AdminFunction::TierTable,
         AdminFunction::SetPolicy,
         AdminFunction::FlushTable,
+        AdminFunction::UntierTable,
+        AdminFunction::Explain,
     ];
 
     /// The SQL name, without schema.
@@ -34,6 +38,16 @@ impl AdminFunction {
             AdminFunction::TierTable => "tier_table",
             AdminFunction::SetPolicy => "set_policy",
             AdminFunction::FlushTable => "flush_table",
+            AdminFunction::UntierTable => "untier_table",
+            AdminFunction::Explain => "explain",
+        }
+    }
+
+    /// The type OID of the one value the call returns.
+    pub fn result_type(self) -> u32 {
+        match self {
+            AdminFunction::Explain => oid::TEXT,
+            _ => oid::JSONB,
         }
     }
 
@@ -51,6 +65,8 @@ impl AdminFunction {
                 ("wait", oid::BOOL, true),
                 ("drain", oid::BOOL, true),
             ],
+            AdminFunction::UntierTable => &[("t", oid::REGCLASS, false)],
+            AdminFunction::Explain => &[("sql", oid::TEXT, false)],
         }
     }
 

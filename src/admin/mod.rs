@@ -6,6 +6,7 @@ pub mod call;
 pub mod executor;
 pub mod policy;
 pub mod tiering;
+pub mod untier;
 
 pub use call::{mentions_coldwire, recognize, AdminCall, AdminFunction, ArgValue};
 pub use executor::{AdminExecutor, AdminRequest, Disabled};

@@ -10,6 +10,7 @@ use super::{AdminError, AdminFunction, Policy};
 use crate::catalog::capture::CaptureSpec;
 use crate::catalog::inspect::{self, TableFacts};
 use crate::catalog::{self, CatalogError};
+use crate::flush::store::ColdStore;
 
 /// How long `tier_table` waits for the table lock its triggers need (writers and readers
 /// of the table queue behind a waiting lock, so do not wait long).
@@ -18,19 +19,24 @@ const TRIGGER_LOCK_TIMEOUT: &str = "5s";
 /// Carries out admin calls through the service connection.
 pub struct Tiering {
     service: tokio_postgres::Config,
+    store: ColdStore,
     /// The database the service connection (and so the catalog) is in.
     database: String,
 }
 
 impl Tiering {
-    /// An executor for the catalog reached through `service`.
-    pub fn new(service: tokio_postgres::Config) -> Self {
+    /// An executor for the catalog reached through `service`, whose cold tier is `store`.
+    pub fn new(service: tokio_postgres::Config, store: ColdStore) -> Self {
         let database = service
             .get_dbname()
             .or(service.get_user())
             .unwrap_or("postgres")
             .to_owned();
-        Self { service, database }
+        Self {
+            service,
+            store,
+            database,
+        }
     }
 }
 
@@ -50,6 +56,12 @@ impl AdminExecutor for Tiering {
                 AdminFunction::TierTable => tier_table(&mut client, &request).await,
                 AdminFunction::SetPolicy => set_policy(&mut client, &request).await,
                 AdminFunction::FlushTable => flush_table(&mut client, &request).await,
+                AdminFunction::UntierTable => {
+                    super::untier::untier_table(&mut client, &self.service, &request, &self.store)
+                        .await
+                }
+                // Planned by the session's read path, never sent here.
+                AdminFunction::Explain => Err(AdminError::NotImplemented("coldwire.explain here")),
             }
         })
     }
@@ -241,7 +253,7 @@ async fn flush_table(client: &mut Client, request: &AdminRequest) -> Result<Valu
 /// How often `flush_table(wait => true)` looks at its job.
 const FLUSH_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
-fn table_arg(request: &AdminRequest) -> Result<&TableRef, AdminError> {
+pub(super) fn table_arg(request: &AdminRequest) -> Result<&TableRef, AdminError> {
     match request.args.first() {
         Some(Resolved::Table(t)) => Ok(t),
         _ => Err(AdminError::NullArgument {
@@ -253,7 +265,7 @@ fn table_arg(request: &AdminRequest) -> Result<&TableRef, AdminError> {
 
 /// DESIGN §8: the table's owner (or a member of the owning role) or a member of
 /// `coldwire_admin`; the session's authenticated user is the one checked.
-async fn check_may_manage(
+pub(super) async fn check_may_manage(
     client: &Client,
     user: &str,
     facts: &TableFacts,
@@ -279,7 +291,7 @@ async fn check_may_manage(
 
 /// A Postgres error of the service connection, code and text kept (they describe the
 /// user's table or the catalog, not coldwire's internals).
-fn pg_error(e: tokio_postgres::Error) -> AdminError {
+pub(super) fn pg_error(e: tokio_postgres::Error) -> AdminError {
     match e.as_db_error() {
         Some(db) => AdminError::Postgres {
             code: db.code().code().to_owned(),
@@ -291,7 +303,7 @@ fn pg_error(e: tokio_postgres::Error) -> AdminError {
     }
 }
 
-fn service_error(e: CatalogError) -> AdminError {
+pub(super) fn service_error(e: CatalogError) -> AdminError {
     match e {
         CatalogError::UndefinedTable(name) => AdminError::UndefinedTable(name),
         CatalogError::Postgres(pg) => pg_error(pg),

@@ -375,6 +375,96 @@ pub async fn scan(
     Ok(ScanOutput { rows, stats })
 }
 
+/// Every live cold row of a table, one batch (of the table's columns) at a time: each row
+/// that is the newest cold version of its key (no override names a newer one) and not a
+/// tombstone. Memory: one decoded batch.
+pub struct LiveRows<'a> {
+    store: &'a ColdStore,
+    table: &'a ColdTable,
+    schema: Arc<arrow::datatypes::Schema>,
+    width: usize,
+    next_segment: usize,
+    current: Option<parquet::arrow::async_reader::ParquetRecordBatchStream<SegmentFile>>,
+}
+
+impl<'a> LiveRows<'a> {
+    pub fn new(store: &'a ColdStore, table: &'a ColdTable) -> Self {
+        let mut all_columns: Vec<ColdColumn> = table
+            .columns
+            .iter()
+            .map(|c| ColdColumn::new(c.name.clone(), c.ty))
+            .collect();
+        let width = all_columns.len();
+        all_columns.push(ColdColumn::new(
+            crate::flush::run::SEQ_COLUMN,
+            ColdType::Scalar(ScalarType::Int8),
+        ));
+        all_columns.push(ColdColumn::new(
+            crate::flush::run::OP_COLUMN,
+            ColdType::Scalar(ScalarType::Int2),
+        ));
+        Self {
+            store,
+            table,
+            schema: Arc::new(arrow_schema(&all_columns)),
+            width,
+            next_segment: 0,
+            current: None,
+        }
+    }
+
+    /// The next non-empty batch of live rows; `None` after the last segment.
+    ///
+    /// # Errors
+    /// Store or decoding failures.
+    pub async fn next(&mut self) -> Result<Option<RecordBatch>, ScanError> {
+        loop {
+            let Some(stream) = &mut self.current else {
+                let Some(segment) = self.table.segments.get(self.next_segment) else {
+                    return Ok(None);
+                };
+                self.next_segment += 1;
+                let metadata = footer(self.store, &segment.path).await?;
+                let file =
+                    SegmentFile::new(self.store.clone(), segment.path.clone(), metadata.clone());
+                let reader_metadata = ArrowReaderMetadata::try_new(
+                    metadata,
+                    ArrowReaderOptions::new().with_schema(self.schema.clone()),
+                )?;
+                self.current = Some(
+                    ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader_metadata)
+                        .with_batch_size(SCAN_BATCH_ROWS)
+                        .build()?,
+                );
+                continue;
+            };
+            let Some(batch) = stream.try_next().await? else {
+                self.current = None;
+                continue;
+            };
+            let (width, table) = (self.width, self.table);
+            let seqs = batch.column(width).as_primitive::<Int64Type>();
+            let ops = batch.column(width + 1).as_primitive::<Int16Type>();
+            let mask: BooleanArray = (0..batch.num_rows())
+                .map(|row| {
+                    let newest = encode_key(&batch, &table.pk_positions, row).is_some_and(|key| {
+                        table
+                            .overrides
+                            .get(&key)
+                            .is_none_or(|newer| *newer <= seqs.value(row))
+                    });
+                    Some(newest && ops.value(row) != OP_DELETED)
+                })
+                .collect();
+            let live =
+                filter_record_batch(&batch, &mask)?.project(&(0..width).collect::<Vec<_>>())?;
+            if live.num_rows() > 0 {
+                return Ok(Some(live));
+            }
+        }
+    }
+}
+
 /// Drops row groups whose pk bloom filter rules out every value an equality predicate on
 /// a pk column asks for.
 async fn bloom_filtered(

@@ -91,8 +91,10 @@ impl Server {
                 config.max_cold_rows,
             ))
         });
-        let admin: Arc<dyn crate::admin::AdminExecutor> = match service {
-            Some(service) => Arc::new(crate::admin::Tiering::new(service)),
+        let admin: Arc<dyn crate::admin::AdminExecutor> = match &flush {
+            Some((service, store)) => {
+                Arc::new(crate::admin::Tiering::new(service.clone(), store.clone()))
+            }
             None => Arc::new(crate::admin::Disabled),
         };
         let listener = bind(&config.listen).await?;

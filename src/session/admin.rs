@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use bytes::BytesMut;
 
 use crate::admin::args::{self, Param, Resolved};
-use crate::admin::call::{mentions_coldwire, oid, recognize, AdminCall};
+use crate::admin::call::{mentions_coldwire, recognize, AdminCall};
 use crate::admin::AdminError;
 use crate::wire::extended::{self as ext, Bind, Parse, Target};
 use crate::wire::messages as msg;
@@ -192,14 +192,22 @@ impl AdminSession {
                                 &mut out,
                                 &args::parameter_types(&p.call, &p.param_types),
                             );
-                            ext::row_description(&mut out, &p.call.column, oid::JSONB, false);
+                            ext::row_description(
+                                &mut out,
+                                &p.call.column,
+                                p.call.function.result_type(),
+                                false,
+                            );
                         }
                         _ => return Ok(Disposition::Forward),
                     },
                     Target::Portal(name) => match self.portals.get(name) {
-                        Some(b) if can_answer => {
-                            ext::row_description(&mut out, &b.call.column, oid::JSONB, b.binary)
-                        }
+                        Some(b) if can_answer => ext::row_description(
+                            &mut out,
+                            &b.call.column,
+                            b.call.function.result_type(),
+                            b.binary,
+                        ),
                         _ => return Ok(Disposition::Forward),
                     },
                 }

@@ -11,10 +11,12 @@ use super::admin::{AdminSession, Answer};
 use super::relay::Shared;
 use super::state::Phase;
 use super::SessionError;
+use crate::admin::args::Resolved;
 use crate::admin::call::oid;
-use crate::admin::{AdminError, AdminRequest};
+use crate::admin::{AdminError, AdminFunction, AdminRequest};
 use crate::wire::extended as ext;
 use crate::wire::messages as msg;
+use serde_json::Value;
 
 /// Waits until Postgres has answered every request the client sent so far; the phase and
 /// ReadyForQuery status then.
@@ -71,17 +73,37 @@ pub async fn answer_admin(
                     user: shared.user.clone(),
                     database: shared.database.clone(),
                 };
-                let outcome = shared.ctx.admin.execute(request).await;
+                let outcome = match (&request.function, &request.args[..], &shared.ctx.reads) {
+                    // Planned like the read it explains, by the session's read path.
+                    (AdminFunction::Explain, [Resolved::Text(sql)], Some(reads)) => {
+                        reads.explain(sql).await.map(Value::String).map_err(|e| {
+                            let e = e.client_error();
+                            AdminError::Postgres {
+                                code: e.code,
+                                message: e.message,
+                                detail: e.detail,
+                                hint: e.hint,
+                            }
+                        })
+                    }
+                    (AdminFunction::Explain, _, None) => Err(AdminError::Disabled),
+                    _ => shared.ctx.admin.execute(request).await,
+                };
                 if let Some(reads) = &shared.ctx.reads {
-                    // A table may have become tiered: plan reads from a fresh catalog.
+                    // A table may have become tiered or plain: plan reads from a fresh
+                    // catalog.
                     reads.invalidate();
                 }
-                outcome.map(|json| {
+                outcome.map(|result| {
+                    let result_type = call.function.result_type();
                     if simple {
-                        ext::row_description(&mut out, &call.column, oid::JSONB, false);
+                        ext::row_description(&mut out, &call.column, result_type, false);
                     }
-                    let text = json.to_string();
-                    if binary {
+                    let text = match &result {
+                        Value::String(text) if result_type == oid::TEXT => text.clone(),
+                        json => json.to_string(),
+                    };
+                    if binary && result_type == oid::JSONB {
                         let mut value = BytesMut::with_capacity(text.len() + 1);
                         value.put_u8(1); // jsonb binary format version
                         value.put_slice(text.as_bytes());

@@ -45,6 +45,35 @@ pub enum Comparison {
     IsNotNull,
 }
 
+impl std::fmt::Display for Constant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Constant::Int(v) => write!(f, "{v}"),
+            Constant::Text(t) => write!(f, "'{}'", t.replace('\'', "''")),
+            Constant::Param(n) => write!(f, "${n}"),
+        }
+    }
+}
+
+impl std::fmt::Display for ColumnPredicate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.column;
+        match &self.comparison {
+            Comparison::Eq(v) => write!(f, "{c} = {v}"),
+            Comparison::Below(v, true) => write!(f, "{c} <= {v}"),
+            Comparison::Below(v, false) => write!(f, "{c} < {v}"),
+            Comparison::Above(v, true) => write!(f, "{c} >= {v}"),
+            Comparison::Above(v, false) => write!(f, "{c} > {v}"),
+            Comparison::In(vs) => {
+                let list: Vec<String> = vs.iter().map(ToString::to_string).collect();
+                write!(f, "{c} IN ({})", list.join(", "))
+            }
+            Comparison::IsNull => write!(f, "{c} IS NULL"),
+            Comparison::IsNotNull => write!(f, "{c} IS NOT NULL"),
+        }
+    }
+}
+
 /// A conjunct on one column of the reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColumnPredicate {

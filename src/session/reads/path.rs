@@ -300,6 +300,67 @@ impl ReadPath {
         Plan::Run(out)
     }
 
+    /// `coldwire.explain(sql)`: the rewritten text of `sql` and, per reference to a
+    /// tiered table, the conditions the cold planner prunes by and what the scan kept and
+    /// pruned, planned for the tables' current generations (parameters unbound).
+    ///
+    /// # Errors
+    /// The catalog or the cold store could not be read.
+    pub async fn explain(&self, sql: &str) -> Result<String, PlanError> {
+        use std::fmt::Write;
+        let Some(read) = self.prepare(sql, 0).await? else {
+            return Ok("The statement reads no tiered table (or is not a single read coldwire rewrites): it is relayed unchanged.".into());
+        };
+        let mut out = format!("Rewritten statement:\n  {}\n", read.sql);
+        for (i, r) in read.references.iter().enumerate() {
+            let cold = self.catalog.cold_table(r.table_id, true).await?;
+            let predicates = to_prune(&r.predicates, &cold.columns, &BoundParams::none());
+            let conditions: Vec<String> = r.predicates.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                out,
+                "Reference {} (parameters ${} and ${}): {} at generation {}",
+                i + 1,
+                read.client_params + 2 * i + 1,
+                read.client_params + 2 * i + 2,
+                cold.name,
+                cold.generation
+            );
+            let _ = writeln!(
+                out,
+                "  Conditions: {} ({} used for pruning)",
+                if conditions.is_empty() {
+                    "none".to_owned()
+                } else {
+                    conditions.join(" AND ")
+                },
+                predicates.len()
+            );
+            match scan(&self.store, &cold, &predicates, self.max_cold_rows).await {
+                Ok(found) => {
+                    let st = found.stats;
+                    let _ = writeln!(
+                        out,
+                        "  Segments: {} kept, {} pruned of {}\n  Row groups: {} read, {} pruned of {}\n  Cold rows: {} injected ({} scanned, {} bytes read)",
+                        st.segments - st.segments_pruned,
+                        st.segments_pruned,
+                        st.segments,
+                        st.row_groups - st.row_groups_pruned,
+                        st.row_groups_pruned,
+                        st.row_groups,
+                        found.rows.num_rows(),
+                        st.rows_scanned,
+                        st.bytes_read
+                    );
+                }
+                Err(ScanError::TooManyRows { cap, .. }) => {
+                    let _ = writeln!(out, "  Cold rows: more than max_cold_rows ({cap}); the statement would fail with 54000");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    }
+
     /// The plan for one simple Query already prepared (with no declared parameters);
     /// `at` and `fresh` as for [`ReadPath::cold_params`], `utf8` whether the session's
     /// client_encoding is UTF-8, results in binary for a binary COPY.
@@ -316,6 +377,11 @@ impl ReadPath {
             ..BoundParams::none()
         };
         match self.cold_params(prepared, &params, at, fresh).await {
+            Err(PlanError::Scan(ScanError::NotTiered(_))) => {
+                // Untiered meanwhile: the table is plain, the Query right as it is.
+                self.invalidate();
+                Plan::PassThrough
+            }
             Ok(values) => {
                 let mut out = BytesMut::new();
                 let values: Vec<Option<&[u8]>> = values.iter().map(|p| Some(&p[..])).collect();
