@@ -93,7 +93,7 @@ fn query(rng: &mut StdRng) -> Generated {
     let (lo, hi) = (k1.min(k2), k1.max(k2));
     let v = rng.random_range(0..50);
     let b = Builder::default();
-    match rng.random_range(0..20) {
+    match rng.random_range(0..21) {
         0 => b.sql("SELECT * FROM {t} WHERE id = ").v(Int8(k1)),
         1 => b
             .sql("SELECT id, a, c FROM {t} WHERE id BETWEEN ")
@@ -250,7 +250,9 @@ async fn generated_reads_over_a_flushed_table_match_a_plain_table() {
                                   '2026-01-01'::timestamptz + g * interval '37 minutes', g % 3 = 0,
                                   CASE WHEN g % 97 = 0 THEN 'NaN' ELSE g * 1.5 END, ARRAY['x' || g % 10, 'y']
              FROM generate_series(1, {ROWS}) g;
-             INSERT INTO control SELECT * FROM t;"
+             INSERT INTO control SELECT * FROM t;
+             CREATE VIEW t_view AS SELECT id, a, b FROM t WHERE e OR a < 25;
+             CREATE VIEW control_view AS SELECT id, a, b FROM control WHERE e OR a < 25;"
         ))
         .await
         .unwrap();

@@ -324,3 +324,85 @@ async fn query_strings_of_several_statements_keep_their_implicit_transaction() {
         .unwrap_err();
     assert_eq!(err.as_db_error().map(|e| e.code().code()), Some("0A000"));
 }
+
+#[tokio::test]
+async fn views_over_a_tiered_table_see_its_cold_rows_and_materialized_views_are_refused() {
+    let db = create_db("views");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE events(id bigint PRIMARY KEY, kind text);
+             CREATE TABLE control(LIKE events INCLUDING ALL);
+             INSERT INTO events SELECT g, 'k' || g % 4 FROM generate_series(1, 1000) g;
+             INSERT INTO control SELECT * FROM events;
+             CREATE VIEW early AS SELECT id, kind FROM events WHERE id < 600;
+             CREATE VIEW early_c AS SELECT id, kind FROM control WHERE id < 600;
+             CREATE MATERIALIZED VIEW kinds AS SELECT kind, count(*) FROM events GROUP BY kind;",
+        )
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    // Views created through coldwire after tiering are defined on the table as usual.
+    for (v, t) in [("", "events"), ("_c", "control")] {
+        c.batch_execute(&format!(
+            "CREATE VIEW counted{v} (k, n) AS SELECT kind, count(*) FROM {t} GROUP BY kind;
+             CREATE VIEW on_view{v} AS SELECT e.id FROM early{v} e WHERE e.kind = 'k1';"
+        ))
+        .await
+        .unwrap();
+    }
+    for sql in [
+        "SELECT count(*), max(id) FROM early{v}",
+        "SELECT * FROM counted{v} ORDER BY k",
+        "SELECT count(*) FROM on_view{v} o WHERE o.id > 10",
+        "SELECT x.k, y.id FROM counted{v} x JOIN early{v} y ON y.kind = x.k WHERE y.id = 7",
+    ] {
+        let expected = simple_rows(&c, &sql.replace("{v}", "_c")).await.unwrap();
+        let got = simple_rows(&c, &sql.replace("{v}", ""))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(got, expected, "{sql}");
+        let extended = c.query(&sql.replace("{v}", ""), &[]).await.unwrap();
+        assert_eq!(extended.len(), expected.len(), "{sql} (extended)");
+    }
+    assert_eq!(
+        simple_rows(&c, "SELECT count(*) FROM early").await.unwrap(),
+        vec![vec![Some("599".to_owned())]]
+    );
+    // Refused rather than answered with hot rows only.
+    for sql in [
+        "CREATE VIEW guarded WITH (security_barrier) AS SELECT * FROM events",
+        "CREATE MATERIALIZED VIEW more AS SELECT * FROM events",
+        "REFRESH MATERIALIZED VIEW kinds",
+    ] {
+        match c.simple_query(sql).await {
+            Err(e) if sql.starts_with("CREATE VIEW") => panic!("{sql}: {e:?}"),
+            Err(e) => assert_eq!(
+                e.as_db_error().map(|d| d.code().code()),
+                Some("0A000"),
+                "{sql}: {e:?}"
+            ),
+            Ok(_) => {
+                let err = c.simple_query("SELECT * FROM guarded").await.unwrap_err();
+                assert_eq!(
+                    err.as_db_error().map(|d| d.code().code()),
+                    Some("0A000"),
+                    "{err:?}"
+                );
+            }
+        }
+    }
+    // A materialized view not over a tiered table is nobody's business.
+    c.batch_execute("CREATE MATERIALIZED VIEW events_elsewhere AS SELECT 1 AS one")
+        .await
+        .unwrap();
+}

@@ -202,6 +202,76 @@ pub fn rewrite_parsed(
     }))
 }
 
+/// A view over tiered tables, as the expansion needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewDef {
+    /// `pg_get_viewdef` under an empty search path: every name schema-qualified.
+    pub definition: String,
+    /// `security_barrier` views are not expanded (their barrier would be lost).
+    pub security_barrier: bool,
+}
+
+/// Splices the definition of every view `resolve` knows (views over tiered tables) in
+/// place of its references in `sql`, as a derived table with the reference's alias or
+/// the view's name, so that the tiered tables it reads are rewritten like any other
+/// reference. `None` when no view was referenced.
+///
+/// # Errors
+/// A security_barrier view ([`RewriteError::Unsupported`]); text the scanner cannot read.
+pub fn expand_views(
+    sql: &str,
+    parsed: &pg_query::ParseResult,
+    resolve: impl Fn(Option<&str>, &str) -> Option<ViewDef>,
+) -> Result<Option<String>, RewriteError> {
+    let walked = super::tree::walk(parsed);
+    let mut found = Vec::new();
+    for rv in walked.relations.iter().filter(|r| r.read) {
+        if rv.schema.is_none() && walked.cte_names.contains(&rv.name) {
+            continue;
+        }
+        if let Some(view) = resolve(rv.schema.as_deref(), &rv.name) {
+            if view.security_barrier {
+                return Err(RewriteError::Unsupported(
+                    "a security_barrier view over a tiered table",
+                ));
+            }
+            found.push((
+                rv.location as usize,
+                view,
+                rv.alias.is_some(),
+                rv.name.clone(),
+            ));
+        }
+    }
+    if found.is_empty() {
+        return Ok(None);
+    }
+    let tokens = pg_query::scan(sql)
+        .map_err(|e| RewriteError::Parse(e.to_string()))?
+        .tokens;
+    let mut out = String::with_capacity(sql.len() + 512);
+    let mut copied = 0;
+    for (location, view, aliased, name) in found {
+        let (start, end) = name_span(&tokens, location).ok_or(RewriteError::Parse(
+            "a view name the scanner does not see".into(),
+        ))?;
+        if start < copied {
+            return Err(RewriteError::Unsupported("a view reference inside another"));
+        }
+        out.push_str(&sql[copied..start]);
+        out.push('(');
+        out.push_str(view.definition.trim().trim_end_matches(';'));
+        out.push(')');
+        if !aliased {
+            out.push_str(" AS ");
+            out.push_str(&quote_ident(&name));
+        }
+        copied = end;
+    }
+    out.push_str(&sql[copied..]);
+    Ok(Some(out))
+}
+
 /// A statement that fails with this error when executed (the guard raises it), for a
 /// client statement coldwire refuses where it can only answer in Postgres's place. The
 /// text is coldwire's own, never data.
@@ -380,6 +450,32 @@ mod tests {
         .unwrap();
         assert_eq!(r.references.len(), 1);
         assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+    }
+
+    #[test]
+    fn views_expand_to_their_definition_under_the_reference_name() {
+        let view = |schema: Option<&str>, name: &str| {
+            (name == "recent" && schema.is_none_or(|s| s == "app")).then(|| ViewDef {
+                definition: " SELECT e.id FROM public.events e WHERE (e.id > 5);".into(),
+                security_barrier: false,
+            })
+        };
+        let sql = "SELECT r.id FROM app.recent r JOIN recent USING (id)";
+        let expanded = expand_views(sql, &pg_query::parse(sql, 0).unwrap(), view)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            expanded,
+            "SELECT r.id FROM (SELECT e.id FROM public.events e WHERE (e.id > 5)) r JOIN (SELECT e.id FROM public.events e WHERE (e.id > 5)) AS \"recent\" USING (id)"
+        );
+        let barrier = |_: Option<&str>, _: &str| {
+            Some(ViewDef {
+                definition: "SELECT 1".into(),
+                security_barrier: true,
+            })
+        };
+        let sql = "SELECT * FROM recent";
+        assert!(expand_views(sql, &pg_query::parse(sql, 0).unwrap(), barrier).is_err());
     }
 
     #[test]

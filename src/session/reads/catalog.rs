@@ -18,7 +18,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 
 use crate::cold::scan::ColdTable;
-use crate::sql::rewrite::TieredTable;
+use crate::sql::rewrite::{TieredTable, ViewDef};
 
 use super::path::PlanError;
 
@@ -35,6 +35,21 @@ const CATALOG_CHANNEL: &str = "coldwire_catalog";
 /// over when full.
 const PAST_STATES: usize = 32;
 
+/// Views and materialized views that read tiered tables, directly or through other views
+/// (the rewrite rules that depend on them, transitively).
+const VIEWS: &str = "WITH RECURSIVE dep(view) AS ( \
+       SELECT r.ev_class FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid \
+       WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
+         AND d.refobjid IN (SELECT relid FROM coldwire.tables WHERE state = 'active') AND r.ev_class <> d.refobjid \
+     UNION \
+       SELECT r.ev_class FROM dep JOIN pg_depend d ON d.refobjid = dep.view \
+         AND d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
+       JOIN pg_rewrite r ON r.oid = d.objid WHERE r.ev_class <> dep.view) \
+     SELECT n.nspname::text, c.relname::text, c.relkind::text, pg_get_viewdef(c.oid), \
+            coalesce(c.reloptions, '{}') @> ARRAY['security_barrier=true'] \
+     FROM (SELECT DISTINCT view FROM dep) v JOIN pg_class c ON c.oid = v.view \
+     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('v', 'm') ORDER BY 1, 2";
+
 /// A tiered table as sessions see it.
 #[derive(Debug, Clone)]
 pub struct Tiered {
@@ -43,10 +58,20 @@ pub struct Tiered {
     pub row_type: u32,
 }
 
+/// A view or materialized view that reads a tiered table (directly or through views).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TieredView {
+    pub schema: String,
+    pub name: String,
+    pub materialized: bool,
+    pub view: ViewDef,
+}
+
 /// The list of tiered tables, with a version that moves whenever its content does.
 #[derive(Debug, Default)]
 pub struct Registry {
     pub tables: Vec<Tiered>,
+    pub views: Vec<TieredView>,
     /// Lower-case names, for the cheap test of every statement.
     pub names: Vec<String>,
     pub version: u64,
@@ -59,6 +84,18 @@ impl Registry {
             .tables
             .iter()
             .filter(|t| t.table.name == name && schema.is_none_or(|s| t.table.schema == s));
+        match (candidates.next(), candidates.next()) {
+            (Some(only), None) => Some(only),
+            _ => None,
+        }
+    }
+
+    /// The one view over tiered tables `schema.name` (as written) names.
+    pub fn view(&self, schema: Option<&str>, name: &str) -> Option<&TieredView> {
+        let mut candidates = self
+            .views
+            .iter()
+            .filter(|v| v.name == name && schema.is_none_or(|s| v.schema == s));
         match (candidates.next(), candidates.next()) {
             (Some(only), None) => Some(only),
             _ => None,
@@ -133,9 +170,8 @@ impl CatalogCache {
         if let Some(r) = self.current_registry() {
             return Ok(r);
         }
-        let rows = self
-            .connected(&mut client)
-            .await?
+        let client = self.connected(&mut client).await?;
+        let rows = client
             .query(
                 "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums \
                  FROM coldwire.tables t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
@@ -169,13 +205,28 @@ impl CatalogCache {
                 row_type: row.get(1),
             });
         }
+        let mut views = Vec::new();
+        if !tables.is_empty() {
+            for row in client.query(VIEWS, &[]).await? {
+                views.push(TieredView {
+                    schema: row.get(0),
+                    name: row.get(1),
+                    materialized: row.get::<_, String>(2) == "m",
+                    view: ViewDef {
+                        definition: row.get(3),
+                        security_barrier: row.get(4),
+                    },
+                });
+            }
+        }
         let mut slot = self
             .registry
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         let previous = slot.as_ref().map(|(_, r)| r.clone());
         let same = previous.as_ref().is_some_and(|p| {
-            p.tables.len() == tables.len()
+            p.views == views
+                && p.tables.len() == tables.len()
                 && p.tables
                     .iter()
                     .zip(&tables)
@@ -184,8 +235,13 @@ impl CatalogCache {
         let registry = match previous {
             Some(p) if same => p,
             previous => Arc::new(Registry {
-                names: tables.iter().map(|t| t.table.name.to_lowercase()).collect(),
+                names: tables
+                    .iter()
+                    .map(|t| t.table.name.to_lowercase())
+                    .chain(views.iter().map(|v| v.name.to_lowercase()))
+                    .collect(),
                 tables,
+                views,
                 version: previous.map_or(1, |p| p.version + 1),
             }),
         };
@@ -275,11 +331,15 @@ impl CatalogCache {
         client: &'a mut Option<Client>,
     ) -> Result<&'a mut Client, PlanError> {
         if client.as_ref().is_none_or(Client::is_closed) {
-            *client = Some(
-                crate::catalog::connect(&self.service)
-                    .await
-                    .map_err(|e| PlanError::Catalog(e.to_string()))?,
-            );
+            let fresh = crate::catalog::connect(&self.service)
+                .await
+                .map_err(|e| PlanError::Catalog(e.to_string()))?;
+            // Every name in coldwire's queries is qualified; view definitions then come
+            // out schema-qualified too.
+            fresh
+                .batch_execute("SET search_path = pg_catalog, pg_temp")
+                .await?;
+            *client = Some(fresh);
         }
         Ok(client.as_mut().expect("connected above"))
     }

@@ -22,7 +22,11 @@ use crate::cold::ColdColumn;
 use crate::flush::store::ColdStore;
 use crate::sql::params::BoundParams;
 use crate::sql::predicates::{extract, to_prune, ColumnPredicate};
-use crate::sql::rewrite::rewrite_parsed;
+use crate::sql::rewrite::{expand_views, rewrite_parsed};
+use pg_query::protobuf::{node::Node as N, ObjectType};
+
+/// Views over views expanded at most this deep.
+const MAX_VIEW_DEPTH: usize = 8;
 use crate::wire::extended as ext;
 use crate::wire::messages::{ErrorFields, Severity};
 
@@ -138,6 +142,19 @@ impl ReadPath {
         if !self.may_name_tiered(sql) {
             return Ok(None);
         }
+        // DDL naming a tiered table or a view over one may change which views read it:
+        // the next statement reads the registry again.
+        let word = sql
+            .trim_start()
+            .split_whitespace()
+            .next()
+            .unwrap_or_default();
+        if ["create", "drop", "alter"]
+            .iter()
+            .any(|w| word.eq_ignore_ascii_case(w))
+        {
+            self.invalidate();
+        }
         let key = (sql.to_owned(), declared_params);
         if let Some((version, found)) = self
             .statements
@@ -149,7 +166,7 @@ impl ReadPath {
                 return Ok(found.clone());
             }
         }
-        let prepared = rewrite(sql, declared_params, &registry).map(Arc::new);
+        let prepared = rewrite(sql, declared_params, &registry)?.map(Arc::new);
         let mut statements = self
             .statements
             .lock()
@@ -396,16 +413,81 @@ impl ReadPath {
 /// The rewrite of `sql` under `registry`, when it reads tiered tables. One statement only:
 /// a string of several keeps the simple protocol's own transaction rules, and anything
 /// the rewrite refuses (writes, locking reads) is relayed unchanged.
-fn rewrite(sql: &str, declared_params: usize, registry: &Registry) -> Option<PreparedRead> {
-    let parsed = pg_query::parse(sql, 0).ok()?;
-    if parsed.protobuf.stmts.len() != 1 {
-        return None;
+fn rewrite(
+    sql: &str,
+    declared_params: usize,
+    registry: &Registry,
+) -> Result<Option<PreparedRead>, PlanError> {
+    let Ok(parsed) = pg_query::parse(sql, 0) else {
+        return Ok(None);
+    };
+    let [statement] = parsed.protobuf.stmts.as_slice() else {
+        return Ok(None);
+    };
+    let refused = |message: &str, hint: &str| {
+        PlanError::Refused(error(
+            "0A000",
+            format!("coldwire: {message}"),
+            Some(hint.into()),
+        ))
+    };
+    match statement.stmt.as_ref().and_then(|s| s.node.as_ref()) {
+        // A view is defined over the heap table; its reads are expanded when they come.
+        Some(N::ViewStmt(_)) => return Ok(None),
+        Some(N::CreateTableAsStmt(c))
+            if c.objtype == ObjectType::ObjectMatview as i32
+                && crate::sql::tree::walk(&parsed).relations.iter().any(|r| {
+                    let schema = r.schema.as_deref();
+                    registry.unique(schema, &r.name).is_some()
+                        || registry.view(schema, &r.name).is_some()
+                }) =>
+        {
+            return Err(refused(
+                "a materialized view over a tiered table would hold only its hot rows when refreshed",
+                "Create a table with CREATE TABLE … AS SELECT, which coldwire fills with every row.",
+            ));
+        }
+        Some(N::RefreshMatViewStmt(r)) => {
+            let name = r
+                .relation
+                .as_ref()
+                .map(|rv| (rv.schemaname.as_str(), rv.relname.as_str()));
+            if let Some((schema, name)) = name {
+                let schema = (!schema.is_empty()).then_some(schema);
+                if registry.view(schema, name).is_some_and(|v| v.materialized) {
+                    return Err(refused(
+                        "refreshing a materialized view over a tiered table would keep only its hot rows",
+                        "Rebuild it as a table with CREATE TABLE … AS SELECT through coldwire.",
+                    ));
+                }
+            }
+            return Ok(None);
+        }
+        _ => {}
+    }
+    // Views over tiered tables become their definitions (views over views in turn).
+    let mut text = sql.to_owned();
+    let mut parsed = parsed;
+    for _ in 0..MAX_VIEW_DEPTH {
+        let expanded = expand_views(&text, &parsed, |schema, name| {
+            registry
+                .view(schema, name)
+                .filter(|v| !v.materialized)
+                .map(|v| v.view.clone())
+        })
+        .map_err(|e| refused(&e.to_string(), "Query the tables the view reads instead."))?;
+        let Some(expanded) = expanded else { break };
+        let Ok(again) = pg_query::parse(&expanded, 0) else {
+            return Ok(None);
+        };
+        text = expanded;
+        parsed = again;
     }
     // From the scanner, not the parse tree: the tree walk does not reach every clause
     // (LIMIT and OFFSET, for one).
     let highest_param = pg_query::scan(sql)
-        .ok()?
-        .tokens
+        .map(|s| s.tokens)
+        .unwrap_or_default()
         .iter()
         .filter(|t| t.token == pg_query::protobuf::Token::Param as i32)
         .filter_map(|t| {
@@ -416,10 +498,11 @@ fn rewrite(sql: &str, declared_params: usize, registry: &Registry) -> Option<Pre
         .max()
         .unwrap_or(0);
     let client_params = highest_param.max(declared_params);
-    let rewritten = rewrite_parsed(sql, &parsed, client_params, |schema, name| {
+    let Ok(Some(rewritten)) = rewrite_parsed(&text, &parsed, client_params, |schema, name| {
         registry.unique(schema, name).map(|t| t.table.clone())
-    })
-    .ok()??;
+    }) else {
+        return Ok(None);
+    };
     let references = rewritten
         .references
         .iter()
@@ -430,12 +513,12 @@ fn rewrite(sql: &str, declared_params: usize, registry: &Registry) -> Option<Pre
                 row_type: registry.by_id(r.table_id)?.row_type,
             })
         })
-        .collect::<Option<Vec<_>>>()?;
-    Some(PreparedRead {
+        .collect::<Option<Vec<_>>>();
+    Ok(references.map(|references| PreparedRead {
         sql: rewritten.sql,
         client_params,
         references,
-    })
+    }))
 }
 
 /// `value` in jsonb's binary format (version byte 1, then the text).
@@ -474,6 +557,8 @@ pub enum PlanError {
     Scan(#[from] ScanError),
     #[error("cold rows can only be sent to sessions whose client_encoding is UTF8")]
     Encoding,
+    #[error("{}", .0.message)]
+    Refused(ErrorFields),
 }
 
 impl PlanError {
@@ -485,6 +570,7 @@ impl PlanError {
                 format!("coldwire: the query would read more than {cap} cold rows of {table}"),
                 Some("Add a condition on the primary key, or raise max_cold_rows in coldwire's configuration.".into()),
             ),
+            PlanError::Refused(fields) => fields.clone(),
             PlanError::Encoding => error(
                 "0A000",
                 "coldwire: cold rows of tiered tables are served only to sessions with client_encoding UTF8".into(),
