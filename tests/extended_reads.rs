@@ -498,3 +498,91 @@ async fn prepared_reads_during_auto_flush_never_miss_or_double_a_row() {
         "the guard fired and the read was retried"
     );
 }
+
+#[tokio::test]
+async fn lookups_read_only_the_pages_of_their_keys_and_find_every_row() {
+    let db = create_db("extpages");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE big(id bigint PRIMARY KEY, pad text, n int);
+             CREATE TABLE control(LIKE big INCLUDING ALL);
+             INSERT INTO big SELECT g, repeat(md5(g::text), 4), g % 1000 FROM generate_series(1, 30000) g;
+             INSERT INTO control SELECT * FROM big;",
+        )
+        .await
+        .unwrap();
+    let proxy =
+        common::Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('big', '{"hot_row_limit": 1000, "min_flush_rows": 1000, "max_rows_per_file": 100000, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('big', wait => true)")
+        .await
+        .unwrap();
+    let file_bytes: i64 = direct
+        .query_one(
+            "SELECT sum(byte_size)::bigint FROM coldwire.segments WHERE status = 'active'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // Keys at and around page boundaries (pages hold 1024 rows), ranges across them.
+    let lookup = c.prepare("SELECT * FROM big WHERE id = $1").await.unwrap();
+    let control_lookup = direct
+        .prepare("SELECT * FROM control WHERE id = $1")
+        .await
+        .unwrap();
+    for id in [
+        1i64, 2047, 2048, 2049, 4096, 4097, 16384, 28999, 29000, 29001, 30001,
+    ] {
+        let got = c.query(&lookup, &[&id]).await.unwrap();
+        let expected = direct.query(&control_lookup, &[&id]).await.unwrap();
+        let text = |rows: &[tokio_postgres::Row]| {
+            rows.iter()
+                .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(text(&got), text(&expected), "id {id}");
+    }
+    for (lo, hi) in [(2040i64, 2060i64), (4000, 8200), (1, 5), (28990, 29010)] {
+        let sql = "SELECT count(*), sum(n)::bigint FROM {t} WHERE id BETWEEN $1 AND $1 + $2";
+        let span = hi - lo;
+        let got = c
+            .query_one(&sql.replace("{t}", "big"), &[&lo, &span])
+            .await
+            .unwrap();
+        let expected = direct
+            .query_one(&sql.replace("{t}", "control"), &[&lo, &span])
+            .await
+            .unwrap();
+        assert_eq!(
+            (got.get::<_, i64>(0), got.get::<_, i64>(1)),
+            (expected.get::<_, i64>(0), expected.get::<_, i64>(1)),
+            "{lo}..{hi}"
+        );
+    }
+    // explain: a point lookup reads a small part of the segment (its bloom filter and
+    // page index are cached by now).
+    let explain = simple_rows(
+        &c,
+        "SELECT coldwire.explain('SELECT * FROM big WHERE id = 12345')",
+    )
+    .await
+    .unwrap();
+    let text = explain[0][0].clone().unwrap();
+    let read: i64 = text
+        .split(" bytes read")
+        .next()
+        .and_then(|s| s.rsplit(", ").next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        read * 4 < file_bytes,
+        "{read} of {file_bytes} bytes read: {text}"
+    );
+}

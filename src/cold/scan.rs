@@ -17,9 +17,13 @@ use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::{filter_record_batch, interleave};
 use arrow::datatypes::{DataType, Int16Type, Int64Type, TimeUnit};
 use futures_util::{pin_mut, TryStreamExt};
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
+};
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::bloom_filter::Sbbf;
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use tokio_postgres::Client;
 
 use super::ordered::{self, Cell};
@@ -28,6 +32,12 @@ use super::segment_file::{footer, SegmentFile, SegmentReadError};
 use super::{arrow_schema, ColdColumn, ColdType, CopyDecoder, ScalarType};
 use crate::flush::segment::SegmentColumn;
 use crate::flush::store::ColdStore;
+
+/// Bloom filters of pk columns kept in memory, by (segment path, row group, leaf column);
+/// segments are immutable. The cache starts over when full (a filter is ~100 KiB).
+static BLOOMS: std::sync::Mutex<Option<HashMap<(String, usize, usize), Option<Arc<Sbbf>>>>> =
+    std::sync::Mutex::new(None);
+const BLOOM_CACHE_ENTRIES: usize = 2048;
 
 /// Rows per decoded batch while scanning.
 const SCAN_BATCH_ROWS: usize = 8192;
@@ -291,15 +301,19 @@ pub async fn scan(
             ArrowReaderOptions::new().with_schema(schema.clone()),
         )?;
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader_metadata);
-        groups = bloom_filtered(&mut builder, table, predicates, groups).await?;
+        groups = bloom_filtered(&mut builder, &segment.path, table, predicates, groups).await?;
         stats.row_groups_pruned += row_group_rows.len() - groups.len();
         if groups.is_empty() {
             continue;
         }
-        let stream = builder
+        let selection = page_selection(&metadata, table, predicates, &groups);
+        let mut builder = builder
             .with_row_groups(groups)
-            .with_batch_size(SCAN_BATCH_ROWS)
-            .build()?;
+            .with_batch_size(SCAN_BATCH_ROWS);
+        if let Some(selection) = selection {
+            builder = builder.with_row_selection(selection);
+        }
+        let stream = builder.build()?;
         pin_mut!(stream);
         while let Some(batch) = stream.try_next().await? {
             stats.rows_scanned += batch.num_rows();
@@ -465,10 +479,95 @@ impl<'a> LiveRows<'a> {
     }
 }
 
+/// Rows of `groups` (in order) on pages of the first pk column whose page statistics may
+/// satisfy every predicate on it, when the segment has a page index and the column is an
+/// integer: a lookup then reads and decodes only those pages of every column. `None` when
+/// nothing can be narrowed.
+fn page_selection(
+    metadata: &ParquetMetaData,
+    table: &ColdTable,
+    predicates: &[Predicate],
+    groups: &[usize],
+) -> Option<RowSelection> {
+    let column = &table.columns[*table.pk_positions.first()?];
+    let on_pk: Vec<&Predicate> = predicates
+        .iter()
+        .filter(|p| p.attnum() == column.attnum)
+        .collect();
+    if on_pk.is_empty() {
+        return None;
+    }
+    let leaf = metadata
+        .file_metadata()
+        .schema_descr()
+        .columns()
+        .iter()
+        .position(|c| c.path().parts() == [column.name.clone()])?;
+    let (column_index, offset_index) = (metadata.column_index()?, metadata.offset_index()?);
+    let mut selectors = Vec::new();
+    let mut narrowed = false;
+    for &g in groups {
+        let rows = usize::try_from(metadata.row_group(g).num_rows()).ok()?;
+        let pages = &offset_index.get(g)?.get(leaf)?.page_locations;
+        let bounds = page_bounds(column_index.get(g)?.get(leaf)?, pages.len())?;
+        for (i, page) in pages.iter().enumerate() {
+            let first = usize::try_from(page.first_row_index).ok()?;
+            let end = match pages.get(i + 1) {
+                Some(next) => usize::try_from(next.first_row_index).ok()?,
+                None => rows,
+            };
+            let keep = match bounds[i] {
+                Some((min, max)) => on_pk.iter().all(|p| {
+                    p.may_match(&super::prune::RangeStats {
+                        rows: (end - first) as i64,
+                        nulls: 0,
+                        unordered: 0,
+                        min: Some(&min),
+                        max: Some(&max),
+                    })
+                }),
+                None => true,
+            };
+            narrowed |= !keep;
+            selectors.push(if keep {
+                RowSelector::select(end - first)
+            } else {
+                RowSelector::skip(end - first)
+            });
+        }
+    }
+    narrowed.then(|| RowSelection::from(selectors))
+}
+
+/// Per page of an integer column's index: its bounds in the order-preserving encoding
+/// (`None`: unknown).
+fn page_bounds(
+    index: &ColumnIndexMetaData,
+    pages: usize,
+) -> Option<Vec<Option<([u8; 8], [u8; 8])>>> {
+    let bound = |min: Option<i64>, max: Option<i64>| Some((ordered::int(min?), ordered::int(max?)));
+    let out: Vec<_> = match index {
+        ColumnIndexMetaData::INT64(ix) => (0..pages)
+            .map(|i| bound(ix.min_value(i).copied(), ix.max_value(i).copied()))
+            .collect(),
+        ColumnIndexMetaData::INT32(ix) => (0..pages)
+            .map(|i| {
+                bound(
+                    ix.min_value(i).map(|v| i64::from(*v)),
+                    ix.max_value(i).map(|v| i64::from(*v)),
+                )
+            })
+            .collect(),
+        _ => return None,
+    };
+    (out.len() == pages).then_some(out)
+}
+
 /// Drops row groups whose pk bloom filter rules out every value an equality predicate on
 /// a pk column asks for.
 async fn bloom_filtered(
     builder: &mut ParquetRecordBatchStreamBuilder<SegmentFile>,
+    path: &str,
     table: &ColdTable,
     predicates: &[Predicate],
     groups: Vec<usize>,
@@ -507,7 +606,31 @@ async fn bloom_filtered(
     for g in groups {
         let mut possible = true;
         for (leaf, values, data_type) in &lookups {
-            if let Some(bloom) = builder.get_row_group_column_bloom_filter(g, *leaf).await? {
+            let key = (path.to_owned(), g, *leaf);
+            let cached = BLOOMS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .and_then(|m| m.get(&key).cloned());
+            let bloom = match cached {
+                Some(b) => b,
+                None => {
+                    let b = builder
+                        .get_row_group_column_bloom_filter(g, *leaf)
+                        .await?
+                        .map(Arc::new);
+                    let mut cache = BLOOMS
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let cache = cache.get_or_insert_with(HashMap::new);
+                    if cache.len() >= BLOOM_CACHE_ENTRIES {
+                        cache.clear();
+                    }
+                    cache.insert(key, b.clone());
+                    b
+                }
+            };
+            if let Some(bloom) = bloom {
                 possible &= values
                     .iter()
                     .any(|v| bloom_may_contain(&bloom, data_type, v));

@@ -1,5 +1,6 @@
-//! A Parquet segment in the cold store, read by byte ranges: its footer (cached, since
-//! segments are immutable: a path is never rewritten) and the column chunks a scan needs.
+//! A Parquet segment in the cold store, read by byte ranges: its footer and page index
+//! (cached, since segments are immutable: a path is never rewritten) and the pages a scan
+//! needs.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -11,7 +12,7 @@ use futures_util::FutureExt;
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::ParquetError;
-use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
 use crate::flush::store::{ColdStore, StoreError};
 
@@ -64,14 +65,21 @@ pub async fn footer(
         .checked_sub(FOOTER_TAIL + metadata_len)
         .ok_or_else(|| bad("footer longer than the file"))?;
     let bytes = store.get_range(path, start..size - FOOTER_TAIL).await?;
-    let metadata = Arc::new(
-        ParquetMetaDataReader::decode_metadata(&bytes).map_err(|source| {
-            SegmentReadError::Parquet {
-                path: path.to_owned(),
-                source,
-            }
-        })?,
-    );
+    let parquet_error = |source| SegmentReadError::Parquet {
+        path: path.to_owned(),
+        source,
+    };
+    let footer = ParquetMetaDataReader::decode_metadata(&bytes).map_err(parquet_error)?;
+    // The page index (column and offset index, written with page statistics) lets a
+    // lookup read only the pages that may hold its keys.
+    let mut file = SegmentFile::new(store.clone(), path.to_owned(), Arc::new(footer.clone()));
+    let mut reader = ParquetMetaDataReader::new_with_metadata(footer)
+        .with_page_index_policy(PageIndexPolicy::Optional);
+    reader
+        .load_page_index(&mut file)
+        .await
+        .map_err(parquet_error)?;
+    let metadata = Arc::new(reader.finish().map_err(parquet_error)?);
     let mut cache = FOOTERS.lock().unwrap_or_else(PoisonError::into_inner);
     let cache = cache.get_or_insert_with(HashMap::new);
     if cache.len() >= FOOTER_CACHE_ENTRIES {
@@ -113,6 +121,27 @@ impl AsyncFileReader for SegmentFile {
             self.bytes_read
                 .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
             Ok(bytes)
+        }
+        .boxed()
+    }
+
+    /// All the ranges a row group's projection needs, in one call to the store (a
+    /// lookup needs two small pages of every column; one request each would cost more
+    /// than reading them).
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move {
+            let parts = self
+                .store
+                .get_ranges(&self.path, &ranges)
+                .await
+                .map_err(|e| ParquetError::External(Box::new(e)))?;
+            let total: u64 = parts.iter().map(|b| b.len() as u64).sum();
+            self.bytes_read
+                .fetch_add(total, std::sync::atomic::Ordering::Relaxed);
+            Ok(parts)
         }
         .boxed()
     }

@@ -29,6 +29,14 @@ use futures_util::SinkExt;
 const BATCH_ROWS: usize = 65_536;
 /// Rows per Parquet row group (at most; a segment may be smaller).
 const ROW_GROUP_ROWS: usize = 131_072;
+/// Rows per data page at most: a cold lookup reads and decodes one page of each column
+/// (the page index says which), so pages are kept small; larger pages compress a little
+/// better (bench/README.md, "Page size").
+const PAGE_ROWS: usize = 1024;
+/// Largest dictionary page: every lookup in a column chunk reads and decodes its
+/// dictionary, so a column with many distinct values falls back to plain encoding early
+/// (its values then compress with zstd alone); columns with few values keep theirs.
+const DICTIONARY_PAGE_BYTES: usize = 16 * 1024;
 /// Segments per folder of the table's prefix.
 const SEGMENTS_PER_FOLDER: i64 = 100;
 /// Advisory-lock class of a tiered table: writers hold it shared, finalize exclusive (§7).
@@ -388,6 +396,8 @@ fn writer_properties(
     let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
         .set_statistics_enabled(EnabledStatistics::Page)
+        .set_data_page_row_count_limit(PAGE_ROWS)
+        .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
     let mut sorting = Vec::new();
     for pk in &table.pk {

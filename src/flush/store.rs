@@ -210,6 +210,19 @@ impl ColdStore {
         Ok(self.store.get_range(&Path::from(key), range).await?)
     }
 
+    /// Bytes `ranges` of the object at `key`, fetched together (the store coalesces
+    /// ranges that lie close to each other into one request).
+    ///
+    /// # Errors
+    /// As [`ColdStore::get_range`].
+    pub async fn get_ranges(
+        &self,
+        key: &str,
+        ranges: &[std::ops::Range<u64>],
+    ) -> Result<Vec<Bytes>, StoreError> {
+        Ok(self.store.get_ranges(&Path::from(key), ranges).await?)
+    }
+
     /// Removes `key`; a missing object is not an error.
     ///
     /// # Errors

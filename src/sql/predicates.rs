@@ -32,6 +32,8 @@ pub enum Constant {
     Text(String),
     /// `$n`: the client's parameter number n (1-based), known at Bind.
     Param(u32),
+    /// `x + k` or `x - k` of an integer constant or parameter `x` (`k` negated for minus).
+    Sum(Box<Constant>, i64),
 }
 
 /// What a conjunct says about a column.
@@ -51,6 +53,8 @@ impl std::fmt::Display for Constant {
             Constant::Int(v) => write!(f, "{v}"),
             Constant::Text(t) => write!(f, "'{}'", t.replace('\'', "''")),
             Constant::Param(n) => write!(f, "${n}"),
+            Constant::Sum(x, k) if *k < 0 => write!(f, "{x} - {}", k.unsigned_abs()),
+            Constant::Sum(x, k) => write!(f, "{x} + {k}"),
         }
     }
 }
@@ -273,8 +277,23 @@ fn column_of(node: &Node, name: &str, only_relation: bool) -> Option<String> {
 /// A literal constant (integers, strings) or a parameter; casts and expressions are not
 /// looked into.
 fn constant(node: &Node) -> Option<Constant> {
-    if let Some(N::ParamRef(p)) = node.node.as_ref() {
-        return u32::try_from(p.number).ok().map(Constant::Param);
+    match node.node.as_ref() {
+        Some(N::ParamRef(p)) => return u32::try_from(p.number).ok().map(Constant::Param),
+        Some(N::AExpr(e)) if e.kind == AExprKind::AexprOp as i32 => {
+            // `x + k`, `k + x`, `x - k` with an integer literal k: BETWEEN $1 AND $1 + 99.
+            let (l, r) = (
+                constant(e.lexpr.as_deref()?)?,
+                constant(e.rexpr.as_deref()?)?,
+            );
+            return match (operator(&e.name)?, l, r) {
+                ("+", x, Constant::Int(k)) | ("+", Constant::Int(k), x) => {
+                    Some(Constant::Sum(Box::new(x), k))
+                }
+                ("-", x, Constant::Int(k)) => Some(Constant::Sum(Box::new(x), k.checked_neg()?)),
+                _ => None,
+            };
+        }
+        _ => {}
     }
     let Some(N::AConst(c)) = node.node.as_ref() else {
         return None;
@@ -303,10 +322,7 @@ pub fn to_prune(
         let ColdType::Scalar(scalar) = column.ty else {
             continue;
         };
-        let encode = |v: &Constant| match v {
-            Constant::Param(n) => encode(scalar, &params.constant(*n, scalar)?),
-            v => encode(scalar, v),
-        };
+        let encode = |v: &Constant| encode(scalar, &resolve(v, scalar, params)?);
         let attnum = column.attnum;
         let ranged = matches!(
             scalar,
@@ -332,6 +348,23 @@ pub fn to_prune(
         out.extend(predicate);
     }
     out
+}
+
+/// `value` with parameters replaced by their Bind values and sums computed (integers
+/// only, overflow giving nothing).
+fn resolve(value: &Constant, scalar: ScalarType, params: &BoundParams<'_>) -> Option<Constant> {
+    match value {
+        Constant::Param(n) => params.constant(*n, scalar),
+        Constant::Sum(x, k) => {
+            let x = match resolve(x, scalar, params)? {
+                Constant::Int(v) => v,
+                Constant::Text(t) => t.trim().parse::<i64>().ok()?,
+                _ => return None,
+            };
+            x.checked_add(*k).map(Constant::Int)
+        }
+        other => Some(other.clone()),
+    }
 }
 
 fn encode(scalar: ScalarType, value: &Constant) -> Option<Vec<u8>> {
@@ -398,6 +431,45 @@ mod tests {
                 p("id", Comparison::Below(Constant::Int(9), true)),
             ]
         );
+    }
+
+    #[test]
+    fn sums_of_parameters_and_integers_are_bounds_too() {
+        let got = located(
+            "SELECT * FROM events WHERE id BETWEEN $1 AND $1 + 99 AND id > 7 - 2 AND id < 1 + $2",
+            "events",
+            0,
+        );
+        let sum = |x: Constant, k| Constant::Sum(Box::new(x), k);
+        assert_eq!(
+            got,
+            vec![
+                p("id", Comparison::Above(Constant::Param(1), true)),
+                p("id", Comparison::Below(sum(Constant::Param(1), 99), true)),
+                p("id", Comparison::Above(sum(Constant::Int(7), -2), false)),
+                p("id", Comparison::Below(sum(Constant::Param(2), 1), false)),
+            ]
+        );
+        let columns = vec![SegmentColumn {
+            name: "id".into(),
+            attnum: 1,
+            ty: ColdType::Scalar(ScalarType::Int8),
+        }];
+        let ten = 10i64.to_be_bytes();
+        let params = BoundParams {
+            values: vec![Some(&ten[..])],
+            binary: vec![true],
+            declared: vec![],
+            utf8: true,
+        };
+        assert_eq!(
+            to_prune(&got[..2], &columns, &params),
+            vec![
+                Predicate::Above(1, ordered::int(10).to_vec(), true),
+                Predicate::Below(1, ordered::int(109).to_vec(), true)
+            ]
+        );
+        assert_eq!(got[1].to_string(), "id <= $1 + 99");
     }
 
     #[test]

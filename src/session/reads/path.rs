@@ -144,11 +144,7 @@ impl ReadPath {
         }
         // DDL naming a tiered table or a view over one may change which views read it:
         // the next statement reads the registry again.
-        let word = sql
-            .trim_start()
-            .split_whitespace()
-            .next()
-            .unwrap_or_default();
+        let word = sql.split_whitespace().next().unwrap_or_default();
         if ["create", "drop", "alter"]
             .iter()
             .any(|w| word.eq_ignore_ascii_case(w))
