@@ -35,8 +35,8 @@ use crate::flush::store::ColdStore;
 
 /// Bloom filters of pk columns kept in memory, by (segment path, row group, leaf column);
 /// segments are immutable. The cache starts over when full (a filter is ~100 KiB).
-static BLOOMS: std::sync::Mutex<Option<HashMap<(String, usize, usize), Option<Arc<Sbbf>>>>> =
-    std::sync::Mutex::new(None);
+static BLOOMS: std::sync::Mutex<Option<BloomCache>> = std::sync::Mutex::new(None);
+type BloomCache = HashMap<(String, usize, usize), Option<Arc<Sbbf>>>;
 const BLOOM_CACHE_ENTRIES: usize = 2048;
 
 /// Rows per decoded batch while scanning.
@@ -539,12 +539,15 @@ fn page_selection(
     narrowed.then(|| RowSelection::from(selectors))
 }
 
+/// A page's minimum and maximum in the order-preserving encoding.
+type PageBounds = ([u8; 8], [u8; 8]);
+
 /// Per page of an integer column's index: its bounds in the order-preserving encoding
 /// (`None`: unknown).
 fn page_bounds(
     index: &ColumnIndexMetaData,
     pages: usize,
-) -> Option<Vec<Option<([u8; 8], [u8; 8])>>> {
+) -> Option<Vec<Option<PageBounds>>> {
     let bound = |min: Option<i64>, max: Option<i64>| Some((ordered::int(min?), ordered::int(max?)));
     let out: Vec<_> = match index {
         ColumnIndexMetaData::INT64(ix) => (0..pages)
