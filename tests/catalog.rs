@@ -115,6 +115,7 @@ async fn fresh_database_gets_every_object_and_a_second_migration_applies_nothing
             "guard",
             "guard",
             "read_lock",
+            "rehydrate",
             "set_policy",
             "tier_table",
             "untier_table"

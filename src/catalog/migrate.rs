@@ -55,6 +55,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/v004_guard.sql"),
         upgrade_capture: true,
     },
+    Migration {
+        version: 5,
+        name: "writes",
+        sql: include_str!("sql/v005_writes.sql"),
+        upgrade_capture: false,
+    },
 ];
 
 /// The catalog version this binary creates.

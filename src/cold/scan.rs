@@ -172,6 +172,14 @@ impl ColdTable {
 const AS_OF: &str = "g.table_id = $1 AND g.activated_generation <= $2 \
      AND (g.status = 'active' OR (g.status = 'retired' AND g.retired_generation > $2))";
 
+impl ColdTable {
+    /// The composite-key encoding of row `row` of `rows` (the table's columns); empty for
+    /// a NULL key component (never: keys are NOT NULL).
+    pub fn key_of(&self, rows: &RecordBatch, row: usize) -> Vec<u8> {
+        encode_key(rows, &self.pk_positions, row).unwrap_or_default()
+    }
+}
+
 /// `coldwire.overrides_<id>` as of `generation`, as a map from encoded key to seq, read by
 /// binary COPY.
 async fn load_overrides(
@@ -544,10 +552,7 @@ type PageBounds = ([u8; 8], [u8; 8]);
 
 /// Per page of an integer column's index: its bounds in the order-preserving encoding
 /// (`None`: unknown).
-fn page_bounds(
-    index: &ColumnIndexMetaData,
-    pages: usize,
-) -> Option<Vec<Option<PageBounds>>> {
+fn page_bounds(index: &ColumnIndexMetaData, pages: usize) -> Option<Vec<Option<PageBounds>>> {
     let bound = |min: Option<i64>, max: Option<i64>| Some((ordered::int(min?), ordered::int(max?)));
     let out: Vec<_> = match index {
         ColumnIndexMetaData::INT64(ix) => (0..pages)

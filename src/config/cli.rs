@@ -65,6 +65,9 @@ pub struct ServeArgs {
     /// Most cold rows one table reference of a read may bring back [default: 100000].
     #[arg(long, env = "COLDWIRE_MAX_COLD_ROWS")]
     pub max_cold_rows: Option<usize>,
+    /// Most cold rows one write may bring back into the heap [default: 100000].
+    #[arg(long, env = "COLDWIRE_MAX_REHYDRATE_ROWS")]
+    pub max_rehydrate_rows: Option<usize>,
     /// Upstream connect timeout in milliseconds [default: 5000].
     #[arg(long, env = "COLDWIRE_CONNECT_TIMEOUT_MS")]
     pub connect_timeout_ms: Option<u64>,
@@ -98,6 +101,9 @@ impl ServeArgs {
         }
         if let Some(v) = a.max_message_bytes {
             c.max_message_bytes = v;
+        }
+        if let Some(v) = a.max_rehydrate_rows {
+            c.max_rehydrate_rows = v;
         }
         if let Some(v) = a.max_cold_rows {
             c.max_cold_rows = v;

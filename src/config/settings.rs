@@ -75,6 +75,10 @@ pub struct Config {
     /// Most cold rows one reference in a read may bring back; a read that would exceed it
     /// fails with 54000 naming the table. Default 100000.
     pub max_cold_rows: usize,
+    /// Most cold rows one write (UPDATE, DELETE, upsert, locking read) may bring back into
+    /// the heap before it runs; a write whose conditions bound no fewer fails with 54000
+    /// naming the table. Default 100000.
+    pub max_rehydrate_rows: usize,
 }
 
 /// A setting that must not show in logs or `Debug` output.
@@ -114,6 +118,7 @@ impl Default for Config {
             shutdown_grace_secs: 30,
             worker_threads: 0,
             max_cold_rows: 100_000,
+            max_rehydrate_rows: 100_000,
         }
     }
 }

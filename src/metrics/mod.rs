@@ -22,7 +22,7 @@ pub const FLUSH_ROWS_TOTAL: &str = "coldwire_flush_rows_total";
 pub const FLUSH_JOBS_TOTAL: &str = "coldwire_flush_jobs_total";
 /// Counter: admin calls answered, label `function`, `outcome` = `ok` | `error`.
 pub const ADMIN_CALLS_TOTAL: &str = "coldwire_admin_calls_total";
-/// Statements coldwire rewrote, by route (`read`).
+/// Statements coldwire rewrote or prepared for, by route (`read`, `write`).
 pub const ROUTES_TOTAL: &str = "coldwire_routes_total";
 /// Reads planned again after the guard saw the cold tier change.
 pub const READ_RETRIES_TOTAL: &str = "coldwire_read_retries_total";
@@ -32,6 +32,8 @@ pub const COLD_ROWS_INJECTED_TOTAL: &str = "coldwire_cold_rows_injected_total";
 pub const COLD_BYTES_READ_TOTAL: &str = "coldwire_cold_bytes_read_total";
 /// Segments skipped by reads thanks to their stats.
 pub const COLD_SEGMENTS_PRUNED_TOTAL: &str = "coldwire_cold_segments_pruned_total";
+/// Cold rows brought back into the heap before writes that may touch them.
+pub const ROWS_REHYDRATED_TOTAL: &str = "coldwire_rows_rehydrated_total";
 
 /// Installs the process-wide Prometheus recorder and describes every metric.
 ///
@@ -61,7 +63,10 @@ pub fn install(
         ADMIN_CALLS_TOTAL,
         "Admin calls answered, by function and outcome"
     );
-    metrics::describe_counter!(ROUTES_TOTAL, "Statements coldwire rewrote, by route");
+    metrics::describe_counter!(
+        ROUTES_TOTAL,
+        "Statements coldwire rewrote or prepared for, by route"
+    );
     metrics::describe_counter!(
         READ_RETRIES_TOTAL,
         "Reads planned again after the guard saw the cold tier change"
@@ -77,6 +82,10 @@ pub fn install(
     metrics::describe_counter!(
         COLD_SEGMENTS_PRUNED_TOTAL,
         "Segments skipped by reads thanks to their stats"
+    );
+    metrics::describe_counter!(
+        ROWS_REHYDRATED_TOTAL,
+        "Cold rows brought back into the heap before writes that may touch them"
     );
     Ok(handle)
 }

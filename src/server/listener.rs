@@ -89,6 +89,7 @@ impl Server {
                 service.clone(),
                 store.clone(),
                 config.max_cold_rows,
+                config.max_rehydrate_rows,
             ))
         });
         let admin: Arc<dyn crate::admin::AdminExecutor> = match &flush {

@@ -13,7 +13,7 @@ use super::admin::{AdminSession, Disposition};
 use super::answer::{answer_admin, wait_until_answered};
 use super::reads::Plan;
 use super::rewritten::{self, read_stop, GroupShape, QueryRead, Stop};
-use super::state::{CopyOut, Phase, Retry, RewrittenGroup, SessionState};
+use super::state::{CopyOut, OwnPrefix, Phase, Retry, RewrittenGroup, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
 use crate::metrics::BYTES_RELAYED_TOTAL;
@@ -29,12 +29,16 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// inspected ones, all small, are ever held whole.
 const UPSTREAM_MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// Client frames the session tracks: Parse, Close and Describe (statement names and the
-/// descriptions they ask for), Sync, Query and FunctionCall (answered by ReadyForQuery),
-/// Terminate. Bind, Execute and Flush too while some statement is coldwire's.
+/// descriptions they ask for), Bind and Execute (statements coldwire prepared; the shape
+/// of a group, and where coldwire's own messages are answered in it), Flush, Sync, Query
+/// and FunctionCall (answered by ReadyForQuery), Terminate.
 const CLIENT_INSPECTED: &[u8] = &[
     msg::PARSE,
     msg::CLOSE,
     msg::DESCRIBE,
+    msg::BIND,
+    msg::EXECUTE,
+    msg::FLUSH,
     msg::SYNC,
     msg::QUERY,
     msg::FUNCTION_CALL,
@@ -215,17 +219,6 @@ async fn client_to_upstream(
         bytes: metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream"),
     };
     loop {
-        // Bind, Execute and Flush are looked at while some statement or portal is
-        // coldwire's (set before every drain: a Stop may have just made one).
-        let inspect_extended = admin.needs_extended_inspection()
-            || shared
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .has_rewritten_statements();
-        for tag in [msg::BIND, msg::EXECUTE, msg::FLUSH] {
-            c.dir.scanner.set_inspected(tag, inspect_extended);
-        }
         let mut terminated = false;
         // `out` ends with the Sync of a group that may be retried.
         let mut ends_retryable = false;
@@ -279,11 +272,21 @@ async fn client_to_upstream(
                 let boundary = !sent_since_sync && !streamed.load(Ordering::Relaxed);
                 let tables = rewritten::bound_tables(&frame, shared);
                 let at = c.transaction_generations(&tables, boundary).await?;
-                let mut bind = rewritten::bind(&frame, &at, false, shared).await?;
+                let mut bound = rewritten::bind(&frame, &at, false, shared).await?;
                 super::reads::after_plan().await;
+                if let Some(left) = bound.own_completions {
+                    shared
+                        .state
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .own_messages_sent(OwnPrefix {
+                            before: group.take_completions(),
+                            left,
+                        });
+                }
                 forwarded(msg::BIND, &frame, true, &mut group, &streamed, shared)?;
                 sent_since_sync = true;
-                c.send(&mut bind, false).await?;
+                c.send(&mut bound.frames, false).await?;
                 continue;
             }
             None => {}
@@ -391,10 +394,17 @@ impl ClientDirection<'_, '_> {
                     .await
             }
             Some(Retry::Bind { bind, execute }) => {
-                let mut out = rewritten::bind(&bind, &HashMap::new(), true, self.shared).await?;
+                let bound = rewritten::bind(&bind, &HashMap::new(), true, self.shared).await?;
+                let own = bound
+                    .own_completions
+                    .map(|left| OwnPrefix { before: 0, left })
+                    .into_iter()
+                    .collect();
+                let mut out = bound.frames;
                 out.extend_from_slice(&execute);
                 out.extend_from_slice(&ext::empty(msg::SYNC));
                 let retry = (attempt < MAX_READ_RETRIES).then_some(Retry::Bind { bind, execute });
+                let bind_seen = group.drop_bind_complete || group.bind_completed;
                 {
                     let mut state = self
                         .shared
@@ -405,7 +415,8 @@ impl ClientDirection<'_, '_> {
                     state.rewritten_group_sent(RewrittenGroup {
                         retry,
                         attempt,
-                        drop_bind_complete: true,
+                        drop_bind_complete: bind_seen,
+                        own,
                         ..RewrittenGroup::default()
                     });
                 }
@@ -439,7 +450,7 @@ impl ClientDirection<'_, '_> {
                         encoder: None,
                     });
                 }
-                rewritten::plan_query(&read, &at, attempt > 0, self.shared).await
+                rewritten::plan_query(&read, &query, &at, attempt > 0, self.shared).await
             }
             Err(error) => Plan::Fail(error),
         };
@@ -452,7 +463,7 @@ impl ClientDirection<'_, '_> {
                     .query_sent();
                 query
             }
-            Plan::Run(frames) => {
+            Plan::Run(frames, own) => {
                 {
                     let mut state = self
                         .shared
@@ -472,11 +483,13 @@ impl ClientDirection<'_, '_> {
                         attempt,
                         drop_parse_complete: true,
                         drop_bind_complete: true,
+                        bind_completed: false,
                         skip_row_descriptions,
                         client_row_descriptions: skip_row_descriptions,
                         drop_no_data: true,
                         retrying: false,
                         copy,
+                        own: own.into(),
                     });
                 }
                 super::reads::after_plan().await;
@@ -702,6 +715,18 @@ fn held_back(
         return Ok(None);
     };
     let dropped = || Some(BytesMut::new());
+    if let Some(own) = group.own.front_mut() {
+        match own_prefix_step(tag, own) {
+            OwnStep::Drop => return Ok(dropped()),
+            OwnStep::DropLast => {
+                group.own.pop_front();
+                return Ok(dropped());
+            }
+            // After an error Postgres skips the rest of the group, own parts included.
+            OwnStep::Done => group.own.clear(),
+            OwnStep::Pass => {}
+        }
+    }
     if let Some(copy) = &mut group.copy {
         let seen = group.skip_row_descriptions > 0;
         if let Some(out) = copy_out(tag, frame, copy, seen, streamed)? {
@@ -718,6 +743,10 @@ fn held_back(
     match tag {
         msg::PARSE_COMPLETE if group.drop_parse_complete => Ok(dropped()),
         msg::BIND_COMPLETE if group.drop_bind_complete => Ok(dropped()),
+        msg::BIND_COMPLETE => {
+            group.bind_completed = true;
+            Ok(None)
+        }
         msg::ROW_DESCRIPTION if group.skip_row_descriptions > 0 => {
             group.skip_row_descriptions -= 1;
             Ok(dropped())
@@ -758,6 +787,61 @@ fn held_back(
             Ok(dropped())
         }
         _ => Ok(None),
+    }
+}
+
+/// What becomes of a frame while coldwire's own messages in a group are being answered.
+enum OwnStep {
+    /// The client's: handled as usual.
+    Pass,
+    /// coldwire's: dropped.
+    Drop,
+    /// coldwire's last completion: dropped, and the part is over.
+    DropLast,
+    /// The end of coldwire's part (its last completion, dropped too, or an error, which
+    /// the client gets as its own statement's and after which Postgres skips the rest of
+    /// the group): handled as usual from here.
+    Done,
+}
+
+/// Whether `tag` completes a message: ParseComplete, BindComplete, CloseComplete, the
+/// RowDescription or NoData that ends a Describe, CommandComplete, EmptyQueryResponse,
+/// PortalSuspended.
+fn completes(tag: u8) -> bool {
+    matches!(
+        tag,
+        msg::PARSE_COMPLETE
+            | msg::BIND_COMPLETE
+            | msg::CLOSE_COMPLETE
+            | msg::ROW_DESCRIPTION
+            | msg::NO_DATA
+            | msg::COMMAND_COMPLETE
+            | msg::EMPTY_QUERY_RESPONSE
+            | msg::PORTAL_SUSPENDED
+    )
+}
+
+fn own_prefix_step(tag: u8, own: &mut OwnPrefix) -> OwnStep {
+    match tag {
+        // Errors end the part (the server skips until Sync); asynchronous messages and
+        // ReadyForQuery are everybody's.
+        msg::ERROR_RESPONSE | msg::READY_FOR_QUERY => OwnStep::Done,
+        msg::PARAMETER_STATUS | msg::NOTIFICATION_RESPONSE => OwnStep::Pass,
+        _ if own.before > 0 => {
+            if completes(tag) {
+                own.before -= 1;
+            }
+            OwnStep::Pass
+        }
+        _ => {
+            if completes(tag) {
+                own.left = own.left.saturating_sub(1);
+                if own.left == 0 {
+                    return OwnStep::DropLast;
+                }
+            }
+            OwnStep::Drop
+        }
     }
 }
 

@@ -16,9 +16,11 @@ use std::sync::{Arc, PoisonError};
 use bytes::{BufMut, BytesMut};
 
 use super::admin::Answer;
-use super::reads::{Part, Plan, PreparedRead, ReadPath};
+use super::reads::{
+    own_frames, Part, Plan, PreparedRead, PreparedWrite, ReadPath, OWN_COMPLETIONS,
+};
 use super::relay::Shared;
-use super::state::{Phase, Retry, RewrittenStatement, SessionState};
+use super::state::{OwnPrefix, Phase, Prepared, Retry, RewrittenStatement, SessionState};
 use super::SessionError;
 use crate::sql::copy_to::{copy_to, CopyOptions};
 use crate::sql::params::BoundParams;
@@ -55,8 +57,11 @@ pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<St
             Some(Stop::Prepare(BytesMut::from(frame)))
         }
         msg::BIND => {
-            let bind = Bind::decode(frame)?;
             let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if !state.has_rewritten_statements() {
+                return Ok(None);
+            }
+            let bind = Bind::decode(frame)?;
             state
                 .rewritten_statement(bind.statement)
                 .is_some()
@@ -97,6 +102,8 @@ pub enum QueryRead {
     Copy(Arc<PreparedRead>, CopyOptions),
     /// Several statements, some of them reads of tiered tables.
     Multi(Vec<Part>),
+    /// A write to a tiered table (or a locking read of one).
+    Write(Arc<PreparedWrite>),
 }
 
 impl QueryRead {
@@ -104,11 +111,13 @@ impl QueryRead {
     pub fn table_ids(&self) -> Vec<i64> {
         match self {
             QueryRead::Select(p) | QueryRead::Copy(p, _) => p.table_ids(),
+            QueryRead::Write(w) => vec![w.table_id],
             QueryRead::Multi(parts) => {
                 let mut ids: Vec<i64> = parts
                     .iter()
                     .flat_map(|p| match p {
                         Part::Read(r) => r.table_ids(),
+                        Part::Write(w, _) => vec![w.table_id],
                         Part::Plain(_) => Vec::new(),
                     })
                     .collect();
@@ -159,6 +168,13 @@ async fn prepare_sql(
         if let Some(read) = reads.prepare(sql, declared_params).await.map_err(failed)? {
             return Ok(Some(QueryRead::Select(read)));
         }
+        if let Some(write) = reads
+            .prepare_write(sql, declared_params)
+            .await
+            .map_err(failed)?
+        {
+            return Ok(Some(QueryRead::Write(write)));
+        }
         let Some(parts) = reads.prepare_multi(sql).await.map_err(failed)? else {
             return Ok(None);
         };
@@ -197,22 +213,50 @@ async fn prepare_sql(
     Ok(Some(QueryRead::Copy(read, options)))
 }
 
-/// The plan for a simple Query already prepared; `at` and `fresh` as for
+/// The plan for the simple Query `query`, already prepared; `at` and `fresh` as for
 /// [`ReadPath::cold_params`].
 pub async fn plan_query(
     read: &QueryRead,
+    query: &[u8],
     at: &HashMap<i64, i64>,
     fresh: bool,
     shared: &Shared<'_>,
 ) -> Plan {
     let utf8 = utf8_session(&shared.state.lock().unwrap_or_else(PoisonError::into_inner));
+    let reads = read_path(shared);
     match read {
-        QueryRead::Select(p) => read_path(shared).plan(p, at, fresh, utf8, false).await,
+        QueryRead::Select(p) => reads.plan(p, at, fresh, utf8, false).await,
         QueryRead::Copy(p, o) => {
             let binary = o.format == crate::sql::copy_to::CopyFormat::Binary;
-            read_path(shared).plan(p, at, fresh, utf8, binary).await
+            reads.plan(p, at, fresh, utf8, binary).await
         }
-        QueryRead::Multi(parts) => read_path(shared).plan_multi(parts, at, fresh, utf8).await,
+        QueryRead::Multi(parts) => reads.plan_multi(parts, at, fresh, utf8).await,
+        QueryRead::Write(write) => {
+            let params = BoundParams {
+                utf8,
+                ..BoundParams::none()
+            };
+            match reads.rehydration(write, &params, at, fresh).await {
+                Ok(values) => {
+                    let mut out = own_frames(&write.rehydrate_sql, &values);
+                    ext::execute_unnamed(
+                        &mut out,
+                        query_text(query).unwrap_or_default(),
+                        &[],
+                        false,
+                    );
+                    out.extend_from_slice(&ext::empty(msg::SYNC));
+                    Plan::Run(
+                        out,
+                        vec![OwnPrefix {
+                            before: 0,
+                            left: OWN_COMPLETIONS,
+                        }],
+                    )
+                }
+                Err(e) => Plan::Fail(e.client_error()),
+            }
+        }
     }
 }
 
@@ -222,6 +266,8 @@ pub enum ParseRewrite {
     Unchanged,
     /// A read of tiered tables, rewritten.
     Read(Arc<PreparedRead>),
+    /// A write to a tiered table: relayed unchanged, its cold rows rehydrated at Bind.
+    Write(Arc<PreparedWrite>),
     /// A statement coldwire cannot serve in the extended protocol (`COPY … TO` of a
     /// tiered table, which would see the hot rows only): it fails with this error when
     /// executed.
@@ -240,6 +286,7 @@ pub async fn prepare(frame: &[u8], shared: &Shared<'_>) -> Result<ParseRewrite, 
         match prepare_sql(parse.query, parse.param_types.len(), read_path(shared)).await {
             Ok(None) => ParseRewrite::Unchanged,
             Ok(Some(QueryRead::Select(read))) => ParseRewrite::Read(read),
+            Ok(Some(QueryRead::Write(write))) => ParseRewrite::Write(write),
             // A Parse holds one statement (Postgres refuses more).
             Ok(Some(QueryRead::Multi(_))) => ParseRewrite::Unchanged,
             Ok(Some(QueryRead::Copy(..))) => ParseRewrite::Refused(ErrorFields {
@@ -291,7 +338,17 @@ pub fn parse_to_send(
             state.statement_parsed(
                 parse.statement,
                 Some(RewrittenStatement {
-                    read,
+                    prepared: Prepared::Read(read),
+                    param_types: parse.param_types,
+                }),
+            );
+        }
+        ParseRewrite::Write(write) => {
+            out.extend_from_slice(frame);
+            state.statement_parsed(
+                parse.statement,
+                Some(RewrittenStatement {
+                    prepared: Prepared::Write(write),
                     param_types: parse.param_types,
                 }),
             );
@@ -308,13 +365,26 @@ pub fn bound_tables(frame: &[u8], shared: &Shared<'_>) -> Vec<i64> {
         .and_then(|b| {
             state
                 .rewritten_statement(b.statement)
-                .map(|s| s.read.table_ids())
+                .map(|s| match &s.prepared {
+                    Prepared::Read(read) => read.table_ids(),
+                    Prepared::Write(write) => vec![write.table_id],
+                })
         })
         .unwrap_or_default()
 }
 
-/// The Bind to send for the client's Bind `frame` of a rewritten statement: the client's
-/// parameters, then coldwire's; `at` and `fresh` as for [`ReadPath::cold_params`].
+/// What to send for a client's Bind of a statement coldwire prepared.
+pub struct BoundFrames {
+    pub frames: BytesMut,
+    /// Completions of coldwire's own messages at the front of `frames` (a write's
+    /// rehydration), which the client must not see.
+    pub own_completions: Option<u32>,
+}
+
+/// The frames to send for the client's Bind `frame` of a statement coldwire prepared: for
+/// a read, the Bind with coldwire's parameters after the client's; for a write, coldwire's
+/// rehydration of the cold rows it may touch, then the Bind as it is. `at` and `fresh`
+/// as for [`ReadPath::cold_params`].
 ///
 /// # Errors
 /// A malformed Bind.
@@ -323,7 +393,11 @@ pub async fn bind(
     at: &HashMap<i64, i64>,
     fresh: bool,
     shared: &Shared<'_>,
-) -> Result<BytesMut, SessionError> {
+) -> Result<BoundFrames, SessionError> {
+    let unchanged = || BoundFrames {
+        frames: BytesMut::from(frame),
+        own_completions: None,
+    };
     let bind = Bind::decode(frame)?;
     let (statement, utf8) = {
         let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -333,12 +407,15 @@ pub async fn bind(
         )
     };
     let Some(statement) = statement else {
-        return Ok(BytesMut::from(frame));
+        return Ok(unchanged());
     };
-    let read = &statement.read;
-    if bind.params.len() != read.client_params {
+    let client_params = match &statement.prepared {
+        Prepared::Read(read) => read.client_params,
+        Prepared::Write(write) => write.client_params,
+    };
+    if bind.params.len() != client_params {
         // Postgres refuses the Bind for its parameter count; let it say so.
-        return Ok(BytesMut::from(frame));
+        return Ok(unchanged());
     }
     let params = BoundParams {
         values: bind.params.clone(),
@@ -346,16 +423,40 @@ pub async fn bind(
         declared: statement.param_types.clone(),
         utf8,
     };
-    let cold = match read_path(shared)
-        .cold_params(read, &params, at, fresh)
-        .await
-    {
-        Ok(values) => values,
-        Err(e) => ReadPath::refusal_params(read, &e.client_error()),
-    };
-    let mut out = BytesMut::new();
-    bind.encode_with_extra(&cold, &mut out);
-    Ok(out)
+    let reads = read_path(shared);
+    match &statement.prepared {
+        Prepared::Read(read) => {
+            let cold = match reads.cold_params(read, &params, at, fresh).await {
+                Ok(values) => values,
+                Err(e) => ReadPath::refusal_params(read, &e.client_error()),
+            };
+            let mut out = BytesMut::new();
+            bind.encode_with_extra(&cold, &mut out);
+            Ok(BoundFrames {
+                frames: out,
+                own_completions: None,
+            })
+        }
+        Prepared::Write(write) => {
+            let mut out = match reads.rehydration(write, &params, at, fresh).await {
+                Ok(values) => own_frames(&write.rehydrate_sql, &values),
+                // Fails in protocol order, at coldwire's own Execute; the server then
+                // skips the client's messages until Sync, as after its own error.
+                Err(e) => {
+                    let e = e.client_error();
+                    own_frames(
+                        &crate::sql::rewrite::refusal_sql(&e.code, &e.message, e.hint.as_deref()),
+                        &[],
+                    )
+                }
+            };
+            out.extend_from_slice(frame);
+            Ok(BoundFrames {
+                frames: out,
+                own_completions: Some(OWN_COMPLETIONS),
+            })
+        }
+    }
 }
 
 /// The statement name and portal of coldwire's own statements in a session.
@@ -413,6 +514,9 @@ pub fn read_lock_rows(rows: &[Vec<Option<Vec<u8>>>]) -> HashMap<i64, i64> {
 #[derive(Debug, Default)]
 pub struct GroupShape {
     messages: usize,
+    /// Messages so far that Postgres answers with one completion each (Parse, Bind,
+    /// Describe, Execute, Close).
+    completions: u32,
     started_quiet: bool,
     bind: Option<(BytesMut, String)>,
     execute: Option<BytesMut>,
@@ -427,6 +531,12 @@ impl GroupShape {
             self.started_quiet = state.outstanding_syncs() == 0 && state.phase == Phase::Idle;
         }
         self.messages += 1;
+        if matches!(
+            tag,
+            msg::PARSE | msg::BIND | msg::DESCRIBE | msg::EXECUTE | msg::CLOSE
+        ) {
+            self.completions += 1;
+        }
         match tag {
             msg::PARSE if self.bind.is_none() => {}
             msg::DESCRIBE => {}
@@ -460,6 +570,12 @@ impl GroupShape {
             }
             _ => None,
         }
+    }
+
+    /// Completions Postgres owes for the group's messages since coldwire last put its
+    /// own into it: where coldwire's own messages, sent now, are answered.
+    pub fn take_completions(&mut self) -> u32 {
+        std::mem::take(&mut self.completions)
     }
 
     /// A simple Query or FunctionCall ends whatever group was under way.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio::sync::oneshot;
 
-use super::reads::PreparedRead;
+use super::reads::{PreparedRead, PreparedWrite};
 use crate::sql::copy_to::{CopyEncoder, CopyOptions};
 use crate::wire::messages::ErrorFields;
 
@@ -73,6 +73,9 @@ pub struct SessionState {
     /// Generations of tiered tables as the client's current transaction block sees them
     /// (learnt by `coldwire.read_lock`), so its reads are planned for exactly those.
     pub txn_generations: HashMap<i64, i64>,
+    /// The group being sent, when coldwire put messages of its own into it before its
+    /// Sync; it becomes the group's entry at the Sync.
+    open_group: Option<RewrittenGroup>,
     /// Client statements (by name, "" for the unnamed one) that coldwire rewrote at Parse
     /// and gives cold parameters at each Bind.
     rewritten_statements: HashMap<String, RewrittenStatement>,
@@ -120,10 +123,19 @@ impl OwnGroup {
     }
 }
 
-/// A client statement coldwire rewrote at Parse.
+/// What coldwire does with a client statement at each Bind.
+#[derive(Debug, Clone)]
+pub enum Prepared {
+    /// A read, rewritten at Parse: cold parameters appended.
+    Read(Arc<PreparedRead>),
+    /// A write, relayed as it is: its cold rows brought back into the heap first.
+    Write(Arc<PreparedWrite>),
+}
+
+/// A client statement coldwire prepared at Parse.
 #[derive(Debug, Clone)]
 pub struct RewrittenStatement {
-    pub read: Arc<PreparedRead>,
+    pub prepared: Prepared,
     /// Parameter types the client's Parse declared.
     pub param_types: Vec<u32>,
 }
@@ -148,6 +160,9 @@ pub struct RewrittenGroup {
     /// Responses to messages coldwire sent itself, which the client must not see.
     pub drop_parse_complete: bool,
     pub drop_bind_complete: bool,
+    /// The client got the BindComplete of its Bind (a retry must not send it again; a
+    /// guard failure in coldwire's rehydration comes before it).
+    pub bind_completed: bool,
     /// RowDescriptions the client already has (from the attempt that failed), to drop.
     pub skip_row_descriptions: u32,
     /// RowDescriptions of this Query that the client has, over every attempt.
@@ -158,6 +173,19 @@ pub struct RewrittenGroup {
     pub retrying: bool,
     /// A `COPY … TO STDOUT` coldwire serves: the rows of its query re-encoded as COPY data.
     pub copy: Option<CopyOut>,
+    /// coldwire's own statements inside the group (the rehydration before each write),
+    /// in order.
+    pub own: VecDeque<OwnPrefix>,
+}
+
+/// Where coldwire's own messages sit among a group's: after `before` completions of the
+/// client's messages since the previous own part (or the group's start), and answered by
+/// `left` completions of their own (ParseComplete, BindComplete, CloseComplete,
+/// CommandComplete, …), which the client must not see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnPrefix {
+    pub before: u32,
+    pub left: u32,
 }
 
 /// A `COPY … TO STDOUT` being served from the rows of its rewritten query.
@@ -179,6 +207,7 @@ impl SessionState {
             pending: VecDeque::new(),
             outstanding_syncs: 0,
             groups: VecDeque::new(),
+            open_group: None,
             txn_generations: HashMap::new(),
             rewritten_statements: HashMap::new(),
             quiet_since_sync: false,
@@ -218,10 +247,10 @@ impl SessionState {
 
     /// The client sent Describe of statement `name`.
     pub fn describe_statement_sent(&mut self, name: &str) {
-        let trim = self
-            .rewritten_statements
-            .get(name)
-            .map(|r| r.read.client_params);
+        let trim = match self.rewritten_statements.get(name).map(|r| &r.prepared) {
+            Some(Prepared::Read(read)) => Some(read.client_params),
+            _ => None,
+        };
         self.pending.push_back(Pending::DescribeStatement(trim));
     }
 
@@ -266,7 +295,19 @@ impl SessionState {
 
     /// The client sent a message that ReadyForQuery answers (Sync, Query, FunctionCall).
     pub fn sync_sent(&mut self) {
-        self.group_sent(Group::Client);
+        match self.open_group.take() {
+            Some(open) => self.group_sent(Group::Rewritten(open)),
+            None => self.group_sent(Group::Client),
+        }
+    }
+
+    /// coldwire sent messages of its own into the group being sent, answered after
+    /// `before` completions of the client's messages in it.
+    pub fn own_messages_sent(&mut self, own: OwnPrefix) {
+        self.open_group
+            .get_or_insert_with(RewrittenGroup::default)
+            .own
+            .push_back(own);
     }
 
     fn group_sent(&mut self, group: Group) {
@@ -276,7 +317,12 @@ impl SessionState {
     }
 
     /// A group that runs a rewritten read went upstream, ending with its sync point.
-    pub fn rewritten_group_sent(&mut self, group: RewrittenGroup) {
+    pub fn rewritten_group_sent(&mut self, mut group: RewrittenGroup) {
+        if let Some(open) = self.open_group.take() {
+            if group.own.is_empty() {
+                group.own = open.own;
+            }
+        }
         self.group_sent(Group::Rewritten(group));
     }
 
@@ -292,14 +338,15 @@ impl SessionState {
     }
 
     /// Whether upstream frames of every type must be held whole: coldwire's own
-    /// statements or a COPY it serves are being answered.
+    /// statements (alone or inside a group) or a COPY it serves are being answered.
     pub fn needs_whole_frames(&self) -> bool {
-        self.groups.iter().any(|g| {
-            matches!(
-                g,
-                Group::Own(_) | Group::Rewritten(RewrittenGroup { copy: Some(_), .. })
-            )
-        })
+        let rewritten = |g: &RewrittenGroup| g.copy.is_some() || !g.own.is_empty();
+        self.open_group.as_ref().is_some_and(rewritten)
+            || self.groups.iter().any(|g| match g {
+                Group::Own(_) => true,
+                Group::Rewritten(r) => rewritten(r),
+                Group::Client => false,
+            })
     }
 
     /// coldwire's own statement that responses arriving now answer, if they answer one.
@@ -324,11 +371,13 @@ impl SessionState {
         own
     }
 
-    /// The rewritten read that responses arriving now answer, if they answer one.
+    /// The rewritten group that responses arriving now answer, if they answer one (the
+    /// group still being sent, when every earlier one is answered).
     pub fn answering_rewritten(&mut self) -> Option<&mut RewrittenGroup> {
         match self.groups.front_mut() {
             Some(Group::Rewritten(group)) => Some(group),
-            _ => None,
+            Some(_) => None,
+            None => self.open_group.as_mut(),
         }
     }
 

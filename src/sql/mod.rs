@@ -7,3 +7,4 @@ pub mod params;
 pub mod predicates;
 pub mod rewrite;
 pub mod tree;
+pub mod writes;

@@ -142,10 +142,18 @@ fn visit_from(
 }
 
 fn conjuncts(select: &SelectStmt, name: &str, only_relation: bool) -> Vec<ColumnPredicate> {
+    select
+        .where_clause
+        .as_deref()
+        .map(|w| conjuncts_of(w, name, only_relation))
+        .unwrap_or_default()
+}
+
+/// The top-level AND-ed conjuncts of `condition` on the columns of the relation called
+/// `name` (columns may be unqualified when it is the only relation in scope).
+pub fn conjuncts_of(condition: &Node, name: &str, only_relation: bool) -> Vec<ColumnPredicate> {
     let mut out = Vec::new();
-    if let Some(where_clause) = &select.where_clause {
-        collect(where_clause, name, only_relation, &mut out);
-    }
+    collect(condition, name, only_relation, &mut out);
     out
 }
 
@@ -274,9 +282,9 @@ fn column_of(node: &Node, name: &str, only_relation: bool) -> Option<String> {
     }
 }
 
-/// A literal constant (integers, strings) or a parameter; casts and expressions are not
-/// looked into.
-fn constant(node: &Node) -> Option<Constant> {
+/// A literal constant (integers, strings), a parameter, or an integer sum of those; casts
+/// and other expressions are not looked into.
+pub fn constant(node: &Node) -> Option<Constant> {
     match node.node.as_ref() {
         Some(N::ParamRef(p)) => return u32::try_from(p.number).ok().map(Constant::Param),
         Some(N::AExpr(e)) if e.kind == AExprKind::AexprOp as i32 => {

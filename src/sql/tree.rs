@@ -21,9 +21,11 @@ pub struct Relation {
     /// Byte offset of the reference in the statement text.
     pub location: i32,
     pub alias: Option<String>,
-    /// Read (FROM, JOIN, subqueries anywhere); false for what a statement writes or
-    /// defines.
+    /// Read (FROM, JOIN, USING, subqueries anywhere); false for what a statement writes
+    /// (the target of INSERT, UPDATE, DELETE, MERGE) or defines (DDL).
     pub read: bool,
+    /// The target of an INSERT, UPDATE, DELETE or MERGE.
+    pub written: bool,
 }
 
 /// What the walk found.
@@ -39,21 +41,53 @@ pub struct Walk {
 /// Walks the whole of `parsed`.
 pub fn walk(parsed: &pg_query::ParseResult) -> Walk {
     let mut out = Walk::default();
+    let tree = serde_json::to_value(&parsed.protobuf).unwrap_or(Value::Null);
+    let mut written = HashSet::new();
+    write_targets(&tree, &mut written);
     // What `nodes` finds, with its context: statement targets (typed fields, which the
     // generic walk below does not see as nodes) and most reads.
     for (node, _, context, _) in parsed.protobuf.nodes() {
         if let NodeRef::RangeVar(rv) = node {
-            out.relations.push(relation(rv, context == Context::Select));
+            let target = written.contains(&rv.location);
+            out.relations.push(Relation {
+                read: !target && context == Context::Select,
+                written: target,
+                ..relation(rv, false)
+            });
         }
     }
     let known: HashSet<i32> = out.relations.iter().map(|r| r.location).collect();
     // Every relation node anywhere: those `nodes` missed are in subqueries, so reads.
-    if let Ok(tree) = serde_json::to_value(&parsed.protobuf) {
-        visit(&tree, &known, &mut out);
-    }
+    visit(&tree, &known, &mut out);
     out.relations.sort_by_key(|r| r.location);
     out.relations.dedup_by_key(|r| r.location);
     out
+}
+
+/// Locations of the `relation` of every INSERT, UPDATE, DELETE and MERGE in the tree.
+fn write_targets(value: &Value, out: &mut HashSet<i32>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                if matches!(
+                    key.as_str(),
+                    "InsertStmt" | "UpdateStmt" | "DeleteStmt" | "MergeStmt"
+                ) {
+                    if let Some(location) = inner
+                        .get("relation")
+                        .and_then(|r| r.get("location"))
+                        .and_then(Value::as_i64)
+                        .and_then(|l| i32::try_from(l).ok())
+                    {
+                        out.insert(location);
+                    }
+                }
+                write_targets(inner, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| write_targets(v, out)),
+        _ => {}
+    }
 }
 
 fn relation(rv: &pg_query::protobuf::RangeVar, read: bool) -> Relation {
@@ -63,6 +97,7 @@ fn relation(rv: &pg_query::protobuf::RangeVar, read: bool) -> Relation {
         location: rv.location,
         alias: rv.alias.as_ref().map(|a| a.aliasname.clone()),
         read,
+        written: false,
     }
 }
 
@@ -111,6 +146,7 @@ fn range_var(v: &Value) -> Option<Relation> {
             .and_then(Value::as_str)
             .map(str::to_owned),
         read: true,
+        written: false,
     })
 }
 
@@ -160,7 +196,20 @@ mod tests {
         let parsed = pg_query::parse("DELETE FROM events WHERE id = 1", 0).unwrap();
         let w = walk(&parsed);
         assert_eq!(w.relations.len(), 1);
-        assert!(!w.relations[0].read);
+        assert!(!w.relations[0].read && w.relations[0].written);
+        let parsed =
+            pg_query::parse("UPDATE x SET v = e.v FROM events e WHERE e.id = x.id", 0).unwrap();
+        let w = walk(&parsed);
+        assert!(w
+            .relations
+            .iter()
+            .any(|r| r.name == "x" && r.written && !r.read));
+        assert!(w
+            .relations
+            .iter()
+            .any(|r| r.name == "events" && r.read && !r.written));
+        let parsed = pg_query::parse("CREATE INDEX ON events (id)", 0).unwrap();
+        assert!(!walk(&parsed).relations[0].read);
         let parsed = pg_query::parse(
             "SELECT * FROM x LIMIT (WITH events AS (SELECT 1) SELECT count(*) FROM events FOR SHARE)",
             0,
@@ -177,7 +226,8 @@ mod tests {
                 name: "events".into(),
                 location: 14,
                 alias: Some("e".into()),
-                read: true
+                read: true,
+                written: false,
             }]
         );
     }

@@ -18,6 +18,10 @@ pub const READY_FOR_QUERY: u8 = b'Z';
 pub const ERROR_RESPONSE: u8 = b'E';
 /// RowDescription.
 pub const ROW_DESCRIPTION: u8 = b'T';
+/// Backend: EmptyQueryResponse (`I`).
+pub const EMPTY_QUERY_RESPONSE: u8 = b'I';
+/// Backend: PortalSuspended (`s`).
+pub const PORTAL_SUSPENDED: u8 = b's';
 /// Backend: NoData (`n`).
 pub const NO_DATA: u8 = b'n';
 /// Backend: CommandComplete (`C`).

@@ -5,4 +5,7 @@ mod catalog;
 mod path;
 
 pub use catalog::REGISTRY_TTL;
-pub use path::{after_plan, Part, Plan, PlanError, PreparedRead, ReadPath};
+pub use path::{
+    after_plan, own_frames, Part, Plan, PlanError, PreparedRead, PreparedWrite, ReadPath,
+    OWN_COMPLETIONS,
+};

@@ -20,9 +20,11 @@ use crate::cold::record::encode_record_array;
 use crate::cold::scan::{scan, ColdTable, ScanError};
 use crate::cold::ColdColumn;
 use crate::flush::store::ColdStore;
+use crate::session::state::OwnPrefix;
 use crate::sql::params::BoundParams;
 use crate::sql::predicates::{extract, to_prune, ColumnPredicate};
 use crate::sql::rewrite::{expand_views, rewrite_parsed};
+use crate::sql::writes::{classify, Touched};
 use pg_query::protobuf::{node::Node as N, ObjectType};
 
 /// Views over views expanded at most this deep.
@@ -43,8 +45,8 @@ pub enum Plan {
     /// Relay it unchanged.
     PassThrough,
     /// Send these frames upstream instead (their ParseComplete and BindComplete are
-    /// coldwire's to drop).
-    Run(BytesMut),
+    /// coldwire's to drop), with coldwire's own statements among them where these say.
+    Run(BytesMut, Vec<OwnPrefix>),
     /// Answer the client with this error (and ReadyForQuery).
     Fail(ErrorFields),
 }
@@ -83,6 +85,46 @@ struct PlannedReference {
     row_type: u32,
 }
 
+/// A statement that writes (or locks rows of) a tiered table: relayed unchanged, after
+/// coldwire's own statement that brings the cold rows it may touch back into the heap.
+#[derive(Debug)]
+pub struct PreparedWrite {
+    pub table_id: i64,
+    /// `schema.table`, for messages.
+    pub table_name: String,
+    /// As [`PreparedRead::client_params`].
+    pub client_params: usize,
+    touched: Touched,
+    row_type: u32,
+    /// `SELECT coldwire.rehydrate($1, $2, $3::t[])`.
+    pub rehydrate_sql: String,
+}
+
+/// Completions that answer [`own_frames`]: two CloseCompletes, ParseComplete,
+/// BindComplete, CommandComplete, two CloseCompletes.
+pub const OWN_COMPLETIONS: u32 = 7;
+
+/// coldwire's own statement `sql` with `params` (binary), run inside the client's group
+/// without touching its unnamed statement or portal: Close of portal and statement (a
+/// leftover of an earlier failure; closing a name that does not exist is no error), Parse,
+/// Bind, Execute of named statement and portal `coldwire_own`, Close of both (a named
+/// portal would otherwise live until the transaction ends).
+pub fn own_frames(sql: &str, params: &[BytesMut]) -> BytesMut {
+    let values: Vec<Option<&[u8]>> = params.iter().map(|p| Some(&p[..])).collect();
+    let mut out = BytesMut::new();
+    ext::encode_close(&mut out, b'P', OWN_STATEMENT);
+    ext::encode_close(&mut out, b'S', OWN_STATEMENT);
+    ext::encode_parse(&mut out, OWN_STATEMENT, sql, &[]);
+    ext::encode_bind(&mut out, OWN_STATEMENT, OWN_STATEMENT, &values, true);
+    ext::encode_execute(&mut out, OWN_STATEMENT);
+    ext::encode_close(&mut out, b'P', OWN_STATEMENT);
+    ext::encode_close(&mut out, b'S', OWN_STATEMENT);
+    out
+}
+
+/// The statement and portal name of coldwire's own statements in a session.
+pub const OWN_STATEMENT: &str = "coldwire_own";
+
 /// One statement of a simple Query string of several.
 #[derive(Debug, Clone)]
 pub enum Part {
@@ -90,6 +132,8 @@ pub enum Part {
     Plain(String),
     /// A read of tiered tables, rewritten.
     Read(Arc<PreparedRead>),
+    /// A write to a tiered table (its text): run as it is after coldwire's rehydration.
+    Write(Arc<PreparedWrite>, String),
 }
 
 /// The read path shared by a server's sessions.
@@ -98,16 +142,184 @@ pub struct ReadPath {
     store: ColdStore,
     max_cold_rows: usize,
     statements: Mutex<StatementCache>,
+    max_rehydrate_rows: usize,
+    /// As `statements`, for writes.
+    writes: Mutex<HashMap<(String, usize), (u64, Option<Arc<PreparedWrite>>)>>,
 }
 
 impl ReadPath {
-    pub fn new(service: tokio_postgres::Config, store: ColdStore, max_cold_rows: usize) -> Self {
+    pub fn new(
+        service: tokio_postgres::Config,
+        store: ColdStore,
+        max_cold_rows: usize,
+        max_rehydrate_rows: usize,
+    ) -> Self {
         Self {
             catalog: CatalogCache::new(service),
             store,
             max_cold_rows,
             statements: Mutex::new(HashMap::new()),
+            max_rehydrate_rows,
+            writes: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The write `sql` makes to a tiered table, if any (for a Parse that declared
+    /// `declared_params` parameter types).
+    ///
+    /// # Errors
+    /// The catalog could not be read; a write coldwire cannot serve (0A000).
+    pub async fn prepare_write(
+        &self,
+        sql: &str,
+        declared_params: usize,
+    ) -> Result<Option<Arc<PreparedWrite>>, PlanError> {
+        if !self.may_name_tiered(sql) {
+            return Ok(None);
+        }
+        let registry = self.catalog.registry().await?;
+        let key = (sql.to_owned(), declared_params);
+        if let Some((version, found)) = self
+            .writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            if *version == registry.version {
+                return Ok(found.clone());
+            }
+        }
+        let Ok(parsed) = pg_query::parse(sql, 0) else {
+            return Ok(None);
+        };
+        let write = classify(&parsed, |schema, name| {
+            registry.unique(schema, name).map(|t| t.table.clone())
+        })
+        .map_err(|e| {
+            PlanError::Refused(error(
+                "0A000",
+                format!("coldwire: {e}"),
+                Some("Split the statement, or schema-qualify the tables.".into()),
+            ))
+        })?;
+        let prepared = match write {
+            None => None,
+            Some(w) => {
+                let tiered = registry
+                    .by_id(w.table.table_id)
+                    .ok_or(PlanError::Catalog("table vanished".into()))?;
+                let qualified = format!(
+                    "{}.{}",
+                    crate::catalog::capture::quote_ident(&w.table.schema),
+                    crate::catalog::capture::quote_ident(&w.table.name)
+                );
+                Some(Arc::new(PreparedWrite {
+                    table_id: w.table.table_id,
+                    table_name: format!("{}.{}", w.table.schema, w.table.name),
+                    client_params: highest_param(sql).max(declared_params),
+                    touched: w.touched,
+                    row_type: tiered.row_type,
+                    rehydrate_sql: format!(
+                        "SELECT coldwire.rehydrate($1::int8, $2::int8, $3::{qualified}[])"
+                    ),
+                }))
+            }
+        };
+        let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        if writes.len() >= STATEMENT_CACHE_ENTRIES {
+            writes.clear();
+        }
+        writes.insert(key, (registry.version, prepared.clone()));
+        Ok(prepared)
+    }
+
+    /// The parameters of `coldwire.rehydrate` for one execution of `write` with the
+    /// client's `params`: the table, the generation planned for (from `at`, else the
+    /// current one, read again when `fresh`), and every live cold row the statement may
+    /// touch (the union of its scans, one row per key).
+    ///
+    /// # Errors
+    /// The catalog or the cold store could not be read; more rows than
+    /// `max_rehydrate_rows` (54000).
+    pub async fn rehydration(
+        &self,
+        write: &PreparedWrite,
+        params: &BoundParams<'_>,
+        at: &HashMap<i64, i64>,
+        fresh: bool,
+    ) -> Result<Vec<BytesMut>, PlanError> {
+        let cold = match at.get(&write.table_id) {
+            Some(generation) => {
+                self.catalog
+                    .cold_table_at(write.table_id, *generation)
+                    .await?
+            }
+            None => self.catalog.cold_table(write.table_id, fresh).await?,
+        };
+        let scans: Vec<Vec<ColumnPredicate>> = match &write.touched {
+            Touched::All => vec![Vec::new()],
+            Touched::Scans(scans) => scans.clone(),
+        };
+        let too_many = || {
+            PlanError::Refused(error(
+                "54000",
+                format!(
+                    "coldwire: the statement would bring more than {} cold rows of {} back into the heap",
+                    self.max_rehydrate_rows, write.table_name
+                ),
+                Some("Add a condition on the primary key, or raise max_rehydrate_rows in coldwire's configuration.".into()),
+            ))
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut batches = Vec::new();
+        for scan_predicates in &scans {
+            let predicates = to_prune(scan_predicates, &cold.columns, params);
+            let found = match scan(&self.store, &cold, &predicates, self.max_rehydrate_rows).await {
+                Err(ScanError::TooManyRows { .. }) => return Err(too_many()),
+                other => other?,
+            };
+            let keep: arrow::array::BooleanArray = (0..found.rows.num_rows())
+                .map(|row| Some(seen.insert(cold.key_of(&found.rows, row))))
+                .collect();
+            batches.push(
+                arrow::compute::filter_record_batch(&found.rows, &keep)
+                    .map_err(|e| PlanError::Catalog(e.to_string()))?,
+            );
+        }
+        if seen.len() > self.max_rehydrate_rows {
+            return Err(too_many());
+        }
+        if !seen.is_empty() && !params.utf8 {
+            return Err(PlanError::Encoding);
+        }
+        let columns: Vec<ColdColumn> = cold
+            .columns
+            .iter()
+            .map(|c| ColdColumn::new(c.name.clone(), c.ty))
+            .collect();
+        let schema = Arc::new(arrow::datatypes::Schema::new(
+            batches
+                .first()
+                .map(|b| b.schema().fields().to_vec())
+                .unwrap_or_default(),
+        ));
+        let rows = if batches.is_empty() {
+            arrow::array::RecordBatch::new_empty(schema)
+        } else {
+            arrow::compute::concat_batches(&schema, &batches)
+                .map_err(|e| PlanError::Catalog(e.to_string()))?
+        };
+        let mut array = BytesMut::new();
+        encode_record_array(&columns, write.row_type, &rows, &mut array)
+            .map_err(|e| PlanError::Catalog(e.to_string()))?;
+        metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "write").increment(1);
+        metrics::counter!(crate::metrics::ROWS_REHYDRATED_TOTAL).increment(seen.len() as u64);
+        tracing::debug!(table = %write.table_name, rows = seen.len(), "cold rows to rehydrate");
+        Ok(vec![
+            BytesMut::from(&write.table_id.to_be_bytes()[..]),
+            BytesMut::from(&cold.generation.to_be_bytes()[..]),
+            array,
+        ])
     }
 
     /// Whether `sql` may name a tiered table (a case-insensitive substring test over the
@@ -271,12 +483,15 @@ impl ReadPath {
         for statement in statements {
             parts.push(match self.prepare(statement, 0).await? {
                 Some(read) => Part::Read(read),
-                None => Part::Plain(statement.to_owned()),
+                None => match self.prepare_write(statement, 0).await? {
+                    Some(write) => Part::Write(write, statement.to_owned()),
+                    None => Part::Plain(statement.to_owned()),
+                },
             });
         }
         Ok(parts
             .iter()
-            .any(|p| matches!(p, Part::Read(_)))
+            .any(|p| !matches!(p, Part::Plain(_)))
             .then_some(parts))
     }
 
@@ -296,9 +511,28 @@ impl ReadPath {
             ..BoundParams::none()
         };
         let mut out = BytesMut::new();
+        let mut own = Vec::new();
+        // Completions of the statements since coldwire's last own part (Parse, Bind,
+        // Describe, Execute each).
+        let mut before = 0;
         for part in parts {
+            before += 4;
             match part {
                 Part::Plain(sql) => ext::execute_unnamed(&mut out, sql, &[], false),
+                Part::Write(write, sql) => {
+                    match self.rehydration(write, &params, at, fresh).await {
+                        Ok(values) => {
+                            out.extend_from_slice(&own_frames(&write.rehydrate_sql, &values));
+                            own.push(OwnPrefix {
+                                before: before - 4,
+                                left: OWN_COMPLETIONS,
+                            });
+                            before = 4;
+                            ext::execute_unnamed(&mut out, sql, &[], false);
+                        }
+                        Err(e) => return Plan::Fail(e.client_error()),
+                    }
+                }
                 Part::Read(read) => match self.cold_params(read, &params, at, fresh).await {
                     Ok(values) => {
                         let values: Vec<Option<&[u8]>> =
@@ -310,7 +544,7 @@ impl ReadPath {
             }
         }
         out.extend_from_slice(&ext::empty(b'S'));
-        Plan::Run(out)
+        Plan::Run(out, own)
     }
 
     /// `coldwire.explain(sql)`: the rewritten text of `sql` and, per reference to a
@@ -399,7 +633,7 @@ impl ReadPath {
                 let mut out = BytesMut::new();
                 let values: Vec<Option<&[u8]>> = values.iter().map(|p| Some(&p[..])).collect();
                 ext::run_unnamed(&mut out, &prepared.sql, &values, binary_results);
-                Plan::Run(out)
+                Plan::Run(out, Vec::new())
             }
             Err(e) => Plan::Fail(e.client_error()),
         }
@@ -479,20 +713,7 @@ fn rewrite(
         text = expanded;
         parsed = again;
     }
-    // From the scanner, not the parse tree: the tree walk does not reach every clause
-    // (LIMIT and OFFSET, for one).
-    let highest_param = pg_query::scan(sql)
-        .map(|s| s.tokens)
-        .unwrap_or_default()
-        .iter()
-        .filter(|t| t.token == pg_query::protobuf::Token::Param as i32)
-        .filter_map(|t| {
-            sql.get(t.start as usize + 1..t.end as usize)?
-                .parse::<usize>()
-                .ok()
-        })
-        .max()
-        .unwrap_or(0);
+    let highest_param = highest_param(sql);
     let client_params = highest_param.max(declared_params);
     let Ok(Some(rewritten)) = rewrite_parsed(&text, &parsed, client_params, |schema, name| {
         registry.unique(schema, name).map(|t| t.table.clone())
@@ -515,6 +736,23 @@ fn rewrite(
         client_params,
         references,
     }))
+}
+
+/// The highest `$n` of `sql`, from the scanner: the parse tree's walk does not reach every
+/// clause (LIMIT and OFFSET, for one).
+fn highest_param(sql: &str) -> usize {
+    pg_query::scan(sql)
+        .map(|s| s.tokens)
+        .unwrap_or_default()
+        .iter()
+        .filter(|t| t.token == pg_query::protobuf::Token::Param as i32)
+        .filter_map(|t| {
+            sql.get(t.start as usize + 1..t.end as usize)?
+                .parse::<usize>()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// `value` in jsonb's binary format (version byte 1, then the text).
