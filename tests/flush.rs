@@ -375,11 +375,15 @@ async fn a_key_flushed_again_gets_an_override_naming_its_newest_cold_version() {
         "first versions need no override"
     );
 
-    // New versions of cold keys 1, 3, .., 19 (the heap no longer has them), keys between
+    // New versions of cold keys 1, 3, .., 19 (brought back into the heap), keys between
     // them that were never cold, and keys beyond every segment's range.
-    c.batch_execute("INSERT INTO t SELECT g, 'new' FROM generate_series(1, 20) g; INSERT INTO t SELECT g, 'new' FROM generate_series(2001, 2100) g;")
-        .await
-        .unwrap();
+    for sql in [
+        "UPDATE t SET v = 'new' WHERE id <= 20",
+        "INSERT INTO t SELECT g, 'new' FROM generate_series(2, 20, 2) g",
+        "INSERT INTO t SELECT g, 'new' FROM generate_series(2001, 2100) g",
+    ] {
+        c.batch_execute(sql).await.unwrap();
+    }
     let newest: std::collections::BTreeMap<i64, i64> = direct
         .query(&format!("SELECT id, seq FROM coldwire.m_{id}"), &[])
         .await

@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::{admin_call, binary_rows, cluster, connect_direct, create_db, simple_rows, Proxy};
+use common::{
+    admin_call, binary_rows, cluster, connect_direct, create_db, http_get, sample, simple_rows,
+    Proxy,
+};
 use tokio_postgres::SimpleQueryMessage;
 
 const SETUP: &str = "CREATE TABLE events(id bigint PRIMARY KEY, kind text NOT NULL, n int);
@@ -246,4 +249,159 @@ async fn unbounded_writes_rehydrate_within_the_cap_or_fail_clearly() {
         .unwrap()
         .get(0);
     assert_eq!(n as i64, expected);
+}
+
+/// Rows of coldwire.m_<id> for `keys`, as (key, op).
+async fn mirror_ops(direct: &tokio_postgres::Client, keys: &[i64]) -> Vec<(i64, i16)> {
+    direct
+        .query(
+            "SELECT id, op FROM coldwire.m_1 WHERE id = ANY($1) ORDER BY id",
+            &[&keys],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+#[tokio::test]
+async fn inserts_whose_keys_coldwire_cannot_see_are_checked_by_capture() {
+    let db = create_db("writescheck");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, c, direct) = tiered(&db, &store, &["--metrics-listen", "127.0.0.1:0"]).await;
+    let metrics = proxy.metrics_addr.unwrap();
+    let rehydrated = || async {
+        sample(
+            &http_get(metrics, "/metrics").await,
+            "coldwire_rows_rehydrated_total",
+            "",
+        )
+        .unwrap_or(0.0)
+    };
+    let both = |sql: &str| {
+        let sql = sql.to_owned();
+        let (c, direct) = (&c, &direct);
+        async move {
+            let got = outcome(c, &sql).await;
+            let expected = outcome(direct, &sql.replace("events", "control")).await;
+            assert_eq!(got, expected, "{sql}");
+            got
+        }
+    };
+
+    // Appending beyond every cold key brings nothing back and claims nothing.
+    let before = rehydrated().await;
+    both("INSERT INTO events SELECT g, 'new', g FROM generate_series(3001, 3100) g")
+        .await
+        .unwrap();
+    both("INSERT INTO events (id, kind) SELECT id + 5000, kind FROM src")
+        .await
+        .unwrap();
+    assert_eq!(rehydrated().await, before, "appends rehydrate nothing");
+
+    // A cold key among the selected ones: the unique violation Postgres would raise.
+    let r =
+        both("INSERT INTO events SELECT g, 'again', 0 FROM generate_series(1895, 1905) g").await;
+    assert_eq!(
+        r,
+        Err(("23505".into(), Some("events_pkey".into()))),
+        "1..=1900 are cold, 1901.. hot"
+    );
+    let r = both("INSERT INTO events SELECT g, 'again', 0 FROM generate_series(5, 6) g").await;
+    assert_eq!(r, Err(("23505".into(), Some("events_pkey".into()))));
+    assert!(
+        rehydrated().await > before,
+        "the cold keys were brought back"
+    );
+    // Upserts from a SELECT see the cold rows as conflicts.
+    both("INSERT INTO events SELECT g, 'upsert', -1 FROM generate_series(7, 9) g ON CONFLICT (id) DO UPDATE SET kind = excluded.kind RETURNING *").await.unwrap();
+    both("INSERT INTO events SELECT g, 'skip', -1 FROM generate_series(10, 12) g ON CONFLICT DO NOTHING").await.unwrap();
+    // A key moved onto a cold key by an expression.
+    let r = both("UPDATE events SET id = id - 1000 WHERE id = 1500").await;
+    assert_eq!(r, Err(("23505".into(), Some("events_pkey".into()))));
+    // Deleted keys written again.
+    both("DELETE FROM events WHERE id BETWEEN 100 AND 103")
+        .await
+        .unwrap();
+    both("INSERT INTO events SELECT g, 'back', 1 FROM generate_series(100, 103) g")
+        .await
+        .unwrap();
+    // Keys inside the cold range that no segment holds (2001..=3000 once 3001.. is
+    // flushed): checked, found absent, claimed, written.
+    admin_call(
+        &c,
+        r#"SELECT coldwire.set_policy('events', '{"hot_row_limit": 0, "min_flush_rows": 1}')"#,
+    )
+    .await
+    .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    let hi: i64 = direct
+        .query_one("SELECT hi FROM coldwire.bounds_1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(hi, 7010, "the bounds grew with the flush");
+    both("INSERT INTO events SELECT g, 'gap', 1 FROM generate_series(2500, 2502) g")
+        .await
+        .unwrap();
+    assert_eq!(
+        mirror_ops(&direct, &[2500, 2501, 2502]).await,
+        vec![(2500, 1), (2501, 1), (2502, 1)]
+    );
+    // The same through the extended protocol.
+    let n = c
+        .execute(
+            "INSERT INTO events SELECT g, 'ext', 2 FROM generate_series($1::int8, $2::int8) g",
+            &[&20i64, &21i64],
+        )
+        .await;
+    let db_err = n.unwrap_err();
+    assert_eq!(db_err.code().map(|c| c.code()), Some("23505"), "{db_err:?}");
+
+    // Inside a transaction block coldwire cannot run the statement again: a clear error
+    // names the keys, and the VALUES form works.
+    c.batch_execute("BEGIN").await.unwrap();
+    let err = c
+        .simple_query("INSERT INTO events SELECT 2600, 'txn', 3")
+        .await
+        .unwrap_err();
+    let db_err = err.as_db_error().unwrap();
+    assert_eq!(db_err.code().code(), "55000", "{db_err:?}");
+    assert!(
+        db_err.detail().unwrap().contains(r#"{"id": 2600}"#),
+        "{db_err:?}"
+    );
+    assert!(db_err.hint().unwrap().contains("VALUES"), "{db_err:?}");
+    c.batch_execute("ROLLBACK; BEGIN").await.unwrap();
+    c.execute("INSERT INTO events VALUES ($1, 'txn', 3)", &[&2600i64])
+        .await
+        .unwrap();
+    let err = c
+        .execute("INSERT INTO events VALUES ($1, 'txn', 3)", &[&201i64])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("23505"), "{err:?}");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert!(mirror_ops(&direct, &[2600]).await.is_empty(), "rolled back");
+
+    // Writes straight to Postgres cannot duplicate a cold key either.
+    let err = direct
+        .batch_execute("INSERT INTO events VALUES (300, 'direct', 0)")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("55000"), "{err:?}");
+    assert!(mirror_ops(&direct, &[300]).await.is_empty());
+
+    // Every statement above matched the control table; so does the whole table.
+    let all = "SELECT id, kind, n FROM events ORDER BY id";
+    assert_eq!(
+        simple_rows(&c, all).await.unwrap(),
+        simple_rows(&direct, &all.replace("events", "control"))
+            .await
+            .unwrap()
+    );
 }

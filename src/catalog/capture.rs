@@ -71,6 +71,12 @@ impl CaptureSpec {
         format!("coldwire.overrides_{}", self.id)
     }
 
+    /// `coldwire.bounds_<id>`: the range of the first key column that segments were
+    /// written with (catalog v5).
+    pub fn bounds(&self) -> String {
+        format!("coldwire.bounds_{}", self.id)
+    }
+
     /// `coldwire.capture_<id>`.
     pub fn capture_function(&self) -> String {
         format!("coldwire.capture_{}", self.id)
@@ -109,6 +115,7 @@ impl CaptureSpec {
             format!("REVOKE ALL ON {mirror} FROM PUBLIC"),
         ];
         sql.extend(self.read_and_override_objects());
+        sql.extend(self.bounds_objects());
         sql.extend([
             self.capture_function_sql(),
             format!("REVOKE ALL ON FUNCTION {function}() FROM PUBLIC"),
@@ -158,6 +165,7 @@ impl CaptureSpec {
         ));
         sql.push(format!("DROP TABLE IF EXISTS {}", self.mirror()));
         sql.push(format!("DROP TABLE IF EXISTS {}", self.overrides()));
+        sql.push(format!("DROP TABLE IF EXISTS {}", self.bounds()));
         sql
     }
 
@@ -175,7 +183,29 @@ impl CaptureSpec {
             format!("DROP POLICY IF EXISTS table_readers ON {}", self.mirror()),
         ];
         sql.extend(self.read_and_override_objects());
+        sql.extend(self.bounds_objects());
+        // Bounds unknown (NULLs) where segments exist from before them.
+        sql.push(format!(
+            "INSERT INTO {bounds} (lo, hi) SELECT NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM {bounds}) \
+             AND EXISTS (SELECT 1 FROM coldwire.segments WHERE table_id = {id} AND status IN ('pending', 'active'))",
+            bounds = self.bounds(),
+            id = self.id
+        ));
         sql
+    }
+
+    /// `bounds_<id>` (idempotent), owner-only: at most one row, `lo` and `hi` of the first
+    /// key column over every segment written since the table was tiered or truncated
+    /// (NULLs: unknown, every key may be cold).
+    fn bounds_objects(&self) -> Vec<String> {
+        let (_, ty) = &self.pk[0];
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (lo {ty}, hi {ty}, one boolean PRIMARY KEY DEFAULT true CHECK (one))",
+                self.bounds()
+            ),
+            format!("REVOKE ALL ON {} FROM PUBLIC", self.bounds()),
+        ]
     }
 
     /// The mirror's read access and the overrides table (both idempotent): reads of the
@@ -261,18 +291,20 @@ impl CaptureSpec {
                            THEN {deleted} ELSE {live} END;",
             probe = self.pk_match("h", "EXCLUDED"),
         );
+        let check = self.may_be_cold_check();
         format!(
             "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER \
              SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
-             DECLARE cur xid8 := pg_current_xact_id();\n\
+             DECLARE cur xid8 := pg_current_xact_id(); flagged jsonb; flagged_n bigint;\n\
              BEGIN\n\
              IF EXISTS (SELECT 1 FROM coldwire.maintenance WHERE xid = cur) THEN RETURN NULL; END IF;\n\
-             IF TG_OP = 'INSERT' THEN\n{insert}\n\
-             ELSIF TG_OP = 'UPDATE' THEN\n{update}\n\
+             IF TG_OP = 'INSERT' THEN\n{check}\n{insert}\n\
+             ELSIF TG_OP = 'UPDATE' THEN\n{check}\n{update}\n\
              ELSIF TG_OP = 'DELETE' THEN\n{delete}\n\
              ELSE\n\
              DELETE FROM {mirror};\n\
              DELETE FROM {overrides};\n\
+             DELETE FROM {bounds};\n\
              UPDATE coldwire.tables SET generation = generation + 1 WHERE id = {id};\n\
              UPDATE coldwire.segments SET status = 'retired', retired_xid = cur, \
                  retired_generation = (SELECT generation FROM coldwire.tables WHERE id = {id}) \
@@ -285,9 +317,74 @@ impl CaptureSpec {
             update = probed(&format!("SELECT {pk} FROM coldwire_new UNION SELECT {pk} FROM coldwire_old")),
             delete = probed(&format!("SELECT DISTINCT {pk} FROM coldwire_old")),
             overrides = self.overrides(),
+            bounds = self.bounds(),
             id = self.id,
         )
     }
+
+    /// The part of the capture function that refuses keys a statement creates which may
+    /// exist cold (DESIGN §7): keys of `coldwire_new` not in the mirror (so neither in the
+    /// heap nor known absent from cold) whose first column lies within the bounds. The
+    /// error names them (at most [`MAY_BE_COLD_LIMIT`]) in its DETAIL, as jsonb
+    /// `{"table": id, "keys": [{"id": 5}, …]}`, for coldwire to bring back and run the
+    /// statement again.
+    fn may_be_cold_check(&self) -> String {
+        let bounds = self.bounds();
+        let first = quote_ident(&self.pk[0].0);
+        let object: Vec<String> = self
+            .pk
+            .iter()
+            .map(|(n, _)| format!("{}, k.{}", sql_literal(n), quote_ident(n)))
+            .collect();
+        let name = sql_literal(&format!("{}.{}", self.schema, self.table));
+        format!(
+            "IF EXISTS (SELECT 1 FROM {bounds}) THEN \
+             SELECT count(*), jsonb_agg(f.key) INTO flagged_n, flagged FROM (\
+             SELECT jsonb_build_object({object}) AS key FROM coldwire_new k, {bounds} b \
+             WHERE (b.lo IS NULL OR k.{first} BETWEEN b.lo AND b.hi) \
+             AND NOT EXISTS (SELECT 1 FROM {mirror} m WHERE {probe}) LIMIT {over}) f; \
+             IF flagged_n > {limit} THEN \
+             RAISE EXCEPTION 'coldwire: more than {limit} keys written to % may exist in the cold tier', {name} \
+             USING ERRCODE = '54000', HINT = 'Write the rows in smaller statements.'; \
+             ELSIF flagged_n > 0 THEN \
+             RAISE EXCEPTION '{prefix} % may exist in the cold tier', {name} \
+             USING ERRCODE = '55000', DETAIL = jsonb_build_object('table', {id}, 'keys', flagged)::text, \
+             HINT = 'coldwire brings such keys back and runs the statement again when it runs in autocommit through coldwire. In a transaction block, name the keys in INSERT … VALUES, or write them outside the block.'; \
+             END IF; END IF;",
+            object = object.join(", "),
+            mirror = self.mirror(),
+            probe = self.pk_match("m", "k"),
+            limit = MAY_BE_COLD_LIMIT,
+            over = MAY_BE_COLD_LIMIT + 1,
+            prefix = MAY_BE_COLD_MESSAGE,
+            id = self.id,
+        )
+    }
+}
+
+/// The statement a flush's finalize runs (under the table's exclusive lock) to widen the
+/// bounds of table `id` (`coldwire.bounds_<id>`) by the keys of `pairs` (a relation with
+/// the first key column `first`) it moves cold. Unknown bounds stay unknown.
+pub fn widen_bounds(id: i64, first: &str, pairs: &str) -> String {
+    let first = quote_ident(first);
+    format!(
+        "INSERT INTO coldwire.bounds_{id} AS b (lo, hi) \
+         SELECT (SELECT {first} FROM {pairs} ORDER BY 1 LIMIT 1), (SELECT {first} FROM {pairs} ORDER BY 1 DESC LIMIT 1) \
+         WHERE EXISTS (SELECT 1 FROM {pairs}) \
+         ON CONFLICT (one) DO UPDATE SET lo = CASE WHEN b.lo IS NULL THEN NULL ELSE least(b.lo, EXCLUDED.lo) END, \
+             hi = CASE WHEN b.hi IS NULL THEN NULL ELSE greatest(b.hi, EXCLUDED.hi) END"
+    )
+}
+
+/// The most keys the capture check names in one error (more: 54000).
+pub const MAY_BE_COLD_LIMIT: usize = 10_000;
+
+/// How the capture check's error message starts.
+pub const MAY_BE_COLD_MESSAGE: &str = "coldwire: keys written to";
+
+/// `'text'`, with embedded quotes doubled.
+fn sql_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
 }
 
 #[cfg(test)]
@@ -359,9 +456,34 @@ mod tests {
     }
 
     #[test]
+    fn inserts_and_updates_check_new_keys_against_the_cold_bounds() {
+        let sql = spec().capture_function_sql();
+        let branches: Vec<&str> = sql.split("ELSIF TG_OP").collect();
+        let check = "FROM coldwire_new k, coldwire.bounds_7 b";
+        assert!(branches[0].contains(check), "INSERT");
+        assert!(branches[1].starts_with(" = 'UPDATE'") && branches[1].contains(check));
+        assert!(!branches[2].contains(check), "DELETE creates no key");
+        assert!(
+            sql.contains(r#"k."tenant" BETWEEN b.lo AND b.hi"#),
+            "first key column"
+        );
+        assert!(sql.contains(r#"jsonb_build_object('tenant', k."tenant", 'id', k."id")"#));
+        assert!(
+            sql.contains("DELETE FROM coldwire.bounds_7;"),
+            "TRUNCATE empties them"
+        );
+        let widen = widen_bounds(7, "tenant", "pg_temp.cw_pairs");
+        assert!(widen.contains(r#"SELECT "tenant" FROM pg_temp.cw_pairs ORDER BY 1 DESC LIMIT 1"#));
+        assert!(spec()
+            .uninstall()
+            .iter()
+            .any(|s| s == "DROP TABLE IF EXISTS coldwire.bounds_7"));
+    }
+
+    #[test]
     fn insert_capture_probes_only_keys_this_transaction_recorded_deleted() {
         let sql = spec().capture_function_sql();
-        let insert = sql.split("ELSIF").next().unwrap();
+        let insert = sql.split("ELSIF TG_OP").next().unwrap();
         assert!(!insert.contains("DISTINCT"));
         assert_eq!(insert.matches("EXISTS (SELECT 1 FROM ONLY").count(), 1);
         assert!(insert.contains(r#"WHEN m.op = 3 AND m.xid = cur AND NOT EXISTS"#));

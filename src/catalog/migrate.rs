@@ -59,7 +59,7 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 5,
         name: "writes",
         sql: include_str!("sql/v005_writes.sql"),
-        upgrade_capture: false,
+        upgrade_capture: true,
     },
 ];
 

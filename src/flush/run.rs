@@ -664,6 +664,12 @@ async fn finalize_once(
         ))
         .await?;
     }
+    tx.batch_execute(&crate::catalog::capture::widen_bounds(
+        table.id,
+        &table.pk[0],
+        "pg_temp.cw_pairs",
+    ))
+    .await?;
     tx.batch_execute(&format!(
         "WITH gone AS (DELETE FROM coldwire.m_{id} m USING pg_temp.cw_pairs p WHERE {m_p} AND m.seq = p.seq RETURNING {returning}) \
          DELETE FROM ONLY {table} h USING gone WHERE {h_gone}",

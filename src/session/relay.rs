@@ -757,11 +757,22 @@ fn held_back(
         }
         msg::NO_DATA if group.drop_no_data => Ok(dropped()),
         msg::ERROR_RESPONSE
-            if group.retry.is_some()
-                && retry_possible
-                && !streamed.load(Ordering::Relaxed)
-                && is_guard_failure(frame) =>
+            if group.retry.is_some() && retry_possible && !streamed.load(Ordering::Relaxed) =>
         {
+            match retry_cause(frame) {
+                Some(RetryCause::Guard) => {}
+                Some(RetryCause::MayBeCold(table, keys)) => {
+                    state
+                        .write_candidates
+                        .entry(table)
+                        .or_default()
+                        .extend(keys);
+                }
+                None => return Ok(None),
+            }
+            let group = state
+                .answering_rewritten()
+                .expect("the group answered above");
             group.retrying = true;
             state.retry_pending = true;
             Ok(dropped())
@@ -769,6 +780,7 @@ fn held_back(
         msg::READY_FOR_QUERY => {
             streamed.store(false, Ordering::Relaxed);
             if !group.retrying {
+                state.write_candidates.clear();
                 return Ok(None);
             }
             let group = state.take_answered_group().unwrap_or_default();
@@ -783,6 +795,7 @@ fn held_back(
             let attempt = group.attempt + 1;
             if shared.retries.send((group, attempt)).is_err() {
                 state.retry_pending = false;
+                state.write_candidates.clear();
             }
             Ok(dropped())
         }
@@ -897,10 +910,31 @@ fn copy_out(
     }
 }
 
-/// Whether an ErrorResponse is `coldwire.guard` reporting that the cold tier changed.
-fn is_guard_failure(frame: &[u8]) -> bool {
-    msg::ErrorFields::decode(frame)
-        .is_ok_and(|e| e.code == "40001" && e.message.starts_with("coldwire: the cold tier"))
+/// Why coldwire may run a statement again unseen.
+enum RetryCause {
+    /// `coldwire.guard` or `coldwire.rehydrate` reported that the cold tier changed.
+    Guard,
+    /// The capture check refused keys of this table that may be cold (DESIGN §7).
+    MayBeCold(i64, Vec<serde_json::Value>),
+}
+
+/// What an ErrorResponse says about retrying, if it is one of coldwire's own.
+fn retry_cause(frame: &[u8]) -> Option<RetryCause> {
+    let e = msg::ErrorFields::decode(frame).ok()?;
+    if e.code == "40001" && e.message.starts_with("coldwire: the cold tier") {
+        return Some(RetryCause::Guard);
+    }
+    if e.code != "55000"
+        || !e
+            .message
+            .starts_with(crate::catalog::capture::MAY_BE_COLD_MESSAGE)
+    {
+        return None;
+    }
+    let detail: serde_json::Value = serde_json::from_str(e.detail.as_deref()?).ok()?;
+    let table = detail.get("table")?.as_i64()?;
+    let keys = detail.get("keys")?.as_array()?.clone();
+    Some(RetryCause::MayBeCold(table, keys))
 }
 
 async fn read_more<R: AsyncRead + Unpin>(

@@ -222,7 +222,10 @@ pub async fn plan_query(
     fresh: bool,
     shared: &Shared<'_>,
 ) -> Plan {
-    let utf8 = utf8_session(&shared.state.lock().unwrap_or_else(PoisonError::into_inner));
+    let (utf8, candidates) = {
+        let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+        (utf8_session(&state), state.write_candidates.clone())
+    };
     let reads = read_path(shared);
     match read {
         QueryRead::Select(p) => reads.plan(p, at, fresh, utf8, false).await,
@@ -230,13 +233,19 @@ pub async fn plan_query(
             let binary = o.format == crate::sql::copy_to::CopyFormat::Binary;
             reads.plan(p, at, fresh, utf8, binary).await
         }
-        QueryRead::Multi(parts) => reads.plan_multi(parts, at, fresh, utf8).await,
+        QueryRead::Multi(parts) => reads.plan_multi(parts, at, fresh, utf8, &candidates).await,
         QueryRead::Write(write) => {
             let params = BoundParams {
                 utf8,
                 ..BoundParams::none()
             };
-            match reads.rehydration(write, &params, at, fresh).await {
+            let candidates = candidates
+                .get(&write.table_id)
+                .map_or(&[][..], Vec::as_slice);
+            match reads
+                .rehydration(write, &params, at, fresh, candidates)
+                .await
+            {
                 Ok(values) => {
                     let mut out = own_frames(&write.rehydrate_sql, &values);
                     ext::execute_unnamed(
@@ -399,11 +408,12 @@ pub async fn bind(
         own_completions: None,
     };
     let bind = Bind::decode(frame)?;
-    let (statement, utf8) = {
+    let (statement, utf8, candidates) = {
         let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
         (
             state.rewritten_statement(bind.statement).cloned(),
             utf8_session(&state),
+            state.write_candidates.clone(),
         )
     };
     let Some(statement) = statement else {
@@ -438,7 +448,13 @@ pub async fn bind(
             })
         }
         Prepared::Write(write) => {
-            let mut out = match reads.rehydration(write, &params, at, fresh).await {
+            let candidates = candidates
+                .get(&write.table_id)
+                .map_or(&[][..], Vec::as_slice);
+            let mut out = match reads
+                .rehydration(write, &params, at, fresh, candidates)
+                .await
+            {
                 Ok(values) => own_frames(&write.rehydrate_sql, &values),
                 // Fails in protocol order, at coldwire's own Execute; the server then
                 // skips the client's messages until Sync, as after its own error.

@@ -85,6 +85,10 @@ pub struct SessionState {
     /// A guard failure was held back from the client: the client direction must send the
     /// retry before anything else.
     pub retry_pending: bool,
+    /// Keys the capture check refused as possibly cold (DESIGN §7), by table id, from
+    /// the failed attempts of the statement being retried: its retry brings them back.
+    /// Cleared when a group ends without a retry.
+    pub write_candidates: HashMap<i64, Vec<serde_json::Value>>,
 }
 
 /// What the responses up to one sync point answer.
@@ -212,6 +216,7 @@ impl SessionState {
             rewritten_statements: HashMap::new(),
             quiet_since_sync: false,
             retry_pending: false,
+            write_candidates: HashMap::new(),
         }
     }
 

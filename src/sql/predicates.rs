@@ -282,10 +282,28 @@ fn column_of(node: &Node, name: &str, only_relation: bool) -> Option<String> {
     }
 }
 
-/// A literal constant (integers, strings), a parameter, or an integer sum of those; casts
-/// and other expressions are not looked into.
+/// A literal constant (integers, strings), a parameter, or an integer sum of those, maybe
+/// cast to an integer, text or uuid type; other expressions are not looked into.
 pub fn constant(node: &Node) -> Option<Constant> {
     match node.node.as_ref() {
+        // `$1::int8`, `'5'::bigint`, `'…'::uuid`: a cast to the type the key has anyway
+        // (segments compare the value as that type).
+        Some(N::TypeCast(c)) => {
+            let name = c.type_name.as_ref()?.names.last()?;
+            let Some(N::String(name)) = name.node.as_ref() else {
+                return None;
+            };
+            let same = ["int2", "int4", "int8", "text", "varchar", "uuid"];
+            let ty = c.type_name.as_ref()?;
+            // `varchar(5)` truncates: not the same value.
+            if !same.contains(&name.sval.as_str())
+                || !ty.array_bounds.is_empty()
+                || !ty.typmods.is_empty()
+            {
+                return None;
+            }
+            return constant(c.arg.as_deref()?);
+        }
         Some(N::ParamRef(p)) => return u32::try_from(p.number).ok().map(Constant::Param),
         Some(N::AExpr(e)) if e.kind == AExprKind::AexprOp as i32 => {
             // `x + k`, `k + x`, `x - k` with an integer literal k: BETWEEN $1 AND $1 + 99.
@@ -356,6 +374,84 @@ pub fn to_prune(
         out.extend(predicate);
     }
     out
+}
+
+/// The keys a conjunction pins every key column of to values (`Eq` or `IN`), with the
+/// client's parameters resolved, as jsonb objects (`{"id": 5}`): the cross product for a
+/// composite key. `None` when a key column is not pinned, a value is not one coldwire can
+/// compare in segments, or there are more than `limit` keys.
+pub fn pinned_keys(
+    predicates: &[ColumnPredicate],
+    pk: &[String],
+    columns: &[SegmentColumn],
+    params: &BoundParams<'_>,
+    limit: usize,
+) -> Option<Vec<serde_json::Map<String, serde_json::Value>>> {
+    let mut keys = vec![serde_json::Map::new()];
+    for key in pk {
+        let column = columns.iter().find(|c| &c.name == key)?;
+        let ColdType::Scalar(scalar) = column.ty else {
+            return None;
+        };
+        let values: Vec<serde_json::Value> = predicates
+            .iter()
+            .filter(|p| &p.column == key)
+            .find_map(|p| match &p.comparison {
+                Comparison::Eq(v) => Some(vec![v.clone()]),
+                Comparison::In(vs) => Some(vs.clone()),
+                _ => None,
+            })?
+            .iter()
+            .map(|v| {
+                let v = resolve(v, scalar, params)?;
+                encode(scalar, &v)?;
+                Some(match (scalar, v) {
+                    (_, Constant::Int(i)) => serde_json::Value::from(i),
+                    (ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8, Constant::Text(t)) => {
+                        serde_json::Value::from(t.trim().parse::<i64>().ok()?)
+                    }
+                    (_, Constant::Text(t)) => serde_json::Value::from(t),
+                    _ => return None,
+                })
+            })
+            .collect::<Option<_>>()?;
+        if keys.len().checked_mul(values.len())? > limit {
+            return None;
+        }
+        keys = keys
+            .iter()
+            .flat_map(|k| {
+                values.iter().map(move |v| {
+                    let mut k = k.clone();
+                    k.insert(key.clone(), v.clone());
+                    k
+                })
+            })
+            .collect();
+    }
+    Some(keys)
+}
+
+/// A scan over the keys `candidates` names (jsonb objects by key column): an IN list per
+/// key column of the values coldwire can compare in segments (a superset; a column
+/// without one is not restricted).
+pub fn candidate_scan(candidates: &[serde_json::Value], pk: &[String]) -> Vec<ColumnPredicate> {
+    pk.iter()
+        .filter_map(|key| {
+            let values: Option<Vec<Constant>> = candidates
+                .iter()
+                .map(|c| match c.get(key)? {
+                    serde_json::Value::Number(n) => n.as_i64().map(Constant::Int),
+                    serde_json::Value::String(s) => Some(Constant::Text(s.clone())),
+                    _ => None,
+                })
+                .collect();
+            values.map(|values| ColumnPredicate {
+                column: key.clone(),
+                comparison: Comparison::In(values),
+            })
+        })
+        .collect()
 }
 
 /// `value` with parameters replaced by their Bind values and sums computed (integers

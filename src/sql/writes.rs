@@ -10,11 +10,18 @@
 //!   violation must be raised against a cold row too).
 //! - INSERT … VALUES (with or without ON CONFLICT): the inserted keys.
 //! - MERGE: the conjuncts of its ON condition on the target.
-//! Anything else (INSERT … SELECT, a key set to an expression, a write in a CTE, a
-//! statement that also reads the target elsewhere) is unbounded: every cold row, within
-//! the `max_rehydrate_rows` cap.
+//! - INSERT … SELECT (or keys left to their defaults), a key set to an expression: no
+//!   row up front. Keys such a statement creates are checked by the capture function
+//!   against the bounds of the cold keys (`coldwire.bounds_<id>`); one that may be cold
+//!   fails the statement with the keys named, and coldwire brings them back and runs it
+//!   again.
+//! - A write in a CTE, or a statement that also reads the target elsewhere: every cold
+//!   row, within the `max_rehydrate_rows` cap.
+//!
+//! Keys the statement may create that the scans pin down exactly (`Write::inserted`) are
+//! claimed as absent when no segment holds them, so the capture check passes them.
 
-use pg_query::protobuf::{node::Node as N, Node};
+use pg_query::protobuf::{node::Node as N, BoolExprType, Node};
 
 use super::predicates::{conjuncts_of, constant, extract, ColumnPredicate, Comparison};
 use super::rewrite::TieredTable;
@@ -34,6 +41,10 @@ pub enum Touched {
 pub struct Write {
     pub table: TieredTable,
     pub touched: Touched,
+    /// Scans over the keys the statement may create (INSERT … VALUES, an UPDATE that sets
+    /// the key to constants, MERGE's ON condition): those that pin every key column to
+    /// values are claimed absent when no segment holds them.
+    pub inserted: Vec<Vec<ColumnPredicate>>,
 }
 
 /// Why a write cannot be served.
@@ -81,6 +92,7 @@ pub fn classify(
             return Ok(Some(Write {
                 table: first.1.clone(),
                 touched: Touched::All,
+                inserted: Vec::new(),
             }));
         }
     };
@@ -100,60 +112,89 @@ pub fn classify(
         .alias
         .clone()
         .unwrap_or_else(|| relation.name.clone());
+    let mut inserted = Vec::new();
     let touched = if reads_itself && !locking {
         Touched::All
     } else {
-        match top {
-            Some(N::UpdateStmt(u))
-                if u.relation.as_ref().map(|r| r.location) == Some(relation.location) =>
-            {
-                let mut scans = vec![where_conjuncts(
-                    u.where_clause.as_deref(),
-                    &name,
-                    u.from_clause.is_empty(),
-                )];
-                match key_assignments(&u.target_list, &table.pk) {
-                    Some(keys) => scans.extend(keys),
-                    None => {
-                        return Ok(Some(Write {
-                            table,
-                            touched: Touched::All,
-                        }))
-                    }
+        let at = |r: Option<&pg_query::protobuf::RangeVar>| {
+            r.map(|r| r.location) == Some(relation.location)
+        };
+        match write_statement(parsed, relation.location).or(top) {
+            Some(N::UpdateStmt(u)) if at(u.relation.as_ref()) => {
+                let mut scans =
+                    where_scans(u.where_clause.as_deref(), &name, u.from_clause.is_empty());
+                // A key set to an expression: the capture check catches a cold one.
+                if let Some(keys) = key_assignments(&u.target_list, &table.pk) {
+                    inserted.extend(keys.iter().cloned());
+                    scans.extend(keys);
                 }
                 Touched::Scans(scans)
             }
-            Some(N::DeleteStmt(d))
-                if d.relation.as_ref().map(|r| r.location) == Some(relation.location) =>
-            {
-                Touched::Scans(vec![where_conjuncts(
-                    d.where_clause.as_deref(),
-                    &name,
-                    d.using_clause.is_empty(),
-                )])
+            Some(N::DeleteStmt(d)) if at(d.relation.as_ref()) => Touched::Scans(where_scans(
+                d.where_clause.as_deref(),
+                &name,
+                d.using_clause.is_empty(),
+            )),
+            Some(N::InsertStmt(i)) if at(i.relation.as_ref()) => {
+                // Without VALUES keys: nothing up front, the capture check catches a
+                // cold one.
+                match inserted_keys(i, &table) {
+                    Some(scan) => {
+                        inserted.push(scan.clone());
+                        Touched::Scans(vec![scan])
+                    }
+                    None => Touched::Scans(Vec::new()),
+                }
             }
-            Some(N::InsertStmt(i))
-                if i.relation.as_ref().map(|r| r.location) == Some(relation.location) =>
-            {
-                inserted_keys(i, &table).map_or(Touched::All, |scan| Touched::Scans(vec![scan]))
-            }
-            Some(N::MergeStmt(m))
-                if m.relation.as_ref().map(|r| r.location) == Some(relation.location) =>
-            {
-                Touched::Scans(vec![where_conjuncts(
-                    m.join_condition.as_deref(),
-                    &name,
-                    false,
-                )])
+            Some(N::MergeStmt(m)) if at(m.relation.as_ref()) => {
+                let scan = where_conjuncts(m.join_condition.as_deref(), &name, false);
+                inserted.push(scan.clone());
+                Touched::Scans(vec![scan])
             }
             Some(N::SelectStmt(_)) if locking => {
                 Touched::Scans(vec![extract(parsed, relation.location, &name)])
             }
-            // A write inside a CTE, or another shape: every row.
+            // Another shape: every row.
             _ => Touched::All,
         }
     };
-    Ok(Some(Write { table, touched }))
+    Ok(Some(Write {
+        table,
+        touched,
+        inserted,
+    }))
+}
+
+/// The INSERT, UPDATE, DELETE or MERGE whose target is the relation at `location`,
+/// wherever it is (top level or a CTE).
+fn write_statement(parsed: &pg_query::ParseResult, location: i32) -> Option<&N> {
+    parsed
+        .protobuf
+        .stmts
+        .iter()
+        .find_map(|s| find_write(s.stmt.as_ref()?.node.as_ref()?, location))
+}
+
+fn find_write(node: &N, location: i32) -> Option<&N> {
+    let target = |r: &Option<pg_query::protobuf::RangeVar>| {
+        r.as_ref().is_some_and(|r| r.location == location)
+    };
+    let with = match node {
+        N::InsertStmt(i) if target(&i.relation) => return Some(node),
+        N::UpdateStmt(u) if target(&u.relation) => return Some(node),
+        N::DeleteStmt(d) if target(&d.relation) => return Some(node),
+        N::MergeStmt(m) if target(&m.relation) => return Some(node),
+        N::InsertStmt(i) => i.with_clause.as_ref(),
+        N::UpdateStmt(u) => u.with_clause.as_ref(),
+        N::DeleteStmt(d) => d.with_clause.as_ref(),
+        N::MergeStmt(m) => m.with_clause.as_ref(),
+        N::SelectStmt(s) => s.with_clause.as_ref(),
+        _ => None,
+    }?;
+    with.ctes.iter().find_map(|c| match c.node.as_ref()? {
+        N::CommonTableExpr(cte) => find_write(cte.ctequery.as_ref()?.node.as_ref()?, location),
+        _ => None,
+    })
 }
 
 fn where_conjuncts(
@@ -166,8 +207,26 @@ fn where_conjuncts(
         .unwrap_or_default()
 }
 
+/// The scans a WHERE clause bounds: one per arm of a top-level OR (recursively), each
+/// the conjuncts of its arm; one for any other condition.
+fn where_scans(
+    condition: Option<&Node>,
+    name: &str,
+    only_relation: bool,
+) -> Vec<Vec<ColumnPredicate>> {
+    match condition.and_then(|c| c.node.as_ref()) {
+        Some(N::BoolExpr(b)) if b.boolop == BoolExprType::OrExpr as i32 => b
+            .args
+            .iter()
+            .flat_map(|arm| where_scans(Some(arm), name, only_relation))
+            .collect(),
+        _ => vec![where_conjuncts(condition, name, only_relation)],
+    }
+}
+
 /// For an UPDATE's SET list: the key values it assigns, as extra scans (none when it
 /// leaves the key alone); `None` when it sets a key column to something not constant.
+/// (For a composite key, one scan per assigned column: a superset.)
 fn key_assignments(targets: &[Node], pk: &[String]) -> Option<Vec<Vec<ColumnPredicate>>> {
     let mut scans = Vec::new();
     for t in targets {
@@ -282,6 +341,15 @@ mod tests {
             Some(Touched::Scans(vec![vec![eq("id", Constant::Int(5))]]))
         );
         assert_eq!(
+            touched("DELETE FROM events WHERE id = 5 OR (id = 7 OR kind = 'x')"),
+            Some(Touched::Scans(vec![
+                vec![eq("id", Constant::Int(5))],
+                vec![eq("id", Constant::Int(7))],
+                vec![eq("kind", Constant::Text("x".into()))],
+            ])),
+            "one scan per arm of an OR"
+        );
+        assert_eq!(
             touched("SELECT * FROM events WHERE id = 3 FOR UPDATE"),
             Some(Touched::Scans(vec![vec![eq("id", Constant::Int(3))]]))
         );
@@ -294,7 +362,8 @@ mod tests {
         );
         assert_eq!(
             touched("UPDATE events SET id = id + 1 WHERE id = 3"),
-            Some(Touched::All)
+            Some(Touched::Scans(vec![vec![eq("id", Constant::Int(3))]])),
+            "the new keys are checked by capture"
         );
         assert_eq!(touched("SELECT * FROM events"), None);
         assert_eq!(touched("INSERT INTO plain SELECT * FROM events"), None);
@@ -318,11 +387,23 @@ mod tests {
         );
         assert_eq!(
             touched("INSERT INTO events (kind) VALUES ('a')"),
-            Some(Touched::All)
+            Some(Touched::Scans(vec![]))
         );
         assert_eq!(
             touched("INSERT INTO events SELECT * FROM plain"),
-            Some(Touched::All)
+            Some(Touched::Scans(vec![])),
+            "no row up front: capture checks the keys"
+        );
+        let parsed = pg_query::parse("INSERT INTO events VALUES (1, 'a')", 0).unwrap();
+        let w = classify(&parsed, |_, n| (n == "events").then(events))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            w.inserted,
+            vec![vec![ColumnPredicate {
+                column: "id".into(),
+                comparison: Comparison::In(vec![Constant::Int(1)]),
+            }]]
         );
     }
 

@@ -22,7 +22,7 @@ use crate::cold::ColdColumn;
 use crate::flush::store::ColdStore;
 use crate::session::state::OwnPrefix;
 use crate::sql::params::BoundParams;
-use crate::sql::predicates::{extract, to_prune, ColumnPredicate};
+use crate::sql::predicates::{candidate_scan, extract, pinned_keys, to_prune, ColumnPredicate};
 use crate::sql::rewrite::{expand_views, rewrite_parsed};
 use crate::sql::writes::{classify, Touched};
 use pg_query::protobuf::{node::Node as N, ObjectType};
@@ -95,8 +95,12 @@ pub struct PreparedWrite {
     /// As [`PreparedRead::client_params`].
     pub client_params: usize,
     touched: Touched,
+    /// As [`crate::sql::writes::Write::inserted`].
+    inserted: Vec<Vec<ColumnPredicate>>,
+    /// The key columns, in key order.
+    pk: Vec<String>,
     row_type: u32,
-    /// `SELECT coldwire.rehydrate($1, $2, $3::t[])`.
+    /// `SELECT coldwire.rehydrate($1, $2, $3::t[], $4)`.
     pub rehydrate_sql: String,
 }
 
@@ -136,6 +140,10 @@ pub enum Part {
     Write(Arc<PreparedWrite>, String),
 }
 
+/// Prepared writes by statement text and declared parameter count, with the registry
+/// version they were prepared for.
+type WriteCache = HashMap<(String, usize), (u64, Option<Arc<PreparedWrite>>)>;
+
 /// The read path shared by a server's sessions.
 pub struct ReadPath {
     catalog: CatalogCache,
@@ -144,7 +152,7 @@ pub struct ReadPath {
     statements: Mutex<StatementCache>,
     max_rehydrate_rows: usize,
     /// As `statements`, for writes.
-    writes: Mutex<HashMap<(String, usize), (u64, Option<Arc<PreparedWrite>>)>>,
+    writes: Mutex<WriteCache>,
 }
 
 impl ReadPath {
@@ -174,7 +182,18 @@ impl ReadPath {
         sql: &str,
         declared_params: usize,
     ) -> Result<Option<Arc<PreparedWrite>>, PlanError> {
-        if !self.may_name_tiered(sql) {
+        // Only DML and locking reads write (DDL must not reload the registry before it
+        // runs: see `prepare`).
+        let word = sql
+            .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
+            .split(|c: char| !c.is_ascii_alphabetic())
+            .next()
+            .unwrap_or_default();
+        if !["insert", "update", "delete", "merge", "select", "with"]
+            .iter()
+            .any(|w| word.eq_ignore_ascii_case(w))
+            || !self.may_name_tiered(sql)
+        {
             return Ok(None);
         }
         let registry = self.catalog.registry().await?;
@@ -218,9 +237,11 @@ impl ReadPath {
                     table_name: format!("{}.{}", w.table.schema, w.table.name),
                     client_params: highest_param(sql).max(declared_params),
                     touched: w.touched,
+                    inserted: w.inserted,
+                    pk: w.table.pk.clone(),
                     row_type: tiered.row_type,
                     rehydrate_sql: format!(
-                        "SELECT coldwire.rehydrate($1::int8, $2::int8, $3::{qualified}[])"
+                        "SELECT coldwire.rehydrate($1::int8, $2::int8, $3::{qualified}[], $4::jsonb)"
                     ),
                 }))
             }
@@ -235,8 +256,10 @@ impl ReadPath {
 
     /// The parameters of `coldwire.rehydrate` for one execution of `write` with the
     /// client's `params`: the table, the generation planned for (from `at`, else the
-    /// current one, read again when `fresh`), and every live cold row the statement may
-    /// touch (the union of its scans, one row per key).
+    /// current one, read again when `fresh`), every live cold row the statement may
+    /// touch (the union of its scans and of the keys in `candidates`, which the capture
+    /// check refused in an earlier attempt; one row per key), and the keys it may create
+    /// that it pins down (with the candidates), to claim where no segment holds them.
     ///
     /// # Errors
     /// The catalog or the cold store could not be read; more rows than
@@ -247,6 +270,7 @@ impl ReadPath {
         params: &BoundParams<'_>,
         at: &HashMap<i64, i64>,
         fresh: bool,
+        candidates: &[serde_json::Value],
     ) -> Result<Vec<BytesMut>, PlanError> {
         let cold = match at.get(&write.table_id) {
             Some(generation) => {
@@ -256,10 +280,25 @@ impl ReadPath {
             }
             None => self.catalog.cold_table(write.table_id, fresh).await?,
         };
-        let scans: Vec<Vec<ColumnPredicate>> = match &write.touched {
+        let mut scans: Vec<Vec<ColumnPredicate>> = match &write.touched {
             Touched::All => vec![Vec::new()],
             Touched::Scans(scans) => scans.clone(),
         };
+        let mut absent: Vec<serde_json::Value> = candidates.to_vec();
+        if !candidates.is_empty() {
+            scans.push(candidate_scan(candidates, &write.pk));
+        }
+        for scan in &write.inserted {
+            if let Some(keys) = pinned_keys(
+                scan,
+                &write.pk,
+                &cold.columns,
+                params,
+                crate::catalog::capture::MAY_BE_COLD_LIMIT,
+            ) {
+                absent.extend(keys.into_iter().map(serde_json::Value::Object));
+            }
+        }
         let too_many = || {
             PlanError::Refused(error(
                 "54000",
@@ -310,8 +349,15 @@ impl ReadPath {
                 .map_err(|e| PlanError::Catalog(e.to_string()))?
         };
         let mut array = BytesMut::new();
-        encode_record_array(&columns, write.row_type, &rows, &mut array)
-            .map_err(|e| PlanError::Catalog(e.to_string()))?;
+        if rows.num_rows() == 0 {
+            // An empty array of the row type (no scan ran, so no columns to check).
+            array.put_i32(0);
+            array.put_i32(0);
+            array.put_u32(write.row_type);
+        } else {
+            encode_record_array(&columns, write.row_type, &rows, &mut array)
+                .map_err(|e| PlanError::Catalog(e.to_string()))?;
+        }
         metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "write").increment(1);
         metrics::counter!(crate::metrics::ROWS_REHYDRATED_TOTAL).increment(seen.len() as u64);
         tracing::debug!(table = %write.table_name, rows = seen.len(), "cold rows to rehydrate");
@@ -319,6 +365,7 @@ impl ReadPath {
             BytesMut::from(&write.table_id.to_be_bytes()[..]),
             BytesMut::from(&cold.generation.to_be_bytes()[..]),
             array,
+            jsonb(&serde_json::Value::Array(absent)),
         ])
     }
 
@@ -505,6 +552,7 @@ impl ReadPath {
         at: &HashMap<i64, i64>,
         fresh: bool,
         utf8: bool,
+        candidates: &HashMap<i64, Vec<serde_json::Value>>,
     ) -> Plan {
         let params = BoundParams {
             utf8,
@@ -520,7 +568,13 @@ impl ReadPath {
             match part {
                 Part::Plain(sql) => ext::execute_unnamed(&mut out, sql, &[], false),
                 Part::Write(write, sql) => {
-                    match self.rehydration(write, &params, at, fresh).await {
+                    let candidates = candidates
+                        .get(&write.table_id)
+                        .map_or(&[][..], Vec::as_slice);
+                    match self
+                        .rehydration(write, &params, at, fresh, candidates)
+                        .await
+                    {
                         Ok(values) => {
                             out.extend_from_slice(&own_frames(&write.rehydrate_sql, &values));
                             own.push(OwnPrefix {
