@@ -441,6 +441,13 @@ impl ClientDirection<'_, '_> {
         let plan = match rewritten::prepare_query(&query, self.shared).await {
             Ok(None) => Plan::PassThrough,
             Ok(Some(read)) => {
+                // A Query sent before the answers to earlier ones arrived (tokio-postgres
+                // sends the next as soon as it has seen an error): planned once they are
+                // in, when the transaction status it runs in is known, so that it can be
+                // retried.
+                if attempt == 0 {
+                    wait_until_answered(self.shared).await;
+                }
                 let at = self
                     .transaction_generations(&read.table_ids(), boundary)
                     .await?;
