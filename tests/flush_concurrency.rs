@@ -492,10 +492,11 @@ async fn writer(client: Client, seed: u64, first_key: i64, deadline: Instant, ta
         .await;
         tally.statements.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = result {
-            // Today's finalize and writers lock heap and mirror rows in opposite orders
-            // (writers through coldwire do not take the table lock of DESIGN §7 yet), so
-            // Postgres may pick a writer as a deadlock victim: that transaction rolled back
-            // as a whole, `c` included. Anything else is a failure.
+            // Writers through coldwire take the table's lock shared (coldwire.rehydrate)
+            // only in statements that may touch cold rows; one that locked heap and
+            // mirror rows before finalize took the lock may still be chosen as a
+            // deadlock victim by Postgres: that transaction rolled back as a whole, `c`
+            // included. Anything else is a failure.
             let code = e.code().cloned();
             assert!(
                 code == Some(SqlState::T_R_DEADLOCK_DETECTED)

@@ -405,3 +405,118 @@ async fn inserts_whose_keys_coldwire_cannot_see_are_checked_by_capture() {
             .unwrap()
     );
 }
+
+/// The SQLSTATE and hint coldwire answered `sql` with, or `None` if it ran.
+async fn refusal(c: &tokio_postgres::Client, sql: &str) -> Option<(String, Option<String>)> {
+    match c.simple_query(sql).await {
+        Ok(_) => None,
+        Err(e) => {
+            let db = e.as_db_error().expect("a database error");
+            Some((db.code().code().to_owned(), db.hint().map(str::to_owned)))
+        }
+    }
+}
+
+#[tokio::test]
+async fn truncate_retires_the_cold_tier_and_other_ddl_is_refused_clearly() {
+    let db = create_db("writesddl");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (_proxy, c, direct) = tiered(&db, &store, &[]).await;
+    let active = || async {
+        direct
+            .query_one(
+                "SELECT count(*) FROM coldwire.segments WHERE table_id = 1 AND status = 'active'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    assert!(active().await > 0);
+    let count = |sql: &'static str| {
+        let c = &c;
+        async move { simple_rows(c, sql).await.unwrap()[0][0].clone().unwrap() }
+    };
+
+    // A TRUNCATE rolled back leaves both tiers as they were.
+    c.batch_execute("BEGIN; TRUNCATE events; ROLLBACK")
+        .await
+        .unwrap();
+    assert_eq!(count("SELECT count(*) FROM events").await, "2000");
+    assert!(active().await > 0);
+
+    // DDL coldwire cannot carry to the cold tier yet is refused before it runs, with a
+    // hint, and the table is left as it was.
+    for sql in [
+        "ALTER TABLE events ADD COLUMN extra int",
+        "ALTER TABLE events DROP COLUMN n",
+        "ALTER TABLE events ALTER COLUMN n TYPE bigint",
+        "ALTER TABLE events RENAME TO events_old",
+        "ALTER TABLE events RENAME COLUMN n TO m",
+        "ALTER TABLE public.events SET SCHEMA coldwire",
+        "DROP TABLE events",
+        "DROP TABLE IF EXISTS src, events CASCADE",
+    ] {
+        let (code, hint) = refusal(&c, sql)
+            .await
+            .unwrap_or_else(|| panic!("{sql} ran"));
+        assert_eq!(code, "0A000", "{sql}");
+        assert!(
+            hint.as_deref().unwrap_or_default().contains("untier_table"),
+            "{sql}: {hint:?}"
+        );
+    }
+    // In the extended protocol too, and inside a transaction block.
+    let e = c
+        .execute("ALTER TABLE events ADD COLUMN extra int", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "0A000");
+    c.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(refusal(&c, "DROP TABLE events").await.unwrap().0, "0A000");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(count("SELECT count(*) FROM events").await, "2000");
+    // Other tables are not affected; harmless changes to the tiered one are allowed.
+    c.batch_execute("ALTER TABLE src ADD COLUMN extra int; DROP TABLE src")
+        .await
+        .unwrap();
+    c.batch_execute("ALTER TABLE events SET (fillfactor = 90); ALTER TABLE events ALTER COLUMN kind SET STATISTICS 200")
+        .await
+        .unwrap();
+
+    // TRUNCATE empties both tiers at once: every segment retired, the mirror and the
+    // cold bounds cleared, so former cold keys are new keys again.
+    c.batch_execute("TRUNCATE events").await.unwrap();
+    assert_eq!(count("SELECT count(*) FROM events").await, "0");
+    assert_eq!(active().await, 0);
+    let left: i64 = direct
+        .query_one(
+            "SELECT (SELECT count(*) FROM coldwire.m_1) + (SELECT count(*) FROM coldwire.bounds_1)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    c.batch_execute("INSERT INTO events SELECT g, 'again', g FROM generate_series(1, 10) g")
+        .await
+        .unwrap();
+    assert_eq!(
+        count("SELECT count(*) FROM events WHERE kind = 'again'").await,
+        "10"
+    );
+    // And the table still flushes and reads back.
+    admin_call(
+        &c,
+        "SELECT coldwire.flush_table('events', wait => true, drain => true)",
+    )
+    .await
+    .unwrap();
+    assert!(active().await > 0);
+    assert_eq!(count("SELECT count(*) FROM events").await, "10");
+    let kinds = simple_rows(&c, "SELECT id, kind FROM events WHERE id = 3")
+        .await
+        .unwrap();
+    assert_eq!(kinds, vec![vec![Some("3".into()), Some("again".into())]]);
+}

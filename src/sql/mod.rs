@@ -3,6 +3,7 @@
 //! and the write path build on it (see docs/architecture.md for what exists).
 
 pub mod copy_to;
+pub mod ddl;
 pub mod params;
 pub mod predicates;
 pub mod rewrite;

@@ -410,6 +410,22 @@ impl ReadPath {
         {
             self.invalidate();
         }
+        // DDL coldwire cannot carry to the cold tier, anywhere in the string.
+        let lower = sql.to_ascii_lowercase();
+        if lower.contains("alter") || lower.contains("drop") {
+            if let Ok(parsed) = pg_query::parse(sql, 0) {
+                let refused = crate::sql::ddl::refused(&parsed, |schema, name| {
+                    registry.unique(schema, name).is_some()
+                });
+                if let Some(what) = refused {
+                    return Err(PlanError::Refused(error(
+                        "0A000",
+                        format!("coldwire does not support {what} yet"),
+                        Some(crate::sql::ddl::HINT.into()),
+                    )));
+                }
+            }
+        }
         let key = (sql.to_owned(), declared_params);
         if let Some((version, found)) = self
             .statements
