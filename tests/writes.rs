@@ -520,3 +520,183 @@ async fn truncate_retires_the_cold_tier_and_other_ddl_is_refused_clearly() {
         .unwrap();
     assert_eq!(kinds, vec![vec![Some("3".into()), Some("again".into())]]);
 }
+
+/// One task's writes: each key it owns (id % TASKS == task) with its value, as it should
+/// be after every statement it committed; every committed statement in `log`.
+async fn writer_task(
+    c: tokio_postgres::Client,
+    task: i64,
+    keys: i64,
+    deadline: tokio::time::Instant,
+) -> (
+    std::collections::BTreeMap<i64, i64>,
+    Vec<(String, Vec<i64>)>,
+    usize,
+) {
+    use rand::{Rng, SeedableRng};
+    const TASKS: i64 = 4;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0xC01D + task as u64);
+    let mut model: std::collections::BTreeMap<i64, i64> = (1..=keys)
+        .filter(|k| k % TASKS == task)
+        .map(|k| (k, k))
+        .collect();
+    let mut log = Vec::new();
+    let mut statements = 0;
+    while tokio::time::Instant::now() < deadline {
+        let id = rng.random_range(0..keys / TASKS + 20) * TASKS + task;
+        let exists = model.get(&id).copied();
+        statements += 1;
+        match rng.random_range(0..5) {
+            0 | 1 => {
+                let sql = "UPDATE t SET v = v + 1 WHERE id = $1 RETURNING v";
+                let rows = c.query(sql, &[&id]).await.unwrap();
+                let got: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                match exists {
+                    Some(v) => {
+                        assert_eq!(got, vec![v + 1], "UPDATE of existing key {id}");
+                        model.insert(id, v + 1);
+                    }
+                    None => assert!(got.is_empty(), "UPDATE of absent key {id}"),
+                }
+                log.push(("UPDATE t SET v = v + 1 WHERE id = $1".to_owned(), vec![id]));
+            }
+            2 => {
+                let n = c
+                    .execute("DELETE FROM t WHERE id = $1", &[&id])
+                    .await
+                    .unwrap();
+                assert_eq!(n, u64::from(exists.is_some()), "DELETE of key {id}");
+                model.remove(&id);
+                log.push(("DELETE FROM t WHERE id = $1".to_owned(), vec![id]));
+            }
+            3 => {
+                let v = rng.random_range(-1000..1000i64);
+                let r = c.execute("INSERT INTO t VALUES ($1, $2)", &[&id, &v]).await;
+                match exists {
+                    Some(_) => {
+                        let e = r.expect_err("INSERT of an existing key");
+                        assert_eq!(
+                            e.code(),
+                            Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION),
+                            "{e:?}"
+                        );
+                    }
+                    None => {
+                        r.unwrap();
+                        model.insert(id, v);
+                        log.push(("INSERT INTO t VALUES ($1, $2)".to_owned(), vec![id, v]));
+                    }
+                }
+            }
+            _ => {
+                // An upsert in a transaction block, in the simple protocol.
+                let v = rng.random_range(-1000..1000i64);
+                let rows = simple_rows(
+                    &c,
+                    &format!("BEGIN; INSERT INTO t VALUES ({id}, {v}) ON CONFLICT (id) DO UPDATE SET v = t.v + excluded.v RETURNING v; COMMIT"),
+                )
+                .await
+                .unwrap();
+                let expected = exists.map_or(v, |old| old + v);
+                assert_eq!(
+                    rows,
+                    vec![vec![Some(expected.to_string())]],
+                    "upsert of {id}"
+                );
+                model.insert(id, expected);
+                log.push((
+                    "INSERT INTO t VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = t.v + excluded.v".to_owned(),
+                    vec![id, v],
+                ));
+            }
+        }
+    }
+    (model, log, statements)
+}
+
+#[tokio::test]
+async fn concurrent_writers_during_auto_flush_lose_nothing_and_replay_on_a_plain_table() {
+    const KEYS: i64 = 1200;
+    let db = create_db("writesconc");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(&format!(
+            "CREATE TABLE t(id bigint PRIMARY KEY, v bigint NOT NULL);
+             CREATE TABLE control(LIKE t INCLUDING ALL);
+             INSERT INTO t SELECT g, g FROM generate_series(1, {KEYS}) g;
+             INSERT INTO control SELECT * FROM t;"
+        ))
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&[
+        "--service-url",
+        &cluster().url(&db),
+        "--cold-store",
+        &store,
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 100, "min_flush_rows": 40, "max_rows_per_file": 300, "check_interval": "100ms"}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('t', wait => true)")
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(8);
+    let mut tasks = Vec::new();
+    for task in 0..4 {
+        let w = proxy.connect(&db).await;
+        tasks.push(tokio::spawn(writer_task(w, task, KEYS, deadline)));
+    }
+    let mut model = std::collections::BTreeMap::new();
+    let mut total = 0;
+    for task in tasks {
+        let (m, log, statements) = task.await.unwrap();
+        model.extend(m);
+        total += statements;
+        // Keys are owned by one task each, so each task's log replays in its own order.
+        for (sql, params) in log {
+            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+                .iter()
+                .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+                .collect();
+            direct
+                .execute(
+                    &sql.replace(" t ", " control ").replace("t.v", "control.v"),
+                    &params,
+                )
+                .await
+                .unwrap();
+        }
+    }
+    assert!(total > 200, "only {total} statements ran");
+    let flushes: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM coldwire.jobs WHERE state = 'completed'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(flushes >= 3, "auto flush ran {flushes} times");
+    let got: Vec<(i64, i64)> = c
+        .query("SELECT id, v FROM t ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let replayed: Vec<(i64, i64)> = direct
+        .query("SELECT id, v FROM control ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(got, replayed, "the tiered table equals the replayed log");
+    assert_eq!(got, model.into_iter().collect::<Vec<_>>());
+}

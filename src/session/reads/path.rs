@@ -574,15 +574,26 @@ impl ReadPath {
             utf8,
             ..BoundParams::none()
         };
+        // Rehydrations go first, ahead of every statement of the string, while no
+        // statement before their write ends a transaction: an error of theirs (a finalize
+        // that slipped in) then arrives before anything reached the client and the whole
+        // string can be run again, and rows brought back early are rows Postgres would
+        // have had all along. After a COMMIT or ROLLBACK they go just before their write,
+        // in the transaction it runs in.
+        let mut front = BytesMut::new();
         let mut out = BytesMut::new();
         let mut own = Vec::new();
-        // Completions of the statements since coldwire's last own part (Parse, Bind,
-        // Describe, Execute each).
+        let mut hoist = true;
+        // Completions of the statements since coldwire's last own part that is not at
+        // the front (Parse, Bind, Describe, Execute each).
         let mut before = 0;
         for part in parts {
             before += 4;
             match part {
-                Part::Plain(sql) => ext::execute_unnamed(&mut out, sql, &[], false),
+                Part::Plain(sql) => {
+                    hoist &= !ends_transaction(sql);
+                    ext::execute_unnamed(&mut out, sql, &[], false);
+                }
                 Part::Write(write, sql) => {
                     let candidates = candidates
                         .get(&write.table_id)
@@ -591,6 +602,14 @@ impl ReadPath {
                         .rehydration(write, &params, at, fresh, candidates)
                         .await
                     {
+                        Ok(values) if hoist => {
+                            front.extend_from_slice(&own_frames(&write.rehydrate_sql, &values));
+                            own.push(OwnPrefix {
+                                before: 0,
+                                left: OWN_COMPLETIONS,
+                            });
+                            ext::execute_unnamed(&mut out, sql, &[], false);
+                        }
                         Ok(values) => {
                             out.extend_from_slice(&own_frames(&write.rehydrate_sql, &values));
                             own.push(OwnPrefix {
@@ -614,7 +633,8 @@ impl ReadPath {
             }
         }
         out.extend_from_slice(&ext::empty(b'S'));
-        Plan::Run(out, own)
+        front.extend_from_slice(&out);
+        Plan::Run(front, own)
     }
 
     /// `coldwire.explain(sql)`: the rewritten text of `sql` and, per reference to a
@@ -902,6 +922,21 @@ fn error(code: &str, message: String, hint: Option<String>) -> ErrorFields {
     }
 }
 
+/// Whether `sql` ends the transaction it runs in (COMMIT, END, ROLLBACK or ABORT but not
+/// ROLLBACK TO, PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED).
+fn ends_transaction(sql: &str) -> bool {
+    let mut words = sql
+        .split(|c: char| c.is_whitespace() || c == ';')
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase);
+    match (words.next().as_deref(), words.next().as_deref()) {
+        (Some("commit" | "end" | "abort"), _) => true,
+        (Some("rollback"), next) => !matches!(next, Some("to")),
+        (Some("prepare"), Some("transaction")) => true,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -917,5 +952,30 @@ mod tests {
         // Non-ASCII letters must match exactly (Postgres folds only ASCII in identifiers).
         assert!(!contains_ignore_ascii_case("från Ärende", "ärende"));
         assert!(contains_ignore_ascii_case("x ärende", "ärende"));
+    }
+
+    #[test]
+    fn statements_that_end_a_transaction_are_told_apart() {
+        for sql in [
+            "COMMIT",
+            " commit;",
+            "END",
+            "ROLLBACK",
+            "abort",
+            "PREPARE TRANSACTION 'x'",
+            "ROLLBACK PREPARED 'x'",
+        ] {
+            assert!(super::ends_transaction(sql), "{sql}");
+        }
+        for sql in [
+            "BEGIN",
+            "ROLLBACK TO SAVEPOINT a",
+            "rollback to a",
+            "SAVEPOINT a",
+            "PREPARE p AS SELECT 1",
+            "SELECT 1",
+        ] {
+            assert!(!super::ends_transaction(sql), "{sql}");
+        }
     }
 }
