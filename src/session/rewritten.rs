@@ -247,7 +247,10 @@ pub async fn plan_query(
                 .await
             {
                 Ok(values) => {
-                    let mut out = own_frames(&write.rehydrate_sql, &values);
+                    let mut out = values
+                        .as_ref()
+                        .map(|v| own_frames(&write.rehydrate_sql, v))
+                        .unwrap_or_default();
                     ext::execute_unnamed(
                         &mut out,
                         query_text(query).unwrap_or_default(),
@@ -255,13 +258,11 @@ pub async fn plan_query(
                         false,
                     );
                     out.extend_from_slice(&ext::empty(msg::SYNC));
-                    Plan::Run(
-                        out,
-                        vec![OwnPrefix {
-                            before: 0,
-                            left: OWN_COMPLETIONS,
-                        }],
-                    )
+                    let own = values.map(|_| OwnPrefix {
+                        before: 0,
+                        left: OWN_COMPLETIONS,
+                    });
+                    Plan::Run(out, own.into_iter().collect())
                 }
                 Err(e) => Plan::Fail(e.client_error()),
             }
@@ -455,7 +456,13 @@ pub async fn bind(
                 .rehydration(write, &params, at, fresh, candidates)
                 .await
             {
-                Ok(values) => own_frames(&write.rehydrate_sql, &values),
+                Ok(None) => {
+                    return Ok(BoundFrames {
+                        frames: BytesMut::from(frame),
+                        own_completions: None,
+                    })
+                }
+                Ok(Some(values)) => own_frames(&write.rehydrate_sql, &values),
                 // Fails in protocol order, at coldwire's own Execute; the server then
                 // skips the client's messages until Sync, as after its own error.
                 Err(e) => {

@@ -271,7 +271,7 @@ impl ReadPath {
         at: &HashMap<i64, i64>,
         fresh: bool,
         candidates: &[serde_json::Value],
-    ) -> Result<Vec<BytesMut>, PlanError> {
+    ) -> Result<Option<Vec<BytesMut>>, PlanError> {
         let cold = match at.get(&write.table_id) {
             Some(generation) => {
                 self.catalog
@@ -298,6 +298,16 @@ impl ReadPath {
             ) {
                 absent.extend(keys.into_iter().map(serde_json::Value::Object));
             }
+        }
+        if scans.is_empty() && absent.is_empty() {
+            // Only rows whose keys coldwire cannot see are created (INSERT … SELECT,
+            // keys from nextval): nothing to bring back, and no lock to take, so such
+            // writers never wait for a finalize. The capture check refuses any of their
+            // keys that may be cold (a finalize that moved one meanwhile included: its
+            // heap row's delete commits before the insert can proceed), and coldwire then
+            // runs the statement again with those keys planned.
+            metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "write").increment(1);
+            return Ok(None);
         }
         let too_many = || {
             PlanError::Refused(error(
@@ -361,12 +371,12 @@ impl ReadPath {
         metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "write").increment(1);
         metrics::counter!(crate::metrics::ROWS_REHYDRATED_TOTAL).increment(seen.len() as u64);
         tracing::debug!(table = %write.table_name, rows = seen.len(), "cold rows to rehydrate");
-        Ok(vec![
+        Ok(Some(vec![
             BytesMut::from(&write.table_id.to_be_bytes()[..]),
             BytesMut::from(&cold.generation.to_be_bytes()[..]),
             array,
             jsonb(&serde_json::Value::Array(absent)),
-        ])
+        ]))
     }
 
     /// Whether `sql` may name a tiered table (a case-insensitive substring test over the
@@ -602,7 +612,8 @@ impl ReadPath {
                         .rehydration(write, &params, at, fresh, candidates)
                         .await
                     {
-                        Ok(values) if hoist => {
+                        Ok(None) => ext::execute_unnamed(&mut out, sql, &[], false),
+                        Ok(Some(values)) if hoist => {
                             front.extend_from_slice(&own_frames(&write.rehydrate_sql, &values));
                             own.push(OwnPrefix {
                                 before: 0,
@@ -610,7 +621,7 @@ impl ReadPath {
                             });
                             ext::execute_unnamed(&mut out, sql, &[], false);
                         }
-                        Ok(values) => {
+                        Ok(Some(values)) => {
                             out.extend_from_slice(&own_frames(&write.rehydrate_sql, &values));
                             own.push(OwnPrefix {
                                 before: before - 4,
