@@ -683,20 +683,19 @@ async fn concurrent_writers_during_auto_flush_lose_nothing_and_replay_on_a_plain
         .unwrap()
         .get(0);
     assert!(flushes >= 3, "auto flush ran {flushes} times");
-    let got: Vec<(i64, i64)> = c
-        .query("SELECT id, v FROM t ORDER BY id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let replayed: Vec<(i64, i64)> = direct
-        .query("SELECT id, v FROM control ORDER BY id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let got = id_values(&c, "t").await;
+    let replayed = id_values(&direct, "control").await;
     assert_eq!(got, replayed, "the tiered table equals the replayed log");
     assert_eq!(got, model.into_iter().collect::<Vec<_>>());
+}
+
+/// `(id, v)` of every row of `table`, by id.
+async fn id_values(client: &tokio_postgres::Client, table: &str) -> Vec<(i64, i64)> {
+    client
+        .query(&format!("SELECT id, v FROM {table} ORDER BY id"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
 }

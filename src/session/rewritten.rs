@@ -239,11 +239,8 @@ pub async fn plan_query(
                 utf8,
                 ..BoundParams::none()
             };
-            let candidates = candidates
-                .get(&write.table_id)
-                .map_or(&[][..], Vec::as_slice);
             match reads
-                .rehydration(write, &params, at, fresh, candidates)
+                .rehydration(write, &params, at, fresh, &candidates)
                 .await
             {
                 Ok(values) => {
@@ -449,11 +446,8 @@ pub async fn bind(
             })
         }
         Prepared::Write(write) => {
-            let candidates = candidates
-                .get(&write.table_id)
-                .map_or(&[][..], Vec::as_slice);
             let mut out = match reads
-                .rehydration(write, &params, at, fresh, candidates)
+                .rehydration(write, &params, at, fresh, &candidates)
                 .await
             {
                 Ok(None) => {

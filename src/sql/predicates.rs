@@ -289,12 +289,11 @@ pub fn constant(node: &Node) -> Option<Constant> {
         // `$1::int8`, `'5'::bigint`, `'…'::uuid`: a cast to the type the key has anyway
         // (segments compare the value as that type).
         Some(N::TypeCast(c)) => {
-            let name = c.type_name.as_ref()?.names.last()?;
-            let Some(N::String(name)) = name.node.as_ref() else {
+            let ty = c.type_name.as_ref()?;
+            let Some(N::String(name)) = ty.names.last()?.node.as_ref() else {
                 return None;
             };
             let same = ["int2", "int4", "int8", "text", "varchar", "uuid"];
-            let ty = c.type_name.as_ref()?;
             // `varchar(5)` truncates: not the same value.
             if !same.contains(&name.sval.as_str())
                 || !ty.array_bounds.is_empty()

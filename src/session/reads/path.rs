@@ -257,8 +257,8 @@ impl ReadPath {
     /// The parameters of `coldwire.rehydrate` for one execution of `write` with the
     /// client's `params`: the table, the generation planned for (from `at`, else the
     /// current one, read again when `fresh`), every live cold row the statement may
-    /// touch (the union of its scans and of the keys in `candidates`, which the capture
-    /// check refused in an earlier attempt; one row per key), and the keys it may create
+    /// touch (the union of its scans and of its table's keys in `candidates`, which the
+    /// capture check refused in an earlier attempt; one row per key), and the keys it may create
     /// that it pins down (with the candidates), to claim where no segment holds them.
     ///
     /// # Errors
@@ -270,8 +270,11 @@ impl ReadPath {
         params: &BoundParams<'_>,
         at: &HashMap<i64, i64>,
         fresh: bool,
-        candidates: &[serde_json::Value],
+        candidates: &HashMap<i64, Vec<serde_json::Value>>,
     ) -> Result<Option<Vec<BytesMut>>, PlanError> {
+        let candidates = candidates
+            .get(&write.table_id)
+            .map_or(&[][..], Vec::as_slice);
         let cold = match at.get(&write.table_id) {
             Some(generation) => {
                 self.catalog
@@ -420,9 +423,20 @@ impl ReadPath {
         {
             self.invalidate();
         }
-        // DDL coldwire cannot carry to the cold tier, anywhere in the string.
-        let lower = sql.to_ascii_lowercase();
-        if lower.contains("alter") || lower.contains("drop") {
+        let key = (sql.to_owned(), declared_params);
+        if let Some((version, found)) = self
+            .statements
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            if *version == registry.version {
+                return Ok(found.clone());
+            }
+        }
+        // DDL coldwire cannot carry to the cold tier, anywhere in the string (checked
+        // on a cache miss only: refused statements are never cached).
+        if contains_ignore_ascii_case(sql, "alter") || contains_ignore_ascii_case(sql, "drop") {
             if let Ok(parsed) = pg_query::parse(sql, 0) {
                 let refused = crate::sql::ddl::refused(&parsed, |schema, name| {
                     registry.unique(schema, name).is_some()
@@ -434,17 +448,6 @@ impl ReadPath {
                         Some(crate::sql::ddl::HINT.into()),
                     )));
                 }
-            }
-        }
-        let key = (sql.to_owned(), declared_params);
-        if let Some((version, found)) = self
-            .statements
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-        {
-            if *version == registry.version {
-                return Ok(found.clone());
             }
         }
         let prepared = rewrite(sql, declared_params, &registry)?.map(Arc::new);
@@ -605,33 +608,30 @@ impl ReadPath {
                     ext::execute_unnamed(&mut out, sql, &[], false);
                 }
                 Part::Write(write, sql) => {
-                    let candidates = candidates
-                        .get(&write.table_id)
-                        .map_or(&[][..], Vec::as_slice);
-                    match self
+                    let rehydration = match self
                         .rehydration(write, &params, at, fresh, candidates)
                         .await
                     {
-                        Ok(None) => ext::execute_unnamed(&mut out, sql, &[], false),
-                        Ok(Some(values)) if hoist => {
-                            front.extend_from_slice(&own_frames(&write.rehydrate_sql, &values));
+                        Ok(values) => values.map(|v| own_frames(&write.rehydrate_sql, &v)),
+                        Err(e) => return Plan::Fail(e.client_error()),
+                    };
+                    if let Some(frames) = rehydration {
+                        if hoist {
+                            front.extend_from_slice(&frames);
                             own.push(OwnPrefix {
                                 before: 0,
                                 left: OWN_COMPLETIONS,
                             });
-                            ext::execute_unnamed(&mut out, sql, &[], false);
-                        }
-                        Ok(Some(values)) => {
-                            out.extend_from_slice(&own_frames(&write.rehydrate_sql, &values));
+                        } else {
+                            out.extend_from_slice(&frames);
                             own.push(OwnPrefix {
                                 before: before - 4,
                                 left: OWN_COMPLETIONS,
                             });
                             before = 4;
-                            ext::execute_unnamed(&mut out, sql, &[], false);
                         }
-                        Err(e) => return Plan::Fail(e.client_error()),
                     }
+                    ext::execute_unnamed(&mut out, sql, &[], false);
                 }
                 Part::Read(read) => match self.cold_params(read, &params, at, fresh).await {
                     Ok(values) => {
