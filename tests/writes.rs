@@ -452,11 +452,7 @@ async fn truncate_retires_the_cold_tier_and_other_ddl_is_refused_clearly() {
         "ALTER TABLE events ADD COLUMN extra int",
         "ALTER TABLE events DROP COLUMN n",
         "ALTER TABLE events ALTER COLUMN n TYPE bigint",
-        "ALTER TABLE events RENAME TO events_old",
         "ALTER TABLE events RENAME COLUMN n TO m",
-        "ALTER TABLE public.events SET SCHEMA coldwire",
-        "DROP TABLE events",
-        "DROP TABLE IF EXISTS src, events CASCADE",
     ] {
         let (code, hint) = refusal(&c, sql)
             .await
@@ -474,7 +470,13 @@ async fn truncate_retires_the_cold_tier_and_other_ddl_is_refused_clearly() {
         .unwrap_err();
     assert_eq!(e.code().unwrap().code(), "0A000");
     c.batch_execute("BEGIN").await.unwrap();
-    assert_eq!(refusal(&c, "DROP TABLE events").await.unwrap().0, "0A000");
+    assert_eq!(
+        refusal(&c, "ALTER TABLE events DROP COLUMN n")
+            .await
+            .unwrap()
+            .0,
+        "0A000"
+    );
     c.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(count("SELECT count(*) FROM events").await, "2000");
     // Other tables are not affected; harmless changes to the tiered one are allowed.
@@ -698,4 +700,180 @@ async fn id_values(client: &tokio_postgres::Client, table: &str) -> Vec<(i64, i6
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect()
+}
+
+/// Polls `sql` (one bigint) on `client` until it is `want`, for up to 10 s.
+async fn eventually(client: &tokio_postgres::Client, sql: &str, want: i64) {
+    let mut found = -1;
+    for _ in 0..100 {
+        found = client.query_one(sql, &[]).await.unwrap().get(0);
+        if found == want {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{sql}: {found}, expected {want}");
+}
+
+/// Files under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    if e.path().is_dir() {
+                        files_under(&e.path())
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn renamed_tables_stay_tiered_and_dropped_ones_are_untiered() {
+    let db = create_db("writesrename");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (_proxy, c, direct) = tiered(&db, &store, &[]).await;
+    let count = |sql: &'static str| {
+        let c = &c;
+        async move { simple_rows(c, sql).await.unwrap()[0][0].clone().unwrap() }
+    };
+    let cold: i64 = direct
+        .query_one("SELECT 2000 - count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(cold > 1000, "{cold} rows cold");
+
+    // Renames are followed after they commit, so inside a transaction block or beside
+    // other statements they are refused before they run.
+    c.batch_execute("BEGIN").await.unwrap();
+    let (code, hint) = refusal(&c, "ALTER TABLE events RENAME TO e2")
+        .await
+        .unwrap();
+    assert_eq!(code, "0A000");
+    assert!(hint.unwrap().contains("outside a transaction block"));
+    c.batch_execute("ROLLBACK").await.unwrap();
+    let (code, _) = refusal(&c, "ALTER TABLE events RENAME TO e2; SELECT 1")
+        .await
+        .unwrap();
+    assert_eq!(code, "0A000");
+    assert_eq!(count("SELECT count(*) FROM events").await, "2000");
+
+    // Through coldwire: the very next statement reads the table by its new name, cold
+    // rows included, and writes reach cold rows.
+    c.batch_execute("ALTER TABLE events RENAME TO e2")
+        .await
+        .unwrap();
+    assert_eq!(count("SELECT count(*) FROM e2").await, "2000");
+    assert_eq!(
+        c.execute("UPDATE e2 SET n = -1 WHERE id = 5", &[])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(count("SELECT n FROM e2 WHERE id = 5").await, "-1");
+    let names: (String, String) = direct
+        .query_one(
+            "SELECT schema_name, table_name FROM coldwire.tables WHERE id = 1",
+            &[],
+        )
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(names, ("public".into(), "e2".into()));
+    // The old name is free: a new table there is plain, and nothing cold leaks into it.
+    c.batch_execute("CREATE TABLE events (id bigint PRIMARY KEY, kind text NOT NULL, n int); INSERT INTO events VALUES (1, 'new', 1)")
+        .await
+        .unwrap();
+    assert_eq!(count("SELECT count(*) FROM events").await, "1");
+
+    // On a direct connection: writes right after the move are captured (the capture
+    // function names the table by oid until coldwire makes it again), and coldwire
+    // follows the move by itself.
+    direct
+        .batch_execute(
+            "CREATE SCHEMA other; ALTER TABLE e2 SET SCHEMA other; \
+             UPDATE other.e2 SET n = -2 WHERE id = 1999; DELETE FROM other.e2 WHERE id = 2000",
+        )
+        .await
+        .unwrap();
+    eventually(
+        &direct,
+        "SELECT count(*) FROM coldwire.tables WHERE id = 1 AND schema_name = 'other'",
+        1,
+    )
+    .await;
+    assert_eq!(count("SELECT count(*) FROM other.e2").await, "1999");
+    assert_eq!(count("SELECT n FROM other.e2 WHERE id = 1999").await, "-2");
+    let ops: Vec<(i64, i16)> = direct
+        .query(
+            "SELECT id, op FROM coldwire.m_1 WHERE id IN (1999, 2000) ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(ops, vec![(1999, 1), (2000, 3)]);
+    let function: String = direct
+        .query_one(
+            "SELECT pg_get_functiondef('coldwire.capture_1()'::regprocedure)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(function.contains(r#""other"."e2""#), "{function}");
+    admin_call(&c, "SELECT coldwire.flush_table('other.e2', wait => true)")
+        .await
+        .unwrap();
+    assert_eq!(count("SELECT count(*) FROM other.e2").await, "1999");
+
+    // DROP TABLE through coldwire untiers the table: catalog rows, capture objects and
+    // cold objects all go.
+    assert!(files_under(dir.path()) > 0);
+    c.batch_execute("DROP TABLE other.e2").await.unwrap();
+    eventually(
+        &direct,
+        "SELECT count(*) FROM coldwire.tables WHERE id = 1",
+        0,
+    )
+    .await;
+    let left: i64 = direct
+        .query_one(
+            "SELECT (SELECT count(*) FROM coldwire.segments WHERE table_id = 1) \
+                  + (SELECT count(*) FROM pg_class WHERE relnamespace = 'coldwire'::regnamespace AND relname ~ '_1$') \
+                  + (SELECT count(*) FROM pg_proc WHERE proname = 'capture_1')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    assert_eq!(files_under(dir.path()), 0);
+
+    // A table tiered again under the same name, then dropped on a direct connection, is
+    // followed the same way.
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 0, "min_flush_rows": 1, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    assert_eq!(count("SELECT kind FROM events WHERE id = 1").await, "new");
+    assert!(files_under(dir.path()) > 0);
+    direct.batch_execute("DROP TABLE events").await.unwrap();
+    eventually(&direct, "SELECT count(*) FROM coldwire.tables", 0).await;
+    assert_eq!(files_under(dir.path()), 0);
+    c.batch_execute("CREATE TABLE events (id bigint PRIMARY KEY)")
+        .await
+        .unwrap();
+    assert_eq!(count("SELECT count(*) FROM events").await, "0");
 }

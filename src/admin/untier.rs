@@ -17,7 +17,7 @@ use super::executor::AdminRequest;
 use super::tiering::{check_may_manage, pg_error, service_error, table_arg};
 use super::AdminError;
 use crate::catalog::capture::{pk_equal, CaptureSpec};
-use crate::catalog::inspect;
+use crate::catalog::{inspect, reconcile};
 use crate::cold::record::encode_record_array;
 use crate::cold::scan::{ColdTable, LiveRows, ScanError};
 use crate::cold::ColdColumn;
@@ -174,43 +174,24 @@ pub async fn untier_table(
     tracing::info!(table = %facts.display_name(), id, rehydrated, "table untiered");
 
     // The table is plain now; what is left is coldwire's: its objects, then its rows.
-    let deleted = delete_objects(store, &prefix).await;
     let mut result = json!({
         "table": facts.display_name(),
         "rows_rehydrated": rehydrated,
         "segments": cold.segments.len(),
     });
-    match deleted {
-        Ok(objects) => {
-            client
-                .batch_execute(&format!(
-                    "DELETE FROM coldwire.segment_stats WHERE segment_id IN (SELECT segment_id FROM coldwire.segments WHERE table_id = {id}); \
-                     DELETE FROM coldwire.segments WHERE table_id = {id}; \
-                     DELETE FROM coldwire.tables WHERE id = {id};"
-                ))
-                .await
-                .map_err(pg_error)?;
-            result["objects_deleted"] = objects.into();
-        }
+    match reconcile::forget(client, store, id, &prefix)
+        .await
+        .map_err(pg_error)?
+    {
+        Ok(objects) => result["objects_deleted"] = objects.into(),
         Err(e) => {
-            // The rows stay (state 'dropped') so that the objects can still be found.
-            tracing::warn!(table = %facts.display_name(), error = %e, "untiered, but its cold objects could not be deleted");
+            // The rows stay (state 'dropped'): the flush executor deletes the objects
+            // later (`reconcile::collect_dropped`).
+            tracing::warn!(table = %facts.display_name(), error = %e, "untiered, but its cold objects could not be deleted yet");
             result["objects_left"] = format!("under {prefix}/: {e}").into();
         }
     }
     Ok(result)
-}
-
-/// Deletes every object under the table's prefix; how many there were.
-async fn delete_objects(
-    store: &ColdStore,
-    prefix: &str,
-) -> Result<usize, crate::flush::store::StoreError> {
-    let keys = store.list(&format!("{prefix}/")).await?;
-    for key in &keys {
-        store.delete(key).await?;
-    }
-    Ok(keys.len())
 }
 
 fn scan_error(e: ScanError) -> AdminError {

@@ -159,14 +159,14 @@ impl CaptureSpec {
             .iter()
             .map(|t| format!("DROP TRIGGER IF EXISTS {t} ON {table}"))
             .collect();
-        sql.push(format!(
-            "DROP FUNCTION IF EXISTS {}()",
-            self.capture_function()
-        ));
-        sql.push(format!("DROP TABLE IF EXISTS {}", self.mirror()));
-        sql.push(format!("DROP TABLE IF EXISTS {}", self.overrides()));
-        sql.push(format!("DROP TABLE IF EXISTS {}", self.bounds()));
+        sql.extend(drop_capture_objects(self.id));
         sql
+    }
+
+    /// The capture function made again for the table's current name (after a rename).
+    pub fn replace_function(&self) -> String {
+        self.capture_function_sql()
+            .replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
     }
 
     /// Statements that bring the capture objects of a table tiered by an older build to
@@ -174,11 +174,7 @@ impl CaptureSpec {
     /// function (same name, owner and grants) and no index on the mirror's `seq`.
     pub fn upgrade(&self) -> Vec<String> {
         let mut sql = vec![
-            self.capture_function_sql().replacen(
-                "CREATE FUNCTION",
-                "CREATE OR REPLACE FUNCTION",
-                1,
-            ),
+            self.replace_function(),
             format!("DROP INDEX IF EXISTS coldwire.m_{}_seq", self.id),
             format!("DROP POLICY IF EXISTS table_readers ON {}", self.mirror()),
         ];
@@ -270,27 +266,26 @@ impl CaptureSpec {
         let mirror = self.mirror();
         let pk = self.pk_list("");
         let k_pk = self.pk_list("k.");
-        let table = self.qualified_table();
         let (live, deleted) = (op::LIVE, op::DELETED);
         let probed = |keys: &str| {
-            format!(
+            self.on_table(&format!(
                 "INSERT INTO {mirror} AS m ({pk}, seq, op, xid) \
                  SELECT {k_pk}, nextval('coldwire.change_seq'), \
-                        CASE WHEN EXISTS (SELECT 1 FROM ONLY {table} h WHERE {probe}) THEN {live} ELSE {deleted} END, cur \
+                        CASE WHEN EXISTS (SELECT 1 FROM ONLY {TABLE_MARK} h WHERE {probe}) THEN {live} ELSE {deleted} END, {CUR_MARK} \
                  FROM ({keys}) k \
-                 ON CONFLICT ({pk}) DO UPDATE SET seq = EXCLUDED.seq, op = EXCLUDED.op, xid = cur;",
+                 ON CONFLICT ({pk}) DO UPDATE SET seq = EXCLUDED.seq, op = EXCLUDED.op, xid = {CUR_MARK}",
                 probe = self.pk_match("h", "k"),
-            )
+            ))
         };
-        let insert = format!(
+        let insert = self.on_table(&format!(
             "INSERT INTO {mirror} AS m ({pk}, seq, op, xid) \
-             SELECT {k_pk}, nextval('coldwire.change_seq'), {live}, cur FROM coldwire_new k \
-             ON CONFLICT ({pk}) DO UPDATE SET seq = EXCLUDED.seq, xid = cur, \
-                 op = CASE WHEN m.op = {deleted} AND m.xid = cur \
-                                AND NOT EXISTS (SELECT 1 FROM ONLY {table} h WHERE {probe}) \
-                           THEN {deleted} ELSE {live} END;",
+             SELECT {k_pk}, nextval('coldwire.change_seq'), {live}, {CUR_MARK} FROM coldwire_new k \
+             ON CONFLICT ({pk}) DO UPDATE SET seq = EXCLUDED.seq, xid = {CUR_MARK}, \
+                 op = CASE WHEN m.op = {deleted} AND m.xid = {CUR_MARK} \
+                                AND NOT EXISTS (SELECT 1 FROM ONLY {TABLE_MARK} h WHERE {probe}) \
+                           THEN {deleted} ELSE {live} END",
             probe = self.pk_match("h", "EXCLUDED"),
-        );
+        ));
         let check = self.may_be_cold_check();
         format!(
             "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER \
@@ -322,6 +317,28 @@ impl CaptureSpec {
         )
     }
 
+    /// Statement `sql` of the capture function, naming the table as [`TABLE_MARK`] and the
+    /// transaction id as [`CUR_MARK`]: planned once and cached while the table has the name
+    /// the function was made with, and otherwise (renamed on a connection coldwire does not
+    /// see, until `catalog::reconcile` makes the function again) run through EXECUTE,
+    /// naming the table by its oid. Never by the old name, which may name another table.
+    fn on_table(&self, sql: &str) -> String {
+        let fixed = sql
+            .replace(TABLE_MARK, &self.qualified_table())
+            .replace(CUR_MARK, "cur");
+        let dynamic = sql
+            .replace('%', "%%")
+            .replace(TABLE_MARK, "%1$s")
+            .replace(CUR_MARK, "$1");
+        format!(
+            "IF TG_TABLE_SCHEMA = {schema} AND TG_TABLE_NAME = {table} THEN\n{fixed};\n\
+             ELSE\nEXECUTE format({dynamic}, TG_RELID::regclass) USING cur;\nEND IF;",
+            schema = sql_literal(&self.schema),
+            table = sql_literal(&self.table),
+            dynamic = sql_literal(&dynamic),
+        )
+    }
+
     /// The part of the capture function that refuses keys a statement creates which may
     /// exist cold (DESIGN §7): keys of `coldwire_new` not in the mirror (so neither in the
     /// heap nor known absent from cold) whose first column lies within the bounds. The
@@ -336,7 +353,8 @@ impl CaptureSpec {
             .iter()
             .map(|(n, _)| format!("{}, k.{}", sql_literal(n), quote_ident(n)))
             .collect();
-        let name = sql_literal(&format!("{}.{}", self.schema, self.table));
+        // The name as it is now (the function may be older than a rename).
+        let name = "TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME";
         format!(
             "IF EXISTS (SELECT 1 FROM {bounds}) THEN \
              SELECT count(*), jsonb_agg(f.key) INTO flagged_n, flagged FROM (\
@@ -361,6 +379,22 @@ impl CaptureSpec {
         )
     }
 }
+
+/// Statements that drop what table `id` has in schema `coldwire` besides its triggers
+/// (which go with the table): capture function, mirror, overrides and bounds.
+pub fn drop_capture_objects(id: i64) -> Vec<String> {
+    vec![
+        format!("DROP FUNCTION IF EXISTS coldwire.capture_{id}()"),
+        format!("DROP TABLE IF EXISTS coldwire.m_{id}"),
+        format!("DROP TABLE IF EXISTS coldwire.overrides_{id}"),
+        format!("DROP TABLE IF EXISTS coldwire.bounds_{id}"),
+    ]
+}
+
+/// Where [`CaptureSpec::on_table`] puts the table's name.
+const TABLE_MARK: &str = "\u{1}table\u{1}";
+/// Where [`CaptureSpec::on_table`] puts the transaction id.
+const CUR_MARK: &str = "\u{1}cur\u{1}";
 
 /// The statement a flush's finalize runs (under the table's exclusive lock) to widen the
 /// bounds of table `id` (`coldwire.bounds_<id>`) by the keys of `pairs` (a relation with
@@ -481,12 +515,36 @@ mod tests {
     }
 
     #[test]
+    fn after_a_rename_the_table_is_named_by_oid_never_by_its_old_name() {
+        let mut s = spec();
+        s.table = "100%".into();
+        let sql = s.on_table(&format!(
+            "DELETE FROM {TABLE_MARK} WHERE x = {CUR_MARK} AND y LIKE 'a%'"
+        ));
+        assert!(
+            sql.starts_with("IF TG_TABLE_SCHEMA = 'app' AND TG_TABLE_NAME = '100%' THEN"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains(r#"DELETE FROM "app"."100%" WHERE x = cur AND y LIKE 'a%';"#),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("EXECUTE format('DELETE FROM %1$s WHERE x = $1 AND y LIKE ''a%%''', TG_RELID::regclass) USING cur;"),
+            "{sql}"
+        );
+    }
+
+    #[test]
     fn insert_capture_probes_only_keys_this_transaction_recorded_deleted() {
         let sql = spec().capture_function_sql();
         let insert = sql.split("ELSIF TG_OP").next().unwrap();
         assert!(!insert.contains("DISTINCT"));
-        assert_eq!(insert.matches("EXISTS (SELECT 1 FROM ONLY").count(), 1);
+        // Once as planned for the table's name, once through EXECUTE for after a rename.
+        assert_eq!(insert.matches("EXISTS (SELECT 1 FROM ONLY").count(), 2);
         assert!(insert.contains(r#"WHEN m.op = 3 AND m.xid = cur AND NOT EXISTS"#));
+        assert!(insert
+            .contains(r#"WHEN m.op = 3 AND m.xid = $1 AND NOT EXISTS (SELECT 1 FROM ONLY %1$s h"#));
         assert!(insert.contains(r#"h."tenant" = EXCLUDED."tenant" AND h."id" = EXCLUDED."id""#));
         assert_eq!(
             sql.matches("pg_current_xact_id()").count(),

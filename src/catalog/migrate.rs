@@ -4,7 +4,6 @@
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, IsolationLevel, Transaction};
 
-use super::capture::CaptureSpec;
 use super::error::CatalogError;
 
 /// Key of the transaction-level advisory lock that serializes migrations within one
@@ -59,6 +58,12 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 5,
         name: "writes",
         sql: include_str!("sql/v005_writes.sql"),
+        upgrade_capture: true,
+    },
+    Migration {
+        version: 6,
+        name: "renames",
+        sql: include_str!("sql/v006_renames.sql"),
         upgrade_capture: true,
     },
 ];
@@ -180,31 +185,7 @@ pub async fn migrate(client: &mut Client) -> Result<MigrationReport, CatalogErro
 /// Brings the capture objects of every tiered table (whose table and mirror still exist)
 /// to what this binary installs, naming the table as it is now called.
 async fn upgrade_capture(tx: &Transaction<'_>) -> Result<(), tokio_postgres::Error> {
-    let rows = tx
-        .query(
-            "SELECT t.id, n.nspname::text, c.relname::text, \
-                    array_agg(a.attname::text ORDER BY k.ord), \
-                    array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY k.ord) \
-             FROM coldwire.tables t \
-             JOIN pg_class c ON c.oid = t.relid \
-             JOIN pg_namespace n ON n.oid = c.relnamespace \
-             CROSS JOIN LATERAL unnest(t.pk_attnums) WITH ORDINALITY AS k (attnum, ord) \
-             JOIN pg_attribute a ON a.attrelid = t.relid AND a.attnum = k.attnum \
-             WHERE to_regclass(format('coldwire.%I', 'm_' || t.id)) IS NOT NULL \
-             GROUP BY t.id, n.nspname, c.relname \
-             ORDER BY t.id",
-            &[],
-        )
-        .await?;
-    for row in rows {
-        let names: Vec<String> = row.get(3);
-        let types: Vec<String> = row.get(4);
-        let spec = CaptureSpec {
-            id: row.get(0),
-            schema: row.get(1),
-            table: row.get(2),
-            pk: names.into_iter().zip(types).collect(),
-        };
+    for spec in super::reconcile::capture_spec(tx, None).await? {
         for statement in spec.upgrade() {
             tx.batch_execute(&statement).await?;
         }

@@ -5,6 +5,7 @@ pub mod capture;
 mod error;
 pub mod inspect;
 mod migrate;
+pub mod reconcile;
 mod service;
 
 pub(crate) use error::postgres_text;

@@ -13,6 +13,7 @@ use super::run::{self, FlushError};
 use super::select::rows_to_flush;
 use super::store::ColdStore;
 use crate::admin::Policy;
+use crate::catalog::reconcile::{self, RECONCILE_INTERVAL};
 
 /// How often an idle executor looks for work.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -23,6 +24,7 @@ const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 pub async fn run(service: tokio_postgres::Config, store: ColdStore, shutdown: CancellationToken) {
     let worker = format!("{}:{}", hostname(), std::process::id());
     let mut last_check: HashMap<i64, Instant> = HashMap::new();
+    let mut last_reconcile: Option<Instant> = None;
     while !shutdown.is_cancelled() {
         let mut client = match crate::catalog::connect(&service).await {
             Ok(c) => c,
@@ -32,6 +34,13 @@ pub async fn run(service: tokio_postgres::Config, store: ColdStore, shutdown: Ca
             }
         };
         loop {
+            if last_reconcile.is_none_or(|at| at.elapsed() >= RECONCILE_INTERVAL) {
+                last_reconcile = Some(Instant::now());
+                if let Err(e) = follow_ddl(&mut client, &store).await {
+                    tracing::warn!(error = %crate::catalog::postgres_text(&e), "following DDL on tiered tables failed");
+                    break;
+                }
+            }
             if let Err(e) = schedule(&client, &mut last_check).await {
                 tracing::warn!(error = %crate::catalog::postgres_text(&e), "flush scheduling failed");
                 break;
@@ -65,6 +74,14 @@ pub async fn run(service: tokio_postgres::Config, store: ColdStore, shutdown: Ca
         }
         tokio::time::sleep(RECONNECT_DELAY).await;
     }
+}
+
+/// Follows DDL on tiered tables (`catalog::reconcile`), then deletes the cold objects of
+/// untiered tables.
+async fn follow_ddl(client: &mut Client, store: &ColdStore) -> Result<(), tokio_postgres::Error> {
+    reconcile::reconcile(client).await?;
+    reconcile::collect_dropped(client, store).await?;
+    Ok(())
 }
 
 async fn execute(

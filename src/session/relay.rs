@@ -642,6 +642,19 @@ async fn upstream_to_client(
                 Ok::<(), WireError>(())
             })
             .map_err(SessionError::UpstreamProtocol)?;
+        if ready {
+            // DDL the catalog follows has run (or failed): statements after this
+            // ReadyForQuery read the registry again, which brings the catalog up to date.
+            let changed = std::mem::take(
+                &mut state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .catalog_changed,
+            );
+            if let (true, Some(reads)) = (changed, ctx.reads.as_ref()) {
+                reads.invalidate();
+            }
+        }
         if !out.is_empty() {
             bytes.increment(out.len() as u64);
             let mut tx = shared.client_tx.lock().await;

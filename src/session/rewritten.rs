@@ -140,7 +140,7 @@ pub async fn prepare_query(
     shared: &Shared<'_>,
 ) -> Result<Option<QueryRead>, ErrorFields> {
     match query_text(query) {
-        Some(sql) => prepare_sql(sql, 0, read_path(shared)).await,
+        Some(sql) => prepare_sql(sql, 0, shared).await,
         None => Ok(None),
     }
 }
@@ -149,9 +149,21 @@ pub async fn prepare_query(
 async fn prepare_sql(
     sql: &str,
     declared_params: usize,
-    reads: &ReadPath,
+    shared: &Shared<'_>,
 ) -> Result<Option<QueryRead>, ErrorFields> {
+    let reads = read_path(shared);
     let failed = |e: super::reads::PlanError| e.client_error();
+    let in_block = {
+        let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.phase != Phase::Idle || state.outstanding_syncs() > 0
+    };
+    if reads.check_ddl(sql, in_block).await.map_err(failed)? {
+        shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .catalog_changed = true;
+    }
     let is_copy = |sql: &str| {
         sql.trim_start()
             .get(..4)
@@ -290,7 +302,7 @@ pub enum ParseRewrite {
 pub async fn prepare(frame: &[u8], shared: &Shared<'_>) -> Result<ParseRewrite, SessionError> {
     let parse = Parse::decode(frame)?;
     Ok(
-        match prepare_sql(parse.query, parse.param_types.len(), read_path(shared)).await {
+        match prepare_sql(parse.query, parse.param_types.len(), shared).await {
             Ok(None) => ParseRewrite::Unchanged,
             Ok(Some(QueryRead::Select(read))) => ParseRewrite::Read(read),
             Ok(Some(QueryRead::Write(write))) => ParseRewrite::Write(write),

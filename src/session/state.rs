@@ -68,6 +68,9 @@ pub struct SessionState {
     pending: VecDeque<Pending>,
     /// Sync points sent upstream and not yet answered by ReadyForQuery.
     outstanding_syncs: usize,
+    /// DDL that coldwire's catalog follows (`sql::ddl`) was sent: at the next
+    /// ReadyForQuery the registry is read again.
+    pub catalog_changed: bool,
     /// Per outstanding sync point, oldest first: what the responses up to it answer.
     groups: VecDeque<Group>,
     /// Generations of tiered tables as the client's current transaction block sees them
@@ -210,6 +213,7 @@ impl SessionState {
             statements: HashSet::new(),
             pending: VecDeque::new(),
             outstanding_syncs: 0,
+            catalog_changed: false,
             groups: VecDeque::new(),
             open_group: None,
             txn_generations: HashMap::new(),

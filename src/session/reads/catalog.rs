@@ -31,6 +31,7 @@ pub const REGISTRY_TTL: Duration = Duration::from_secs(1);
 const LISTEN_RETRY_DELAY: Duration = Duration::from_secs(1);
 /// The channel finalize and TRUNCATE notify.
 const CATALOG_CHANNEL: &str = "coldwire_catalog";
+
 /// Cold states of past generations kept for REPEATABLE READ transactions; the cache starts
 /// over when full.
 const PAST_STATES: usize = 32;
@@ -110,14 +111,17 @@ impl Registry {
 /// The shared catalog cache.
 pub struct CatalogCache {
     service: tokio_postgres::Config,
-    /// The registry and when it was read (`None` until first read).
-    registry: RwLock<Option<(Instant, Arc<Registry>)>>,
+    /// The registry, when it was read and the DDL epoch then (`None` until first read).
+    registry: RwLock<Option<(Instant, u64, Arc<Registry>)>>,
     /// Per table: its cold state and the notification epoch it was last confirmed in.
     cold: RwLock<HashMap<i64, (Arc<ColdTable>, u64)>>,
     /// Cold states of past generations, by table and generation.
     past: RwLock<HashMap<(i64, i64), Arc<ColdTable>>>,
     /// Bumped by every catalog notification (and every listener reconnect).
     epoch: Arc<AtomicU64>,
+    /// Bumped by every notification that DDL on a tiered table was followed
+    /// (`catalog::reconcile::DDL_PAYLOAD`): the registry is read again.
+    ddl_epoch: Arc<AtomicU64>,
     /// Whether the listener is connected, so that an unmoved epoch means "unchanged".
     listening: Arc<AtomicBool>,
     listener_started: AtomicBool,
@@ -133,20 +137,23 @@ impl CatalogCache {
             cold: RwLock::new(HashMap::new()),
             past: RwLock::new(HashMap::new()),
             epoch: Arc::new(AtomicU64::new(0)),
+            ddl_epoch: Arc::new(AtomicU64::new(0)),
             listening: Arc::new(AtomicBool::new(false)),
             listener_started: AtomicBool::new(false),
             client: AsyncMutex::new(None),
         }
     }
 
-    /// The registry as last read, if it is younger than [`REGISTRY_TTL`].
+    /// The registry as last read, if it is younger than [`REGISTRY_TTL`] and no DDL was
+    /// followed since.
     pub fn current_registry(&self) -> Option<Arc<Registry>> {
+        let ddl = self.ddl_epoch.load(Ordering::Acquire);
         self.registry
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-            .filter(|(at, _)| at.elapsed() < REGISTRY_TTL)
-            .map(|(_, r)| r.clone())
+            .filter(|(at, seen, _)| at.elapsed() < REGISTRY_TTL && *seen == ddl)
+            .map(|(_, _, r)| r.clone())
     }
 
     /// Forgets the registry, so the next statement reads it again.
@@ -170,7 +177,13 @@ impl CatalogCache {
         if let Some(r) = self.current_registry() {
             return Ok(r);
         }
+        let ddl = self.ddl_epoch.load(Ordering::Acquire);
         let client = self.connected(&mut client).await?;
+        // DDL on tiered tables since the last read (through this proxy, or elsewhere),
+        // followed before the list is read.
+        if let Err(e) = crate::catalog::reconcile::reconcile(client).await {
+            tracing::warn!(error = %crate::catalog::postgres_text(&e), "following DDL on tiered tables failed");
+        }
         let rows = client
             .query(
                 "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums \
@@ -223,7 +236,7 @@ impl CatalogCache {
             .registry
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        let previous = slot.as_ref().map(|(_, r)| r.clone());
+        let previous = slot.as_ref().map(|(_, _, r)| r.clone());
         let same = previous.as_ref().is_some_and(|p| {
             p.views == views
                 && p.tables.len() == tables.len()
@@ -245,7 +258,7 @@ impl CatalogCache {
                 version: previous.map_or(1, |p| p.version + 1),
             }),
         };
-        *slot = Some((Instant::now(), registry.clone()));
+        *slot = Some((Instant::now(), ddl, registry.clone()));
         Ok(registry)
     }
 
@@ -350,14 +363,15 @@ impl CatalogCache {
         if self.listener_started.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (service, epoch, listening) = (
+        let (service, epoch, ddl_epoch, listening) = (
             self.service.clone(),
             self.epoch.clone(),
+            self.ddl_epoch.clone(),
             self.listening.clone(),
         );
         tokio::spawn(async move {
             loop {
-                if let Err(e) = listen(&service, &epoch, &listening).await {
+                if let Err(e) = listen(&service, &epoch, &ddl_epoch, &listening).await {
                     tracing::debug!(error = %e, "catalog listener disconnected");
                 }
                 listening.store(false, Ordering::Release);
@@ -369,10 +383,11 @@ impl CatalogCache {
 }
 
 /// Listens on [`CATALOG_CHANNEL`] until the connection ends, bumping `epoch` for every
-/// notification.
+/// notification, and `ddl_epoch` too for those saying DDL was followed.
 async fn listen(
     service: &tokio_postgres::Config,
     epoch: &AtomicU64,
+    ddl_epoch: &AtomicU64,
     listening: &AtomicBool,
 ) -> Result<(), tokio_postgres::Error> {
     let mut config = service.clone();
@@ -383,8 +398,11 @@ async fn listen(
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {
-                Ok(AsyncMessage::Notification(_)) => {
-                    if tx.send(()).is_err() {
+                Ok(AsyncMessage::Notification(n)) => {
+                    if tx
+                        .send(n.payload() == crate::catalog::reconcile::DDL_PAYLOAD)
+                        .is_err()
+                    {
                         break;
                     }
                 }
@@ -401,8 +419,12 @@ async fn listen(
         .await?;
     // Anything may have changed while nobody listened.
     epoch.fetch_add(1, Ordering::AcqRel);
+    ddl_epoch.fetch_add(1, Ordering::AcqRel);
     listening.store(true, Ordering::Release);
-    while rx.recv().await.is_some() {
+    while let Some(ddl) = rx.recv().await {
+        if ddl {
+            ddl_epoch.fetch_add(1, Ordering::AcqRel);
+        }
         epoch.fetch_add(1, Ordering::AcqRel);
     }
     driver.abort();

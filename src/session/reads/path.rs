@@ -21,6 +21,7 @@ use crate::cold::scan::{scan, ColdTable, ScanError};
 use crate::cold::ColdColumn;
 use crate::flush::store::ColdStore;
 use crate::session::state::OwnPrefix;
+use crate::sql::ddl::Ddl;
 use crate::sql::params::BoundParams;
 use crate::sql::predicates::{candidate_scan, extract, pinned_keys, to_prune, ColumnPredicate};
 use crate::sql::rewrite::{expand_views, rewrite_parsed};
@@ -397,6 +398,54 @@ impl ReadPath {
         self.catalog.invalidate();
     }
 
+    /// Whether `sql` is DDL on a tiered table that the catalog follows once it commits
+    /// (`sql::ddl`): the session then reads the registry again at its next ReadyForQuery.
+    /// `in_block`: the session is in a transaction block (or has statements in flight).
+    ///
+    /// # Errors
+    /// DDL coldwire cannot carry to the cold tier, anywhere in the string, or DDL it
+    /// follows sent where it cannot be followed: refused before it runs.
+    pub async fn check_ddl(&self, sql: &str, in_block: bool) -> Result<bool, PlanError> {
+        let word = sql
+            .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
+            .split(|c: char| !c.is_ascii_alphabetic())
+            .next()
+            .unwrap_or_default();
+        let ddl_first = word.eq_ignore_ascii_case("alter") || word.eq_ignore_ascii_case("drop");
+        let ddl_later = sql.contains(';')
+            && (contains_ignore_ascii_case(sql, "alter")
+                || contains_ignore_ascii_case(sql, "drop"));
+        if !(ddl_first || ddl_later) || !self.may_name_tiered(sql) {
+            return Ok(false);
+        }
+        let registry = self.catalog.registry().await?;
+        let Ok(parsed) = pg_query::parse(sql, 0) else {
+            return Ok(false);
+        };
+        let refuse = |what: String, hint: &str| {
+            Err(PlanError::Refused(error(
+                "0A000",
+                format!("coldwire does not support {what} yet"),
+                Some(hint.into()),
+            )))
+        };
+        match crate::sql::ddl::inspect(&parsed, |schema, name| {
+            registry.unique(schema, name).is_some()
+        }) {
+            Ddl::Unaffected => Ok(false),
+            Ddl::Refused(what) => refuse(what, crate::sql::ddl::HINT),
+            Ddl::FollowedAfterCommit { what, alone: false } => refuse(
+                format!("{what} together with other statements in one Query"),
+                crate::sql::ddl::OUTSIDE_BLOCK_HINT,
+            ),
+            Ddl::FollowedAfterCommit { what, .. } if in_block => refuse(
+                format!("{what} inside a transaction block"),
+                crate::sql::ddl::OUTSIDE_BLOCK_HINT,
+            ),
+            Ddl::FollowedAfterCommit { .. } => Ok(true),
+        }
+    }
+
     /// The rewrite of `sql` when it reads tiered tables (`None`: relay it unchanged), for
     /// a Parse that declared `declared_params` parameter types.
     ///
@@ -432,22 +481,6 @@ impl ReadPath {
         {
             if *version == registry.version {
                 return Ok(found.clone());
-            }
-        }
-        // DDL coldwire cannot carry to the cold tier, anywhere in the string (checked
-        // on a cache miss only: refused statements are never cached).
-        if contains_ignore_ascii_case(sql, "alter") || contains_ignore_ascii_case(sql, "drop") {
-            if let Ok(parsed) = pg_query::parse(sql, 0) {
-                let refused = crate::sql::ddl::refused(&parsed, |schema, name| {
-                    registry.unique(schema, name).is_some()
-                });
-                if let Some(what) = refused {
-                    return Err(PlanError::Refused(error(
-                        "0A000",
-                        format!("coldwire does not support {what} yet"),
-                        Some(crate::sql::ddl::HINT.into()),
-                    )));
-                }
             }
         }
         let prepared = rewrite(sql, declared_params, &registry)?.map(Arc::new);
