@@ -449,7 +449,7 @@ async fn truncate_retires_the_cold_tier_and_other_ddl_is_refused_clearly() {
     // DDL coldwire cannot carry to the cold tier yet is refused before it runs, with a
     // hint, and the table is left as it was.
     for sql in [
-        "ALTER TABLE events ADD COLUMN extra int",
+        "ALTER TABLE events ADD COLUMN extra int DEFAULT random()",
         "ALTER TABLE events DROP COLUMN n",
         "ALTER TABLE events ALTER COLUMN n TYPE bigint",
         "ALTER TABLE events RENAME COLUMN n TO m",
@@ -465,7 +465,7 @@ async fn truncate_retires_the_cold_tier_and_other_ddl_is_refused_clearly() {
     }
     // In the extended protocol too, and inside a transaction block.
     let e = c
-        .execute("ALTER TABLE events ADD COLUMN extra int", &[])
+        .execute("ALTER TABLE events DROP COLUMN n", &[])
         .await
         .unwrap_err();
     assert_eq!(e.code().unwrap().code(), "0A000");
@@ -876,4 +876,144 @@ async fn renamed_tables_stay_tiered_and_dropped_ones_are_untiered() {
         .await
         .unwrap();
     assert_eq!(count("SELECT count(*) FROM events").await, "0");
+}
+
+/// Every row of `table` as text, in key order, read on `client`.
+async fn all_rows(client: &tokio_postgres::Client, table: &str) -> Vec<Vec<Option<String>>> {
+    simple_rows(client, &format!("SELECT * FROM {table} ORDER BY id"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn added_columns_read_their_default_in_segments_written_before() {
+    let db = create_db("writesaddcol");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (_proxy, c, direct) = tiered(&db, &store, &[]).await;
+    let one = |sql: &'static str| {
+        let c = &c;
+        async move { simple_rows(c, sql).await.unwrap()[0][0].clone() }
+    };
+
+    // Columns whose existing rows would not all read one value, or that Postgres would
+    // check against the hot rows only, are refused before they run; so is a type that
+    // cannot be stored cold, and an ADD COLUMN inside a transaction block.
+    for sql in [
+        "ALTER TABLE events ADD COLUMN x float8 DEFAULT random()",
+        "ALTER TABLE events ADD COLUMN x int NOT NULL",
+        "ALTER TABLE events ADD COLUMN x int CHECK (x > 0)",
+        "ALTER TABLE events ADD COLUMN x point",
+        "ALTER TABLE events ADD COLUMN x int; SELECT 1",
+    ] {
+        let (code, _) = refusal(&c, sql)
+            .await
+            .unwrap_or_else(|| panic!("{sql} ran"));
+        assert_eq!(code, "0A000", "{sql}");
+    }
+    c.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(
+        refusal(&c, "ALTER TABLE events ADD COLUMN x int")
+            .await
+            .unwrap()
+            .0,
+        "0A000"
+    );
+    c.batch_execute("ROLLBACK").await.unwrap();
+
+    // The same changes on the tiered table (through coldwire) and on the control table.
+    let both = |sql: &'static str| {
+        let (c, direct) = (&c, &direct);
+        async move {
+            c.batch_execute(sql).await.unwrap();
+            direct
+                .batch_execute(&sql.replace("events", "control"))
+                .await
+                .unwrap();
+        }
+    };
+    both("ALTER TABLE events ADD COLUMN extra int DEFAULT 7").await;
+    both("ALTER TABLE events ADD COLUMN note text, ADD COLUMN tags text[] DEFAULT '{a,\"b c\"}'")
+        .await;
+    // The very next statements read cold rows with the new columns.
+    assert_eq!(
+        one("SELECT count(*) FROM events WHERE extra = 7")
+            .await
+            .unwrap(),
+        "2000"
+    );
+    assert_eq!(
+        one("SELECT extra FROM events WHERE id = 5").await.unwrap(),
+        "7"
+    );
+    assert_eq!(
+        one("SELECT count(*) FROM events WHERE note IS NULL AND tags[2] = 'b c'")
+            .await
+            .unwrap(),
+        "2000"
+    );
+    // New rows carry their own values into new segments; older segments keep reading
+    // the default, and writes to their rows bring it back into the heap.
+    both("INSERT INTO events SELECT g, 'new', g, 8, 'n' || g FROM generate_series(2001, 2300) g")
+        .await;
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    assert_eq!(
+        simple_rows(
+            &c,
+            "SELECT extra, count(*) FROM events GROUP BY extra ORDER BY extra"
+        )
+        .await
+        .unwrap(),
+        vec![
+            vec![Some("7".to_owned()), Some("2000".to_owned())],
+            vec![Some("8".to_owned()), Some("300".to_owned())]
+        ]
+    );
+    both("UPDATE events SET extra = 9 WHERE id = 5").await;
+    both("UPDATE events SET n = -1 WHERE id IN (6, 2005)").await;
+    assert_eq!(
+        one("SELECT extra FROM events WHERE id = 6").await.unwrap(),
+        "7"
+    );
+    assert_eq!(
+        all_rows(&c, "events").await,
+        all_rows(&direct, "control").await
+    );
+
+    // On a direct connection: coldwire follows the new column by itself.
+    direct
+        .batch_execute("ALTER TABLE events ADD COLUMN d date DEFAULT '2020-01-01'; ALTER TABLE control ADD COLUMN d date DEFAULT '2020-01-01'")
+        .await
+        .unwrap();
+    eventually(
+        &direct,
+        "SELECT jsonb_array_length(columns)::bigint FROM coldwire.tables WHERE id = 1",
+        7,
+    )
+    .await;
+    for _ in 0..50 {
+        if one("SELECT count(*) FROM events WHERE d = '2020-01-01'")
+            .await
+            .as_deref()
+            == Some("2300")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        all_rows(&c, "events").await,
+        all_rows(&direct, "control").await
+    );
+
+    // Untiering brings every row back with its values.
+    admin_call(&c, "SELECT coldwire.untier_table('events')")
+        .await
+        .unwrap();
+    assert_eq!(
+        all_rows(&direct, "events").await,
+        all_rows(&direct, "control").await
+    );
 }

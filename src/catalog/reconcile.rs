@@ -12,6 +12,10 @@
 //! - **Renamed or moved to another schema**: the names are recorded and the capture
 //!   function is made again for the new name (until then it names the table by oid:
 //!   `CaptureSpec::on_table`).
+//! - **Columns added**: each is recorded with what rows written before it read (the
+//!   `attmissingval` Postgres keeps for them, or NULL), and the generation is bumped so
+//!   every cached cold state is read again with the new column. Segments keep the columns
+//!   they were written with; reads give them the new ones (`ColdTable::widen`).
 //!
 //! Each change is made in its own transaction that locks the table's catalog row and looks
 //! again, so proxies reconciling at once change each table once. Run by the read path
@@ -46,17 +50,27 @@ const CHANGED: &str = "SELECT t.id, c.oid IS NOT NULL, n.nspname::text, c.relnam
      WHERE t.state = 'active' AND ($1::bigint IS NULL OR t.id = $1) \
        AND (c.oid IS NULL OR n.nspname <> t.schema_name OR c.relname <> t.table_name)";
 
+/// Columns of active tiered tables (`$1`: only this id, or every table when NULL) that
+/// the catalog does not record, in attnum order: attnum, name, type (format_type), type
+/// oid, typmod, the text of the value existing rows read (`attmissingval`, whose text is
+/// an array of the one value's text), and whether the column has a default.
+const ADDED: &str = "SELECT t.id, a.attnum, a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod),         a.atttypid, a.atttypmod,         CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END,         EXISTS (SELECT 1 FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum)      FROM coldwire.tables t      JOIN pg_catalog.pg_attribute a ON a.attrelid = t.relid AND a.attnum > 0 AND NOT a.attisdropped      WHERE t.state = 'active' AND ($1::bigint IS NULL OR t.id = $1)        AND NOT t.columns @> pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object('attnum', a.attnum))      ORDER BY t.id, a.attnum";
+
 /// What [`reconcile`] changed, by table id.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Reconciled {
     pub dropped: Vec<i64>,
     pub restored: Vec<i64>,
     pub renamed: Vec<i64>,
+    pub columns_added: Vec<i64>,
 }
 
 impl Reconciled {
     pub fn is_empty(&self) -> bool {
-        self.dropped.is_empty() && self.restored.is_empty() && self.renamed.is_empty()
+        self.dropped.is_empty()
+            && self.restored.is_empty()
+            && self.renamed.is_empty()
+            && self.columns_added.is_empty()
     }
 }
 
@@ -111,8 +125,61 @@ pub async fn reconcile(client: &mut Client) -> Result<Reconciled, tokio_postgres
         .await?;
         tx.commit().await?;
     }
+    let added: Vec<i64> = client
+        .query(ADDED, &[&None::<i64>])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for id in added.into_iter().collect::<std::collections::BTreeSet<_>>() {
+        let tx = client.transaction().await?;
+        if tx
+            .query_opt(
+                "SELECT 1 FROM coldwire.tables WHERE id = $1 AND state = 'active' FOR UPDATE",
+                &[&id],
+            )
+            .await?
+            .is_none()
+        {
+            continue;
+        }
+        let mut entries = Vec::new();
+        for row in tx.query(ADDED, &[&Some(id)]).await? {
+            let (attnum, name, ty): (i16, String, String) = (row.get(1), row.get(2), row.get(3));
+            let (type_oid, typmod): (u32, i32) = (row.get(4), row.get(5));
+            let missing: Option<String> = row.get(6);
+            let has_default: bool = row.get(7);
+            if let Err(e) = crate::cold::ColdType::for_column(type_oid, typmod) {
+                tracing::error!(table_id = id, column = %name, error = %e, "a column added to a tiered table has a type coldwire cannot store cold: its reads and flushes fail until the column is dropped");
+                entries.clear();
+                break;
+            }
+            if missing.is_none() && has_default {
+                tracing::warn!(table_id = id, column = %name, "column added with a default Postgres did not keep for existing rows (a volatile default, or the table was rewritten since): its cold rows read NULL");
+            }
+            entries.push(serde_json::json!({
+                "attnum": attnum, "name": name, "type": ty, "type_oid": type_oid,
+                "typmod": typmod, "missing": missing,
+            }));
+        }
+        if entries.is_empty() {
+            continue;
+        }
+        tx.execute(
+            "UPDATE coldwire.tables SET columns = columns || $2, generation = generation + 1 WHERE id = $1",
+            &[&id, &serde_json::Value::Array(entries)],
+        )
+        .await?;
+        tx.execute(
+            "SELECT pg_catalog.pg_notify('coldwire_catalog', $1)",
+            &[&DDL_PAYLOAD],
+        )
+        .await?;
+        tx.commit().await?;
+        done.columns_added.push(id);
+    }
     if !done.is_empty() {
-        tracing::info!(dropped = ?done.dropped, restored = ?done.restored, renamed = ?done.renamed, "catalog follows DDL on tiered tables");
+        tracing::info!(dropped = ?done.dropped, restored = ?done.restored, renamed = ?done.renamed, columns_added = ?done.columns_added, "catalog follows DDL on tiered tables");
     }
     Ok(done)
 }

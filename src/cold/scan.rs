@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::{filter_record_batch, interleave};
-use arrow::datatypes::{DataType, Int16Type, Int64Type, TimeUnit};
+use arrow::datatypes::{DataType, Int16Type, Int64Type, SchemaRef, TimeUnit};
 use futures_util::{pin_mut, TryStreamExt};
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
@@ -76,6 +76,9 @@ pub struct ColdTable {
     pub segments: Vec<SegmentMeta>,
     /// Keys (composite-key encoding) with more than one cold version: the newest cold seq.
     pub overrides: HashMap<Vec<u8>, i64>,
+    /// Per column, what rows of segments written before the column was added read: the
+    /// default Postgres gave existing rows (a one-row array), or NULL (`None`).
+    pub missing: Vec<Option<ArrayRef>>,
 }
 
 impl ColdTable {
@@ -155,6 +158,7 @@ impl ColdTable {
         }
 
         let overrides = load_overrides(&tx, table_id, generation, &columns, &pk_positions).await?;
+        let missing = load_missing(&tx, &row.get::<_, serde_json::Value>(2), &columns).await?;
         tx.commit().await?;
         Ok(Self {
             id: table_id,
@@ -164,8 +168,100 @@ impl ColdTable {
             pk_positions,
             segments,
             overrides,
+            missing,
         })
     }
+
+    /// The Arrow schema of a segment file holding the first `held` of the table's columns
+    /// (files written before later columns were added hold fewer), then seq and op.
+    pub fn file_schema(&self, held: usize) -> SchemaRef {
+        let mut columns: Vec<ColdColumn> = self.columns[..held]
+            .iter()
+            .map(|c| ColdColumn::new(c.name.clone(), c.ty))
+            .collect();
+        columns.push(ColdColumn::new(
+            crate::flush::run::SEQ_COLUMN,
+            ColdType::Scalar(ScalarType::Int8),
+        ));
+        columns.push(ColdColumn::new(
+            crate::flush::run::OP_COLUMN,
+            ColdType::Scalar(ScalarType::Int2),
+        ));
+        Arc::new(arrow_schema(&columns))
+    }
+
+    /// `batch`, read from a file holding the first `held` columns, with every column: the
+    /// ones the file lacks read what [`ColdTable::missing`] says.
+    ///
+    /// # Errors
+    /// Arrow failures.
+    pub fn widen(&self, batch: RecordBatch, held: usize) -> Result<RecordBatch, ScanError> {
+        let width = self.columns.len();
+        if held == width {
+            return Ok(batch);
+        }
+        let full = self.file_schema(width);
+        let rows = batch.num_rows();
+        let mut arrays: Vec<ArrayRef> = batch.columns()[..held].to_vec();
+        for (c, missing) in self.missing.iter().enumerate().take(width).skip(held) {
+            arrays.push(match missing {
+                Some(one) => arrow::compute::take(
+                    one.as_ref(),
+                    &arrow::array::UInt32Array::from(vec![0u32; rows]),
+                    None,
+                )?,
+                None => arrow::array::new_null_array(full.field(c).data_type(), rows),
+            });
+        }
+        arrays.extend(batch.columns()[held..].iter().cloned());
+        Ok(RecordBatch::try_new(full, arrays)?)
+    }
+}
+
+/// How many of the table's columns segment file `metadata` holds (all but seq and op).
+pub fn columns_held(metadata: &ParquetMetaData, table: &ColdTable) -> usize {
+    metadata
+        .file_metadata()
+        .schema_descr()
+        .root_schema()
+        .get_fields()
+        .len()
+        .saturating_sub(2)
+        .min(table.columns.len())
+}
+
+/// Per column of `columns`, the value rows written before it was added read: the
+/// catalog's `missing` text (Postgres's `attmissingval`), converted by Postgres to the
+/// column's type and read back in binary.
+async fn load_missing(
+    tx: &tokio_postgres::Transaction<'_>,
+    catalog: &serde_json::Value,
+    columns: &[SegmentColumn],
+) -> Result<Vec<Option<ArrayRef>>, ScanError> {
+    let mut out = Vec::with_capacity(columns.len());
+    for (column, entry) in columns.iter().zip(catalog.as_array().into_iter().flatten()) {
+        let (Some(text), Some(ty)) = (entry["missing"].as_str(), entry["type"].as_str()) else {
+            out.push(None);
+            continue;
+        };
+        let mut decoder =
+            CopyDecoder::new(vec![ColdColumn::new(column.name.clone(), column.ty)], 1)?;
+        let literal = format!("'{}'", text.replace('\'', "''"));
+        // `ty` is format_type's output, recorded by coldwire from pg_attribute.
+        let stream = tx
+            .copy_out(&format!(
+                "COPY (SELECT {literal}::{ty}) TO STDOUT (FORMAT binary)"
+            ))
+            .await?;
+        pin_mut!(stream);
+        while let Some(chunk) = stream.try_next().await? {
+            decoder.decode(&chunk)?;
+        }
+        decoder.finish()?;
+        out.push(decoder.next_batch().map(|b| b.column(0).clone()));
+    }
+    out.resize(columns.len(), None);
+    Ok(out)
 }
 
 /// Segments `g` of table `$1` that were active at generation `$2`.
@@ -263,21 +359,8 @@ pub async fn scan(
     predicates: &[Predicate],
     max_rows: usize,
 ) -> Result<ScanOutput, ScanError> {
-    let mut all_columns: Vec<ColdColumn> = table
-        .columns
-        .iter()
-        .map(|c| ColdColumn::new(c.name.clone(), c.ty))
-        .collect();
-    let table_width = all_columns.len();
-    all_columns.push(ColdColumn::new(
-        crate::flush::run::SEQ_COLUMN,
-        ColdType::Scalar(ScalarType::Int8),
-    ));
-    all_columns.push(ColdColumn::new(
-        crate::flush::run::OP_COLUMN,
-        ColdType::Scalar(ScalarType::Int2),
-    ));
-    let schema = Arc::new(arrow_schema(&all_columns));
+    let table_width = table.columns.len();
+    let schema = table.file_schema(table_width);
     // Predicates the rows can be checked against: on columns with a byte order.
     let checkable: Vec<(usize, &Predicate)> = predicates
         .iter()
@@ -304,9 +387,10 @@ pub async fn scan(
         let mut groups = segment.row_groups_to_read(predicates, &row_group_rows);
         let file = SegmentFile::new(store.clone(), segment.path.clone(), metadata.clone());
         let bytes_read = file.bytes_read.clone();
+        let held = columns_held(&metadata, table);
         let reader_metadata = ArrowReaderMetadata::try_new(
             metadata.clone(),
-            ArrowReaderOptions::new().with_schema(schema.clone()),
+            ArrowReaderOptions::new().with_schema(table.file_schema(held)),
         )?;
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader_metadata);
         groups = bloom_filtered(&mut builder, &segment.path, table, predicates, groups).await?;
@@ -324,6 +408,7 @@ pub async fn scan(
         let stream = builder.build()?;
         pin_mut!(stream);
         while let Some(batch) = stream.try_next().await? {
+            let batch = table.widen(batch, held)?;
             stats.rows_scanned += batch.num_rows();
             let mask: BooleanArray = (0..batch.num_rows())
                 .map(|row| {
@@ -403,33 +488,20 @@ pub async fn scan(
 pub struct LiveRows<'a> {
     store: &'a ColdStore,
     table: &'a ColdTable,
-    schema: Arc<arrow::datatypes::Schema>,
     width: usize,
+    /// How many of the table's columns the current segment holds.
+    held: usize,
     next_segment: usize,
     current: Option<parquet::arrow::async_reader::ParquetRecordBatchStream<SegmentFile>>,
 }
 
 impl<'a> LiveRows<'a> {
     pub fn new(store: &'a ColdStore, table: &'a ColdTable) -> Self {
-        let mut all_columns: Vec<ColdColumn> = table
-            .columns
-            .iter()
-            .map(|c| ColdColumn::new(c.name.clone(), c.ty))
-            .collect();
-        let width = all_columns.len();
-        all_columns.push(ColdColumn::new(
-            crate::flush::run::SEQ_COLUMN,
-            ColdType::Scalar(ScalarType::Int8),
-        ));
-        all_columns.push(ColdColumn::new(
-            crate::flush::run::OP_COLUMN,
-            ColdType::Scalar(ScalarType::Int2),
-        ));
         Self {
             store,
             table,
-            schema: Arc::new(arrow_schema(&all_columns)),
-            width,
+            width: table.columns.len(),
+            held: table.columns.len(),
             next_segment: 0,
             current: None,
         }
@@ -449,9 +521,10 @@ impl<'a> LiveRows<'a> {
                 let metadata = footer(self.store, &segment.path).await?;
                 let file =
                     SegmentFile::new(self.store.clone(), segment.path.clone(), metadata.clone());
+                self.held = columns_held(&metadata, self.table);
                 let reader_metadata = ArrowReaderMetadata::try_new(
                     metadata,
-                    ArrowReaderOptions::new().with_schema(self.schema.clone()),
+                    ArrowReaderOptions::new().with_schema(self.table.file_schema(self.held)),
                 )?;
                 self.current = Some(
                     ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader_metadata)
@@ -464,6 +537,7 @@ impl<'a> LiveRows<'a> {
                 self.current = None;
                 continue;
             };
+            let batch = self.table.widen(batch, self.held)?;
             let (width, table) = (self.width, self.table);
             let seqs = batch.column(width).as_primitive::<Int64Type>();
             let ops = batch.column(width + 1).as_primitive::<Int16Type>();

@@ -640,6 +640,30 @@ async fn finalize_once(
     if ours.is_none() {
         return Err(FlushError::Fenced(job.id, job.attempt));
     }
+    // The heap rows go from the table the segments were read from, with the columns they
+    // were written with: locked (no rename or ALTER can commit until this transaction
+    // ends, and the catalog is read afresh once the lock is held), then checked.
+    tx.batch_execute(&format!(
+        "LOCK TABLE ONLY {} IN ROW EXCLUSIVE MODE",
+        table.qualified
+    ))
+    .await?;
+    let same: bool = tx
+        .query_one(
+            "SELECT pg_catalog.to_regclass($2)::oid = t.relid \
+                    AND (SELECT count(*) FROM pg_catalog.pg_attribute a \
+                         WHERE a.attrelid = t.relid AND a.attnum > 0 AND NOT a.attisdropped) = $3 \
+             FROM coldwire.tables t WHERE t.id = $1",
+            &[&table.id, &table.qualified, &(table.columns.len() as i64)],
+        )
+        .await?
+        .get(0);
+    if !same {
+        return Err(FlushError::Table(
+            table.id,
+            "it was renamed or its columns changed while the flush ran; the next flush reads it as it is now".into(),
+        ));
+    }
     let generation: i64 = tx
         .query_one("UPDATE coldwire.tables SET generation = generation + 1 WHERE id = $1 RETURNING generation", &[&table.id])
         .await?

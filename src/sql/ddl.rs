@@ -3,8 +3,11 @@
 //! change to those would leave cold rows unreadable or capture broken: such statements are
 //! refused (0A000) with a hint. What coldwire carries over is let through, and the catalog
 //! follows it once it commits (`catalog::reconcile`): `DROP TABLE` (the table is untiered
-//! and its objects deleted) and renames of the table or moves to another schema (it stays
-//! tiered). Those run only outside a transaction block and alone in their Query, because
+//! and its objects deleted), renames of the table or moves to another schema (it stays
+//! tiered), and `ADD COLUMN` whose default Postgres computes once for the existing rows
+//! (a constant, or a stable expression like `now()`; segments written before read that
+//! value, kept in `attmissingval`), with no constraint Postgres would check only against
+//! the hot rows, and no NOT NULL without such a default. Those run only outside a transaction block and alone in their Query, because
 //! until they commit coldwire's catalog connection still sees the table as it was, so a
 //! later statement of the same transaction could be planned against the old table. The
 //! rest (TRUNCATE, storage parameters, statistics targets, owner, clustering) pass
@@ -36,7 +39,13 @@ pub enum Ddl {
     /// A change the catalog follows after it commits (e.g. "renaming tiered table events"),
     /// allowed outside a transaction block as the only statement of its Query (`alone`:
     /// it is).
-    FollowedAfterCommit { what: String, alone: bool },
+    /// `types`: the types of added columns (as written), which must be ones coldwire can
+    /// store cold.
+    FollowedAfterCommit {
+        what: String,
+        alone: bool,
+        types: Vec<String>,
+    },
 }
 
 /// What `parsed` does to tiered tables; `tiered(schema, name)` says whether a name (as
@@ -52,6 +61,7 @@ pub fn inspect(parsed: &pg_query::ParseResult, tiered: impl Fn(Option<&str>, &st
         rv.as_ref().map(|r| r.relname.clone()).unwrap_or_default()
     };
     let mut followed = None;
+    let mut types = Vec::new();
     for raw in &parsed.protobuf.stmts {
         let Some(node) = raw.stmt.as_ref().and_then(|s| s.node.as_ref()) else {
             continue;
@@ -64,7 +74,27 @@ pub fn inspect(parsed: &pg_query::ParseResult, tiered: impl Fn(Option<&str>, &st
                     };
                     let kind =
                         AlterTableType::try_from(cmd.subtype).unwrap_or(AlterTableType::Undefined);
-                    if !HARMLESS_ALTERS.contains(&kind) {
+                    if kind == AlterTableType::AtAddColumn {
+                        let Some(NodeEnum::ColumnDef(def)) =
+                            cmd.def.as_ref().and_then(|d| d.node.as_ref())
+                        else {
+                            continue;
+                        };
+                        match added_column(def) {
+                            Ok(ty) => types.push(ty),
+                            Err(why) => {
+                                return Ddl::Refused(format!(
+                                    "ADD COLUMN {} {why} on tiered table {}",
+                                    def.colname,
+                                    name(&s.relation)
+                                ))
+                            }
+                        }
+                        followed.get_or_insert(format!(
+                            "adding columns to tiered table {}",
+                            name(&s.relation)
+                        ));
+                    } else if !HARMLESS_ALTERS.contains(&kind) {
                         return Ddl::Refused(format!(
                             "ALTER TABLE … {} on tiered table {}",
                             alter_name(kind),
@@ -118,8 +148,80 @@ pub fn inspect(parsed: &pg_query::ParseResult, tiered: impl Fn(Option<&str>, &st
         Some(what) => Ddl::FollowedAfterCommit {
             what,
             alone: parsed.protobuf.stmts.len() == 1,
+            types,
         },
         None => Ddl::Unaffected,
+    }
+}
+
+/// The type of added column `def` as written (e.g. `"pg_catalog"."int4"[]`), or why
+/// coldwire cannot carry the column to the cold tier.
+fn added_column(def: &pg_query::protobuf::ColumnDef) -> Result<String, &'static str> {
+    use pg_query::protobuf::ConstrType;
+    let mut default = None;
+    let mut not_null = false;
+    for c in &def.constraints {
+        let Some(NodeEnum::Constraint(c)) = c.node.as_ref() else {
+            continue;
+        };
+        match ConstrType::try_from(c.contype).unwrap_or(ConstrType::Undefined) {
+            ConstrType::ConstrNull => {}
+            ConstrType::ConstrNotnull => not_null = true,
+            ConstrType::ConstrDefault => default = c.raw_expr.as_deref(),
+            ConstrType::ConstrIdentity | ConstrType::ConstrGenerated => {
+                return Err("with values computed per row (identity or generated)")
+            }
+            _ => return Err("with a constraint (checked against the hot rows only)"),
+        }
+    }
+    if let Some(expr) = default {
+        if !computed_once(expr) {
+            return Err("with a default that may differ per row");
+        }
+    }
+    if not_null && default.is_none_or(is_null_constant) {
+        return Err("NOT NULL without a default");
+    }
+    let ty = def.type_name.as_ref().ok_or("without a type")?;
+    if ty.pct_type || ty.setof {
+        return Err("with a %TYPE or SETOF type");
+    }
+    let names: Vec<String> = ty
+        .names
+        .iter()
+        .filter_map(|n| match n.node.as_ref() {
+            Some(NodeEnum::String(s)) => Some(crate::catalog::capture::quote_ident(&s.sval)),
+            _ => None,
+        })
+        .collect();
+    let array = if ty.array_bounds.is_empty() { "" } else { "[]" };
+    Ok(format!("{}{array}", names.join(".")))
+}
+
+/// Whether Postgres computes default `expr` once for every existing row: constants, casts
+/// and operators of them, arrays of them, and the SQL value functions and `now()` (stable:
+/// evaluated once by ALTER TABLE, kept in `attmissingval`).
+fn computed_once(expr: &pg_query::protobuf::Node) -> bool {
+    let once = |n: &Option<Box<pg_query::protobuf::Node>>| n.as_deref().is_none_or(computed_once);
+    match expr.node.as_ref() {
+        Some(NodeEnum::AConst(_) | NodeEnum::SqlvalueFunction(_)) => true,
+        Some(NodeEnum::TypeCast(c)) => once(&c.arg),
+        Some(NodeEnum::AExpr(e)) => once(&e.lexpr) && once(&e.rexpr),
+        Some(NodeEnum::AArrayExpr(a)) => a.elements.iter().all(computed_once),
+        Some(NodeEnum::FuncCall(f)) => {
+            f.args.is_empty()
+                && matches!(f.funcname.last().and_then(|n| n.node.as_ref()),
+                    Some(NodeEnum::String(s)) if s.sval == "now")
+        }
+        _ => false,
+    }
+}
+
+fn is_null_constant(expr: &pg_query::protobuf::Node) -> bool {
+    match expr.node.as_ref() {
+        Some(NodeEnum::AConst(c)) => c.isnull,
+        Some(NodeEnum::TypeCast(c)) => c.arg.as_deref().is_some_and(is_null_constant),
+        _ => false,
     }
 }
 
@@ -163,7 +265,17 @@ mod tests {
     #[test]
     fn changes_to_columns_are_refused() {
         for sql in [
-            "ALTER TABLE events ADD COLUMN x int",
+            "ALTER TABLE events ADD COLUMN x int DEFAULT random()",
+            "ALTER TABLE events ADD COLUMN x timestamptz DEFAULT clock_timestamp()",
+            "ALTER TABLE events ADD COLUMN x int NOT NULL",
+            "ALTER TABLE events ADD COLUMN x int NOT NULL DEFAULT NULL",
+            "ALTER TABLE events ADD COLUMN x int CHECK (x > 0)",
+            "ALTER TABLE events ADD COLUMN x int UNIQUE",
+            "ALTER TABLE events ADD COLUMN x int REFERENCES other",
+            "ALTER TABLE events ADD COLUMN x bigint GENERATED ALWAYS AS IDENTITY",
+            "ALTER TABLE events ADD COLUMN x int GENERATED ALWAYS AS (n * 2) STORED",
+            "ALTER TABLE events ADD COLUMN x serial",
+            "ALTER TABLE events ADD COLUMN x int DEFAULT 1, DROP COLUMN n",
             "ALTER TABLE public.events DROP COLUMN n",
             "ALTER TABLE events ALTER COLUMN n TYPE bigint",
             "ALTER TABLE events SET (fillfactor = 90), ADD CONSTRAINT c CHECK (n > 0)",
@@ -175,8 +287,10 @@ mod tests {
             assert!(matches!(check(sql), Ddl::Refused(_)), "{sql}");
         }
         assert_eq!(
-            check("ALTER TABLE events ADD COLUMN x int"),
-            Ddl::Refused("ALTER TABLE … ADD COLUMN on tiered table events".into())
+            check("ALTER TABLE events ADD COLUMN x int DEFAULT random()"),
+            Ddl::Refused(
+                "ADD COLUMN x with a default that may differ per row on tiered table events".into()
+            )
         );
     }
 
@@ -192,7 +306,37 @@ mod tests {
             ("BEGIN; ALTER TABLE events RENAME TO e2; COMMIT", false),
         ] {
             match check(sql) {
-                Ddl::FollowedAfterCommit { alone: found, .. } => assert_eq!(found, alone, "{sql}"),
+                Ddl::FollowedAfterCommit {
+                    alone: found,
+                    types,
+                    ..
+                } => {
+                    assert_eq!(found, alone, "{sql}");
+                    assert!(types.is_empty(), "{sql}");
+                }
+                other => panic!("{sql}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn columns_whose_existing_rows_read_one_value_may_be_added() {
+        for (sql, want) in [
+            ("ALTER TABLE events ADD COLUMN x int", vec![r#""pg_catalog"."int4""#]),
+            (
+                "ALTER TABLE events ADD COLUMN IF NOT EXISTS x text[] DEFAULT '{a}', ADD y numeric(10, 2) NOT NULL DEFAULT -1.5",
+                vec![r#""text"[]"#, r#""pg_catalog"."numeric""#],
+            ),
+            (
+                "ALTER TABLE events ADD COLUMN x timestamptz DEFAULT now(), ADD z date DEFAULT CURRENT_DATE, SET (fillfactor = 90)",
+                vec![r#""pg_catalog"."timestamptz""#, r#""pg_catalog"."date""#],
+            ),
+            ("ALTER TABLE events ADD COLUMN x jsonb DEFAULT '{}'::jsonb NULL", vec![r#""jsonb""#]),
+        ] {
+            match check(sql) {
+                Ddl::FollowedAfterCommit { alone: true, types, .. } => {
+                    assert_eq!(types, want, "{sql}")
+                }
                 other => panic!("{sql}: {other:?}"),
             }
         }

@@ -357,6 +357,20 @@ impl CatalogCache {
         Ok(client.as_mut().expect("connected above"))
     }
 
+    /// The oid of type `name` (as written in SQL), if it exists.
+    ///
+    /// # Errors
+    /// The catalog could not be read.
+    pub async fn type_oid(&self, name: &str) -> Result<Option<u32>, PlanError> {
+        let mut client = self.client.lock().await;
+        let client = self.connected(&mut client).await?;
+        let row = client
+            .query_one("SELECT pg_catalog.to_regtype($1)::oid", &[&name])
+            .await;
+        // A name Postgres cannot even parse is Postgres's to refuse too.
+        Ok(row.ok().and_then(|r| r.get(0)))
+    }
+
     /// Starts the catalog listener once; it reconnects on its own for the life of the
     /// process.
     fn start_listener(&self) {

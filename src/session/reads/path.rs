@@ -434,7 +434,9 @@ impl ReadPath {
         }) {
             Ddl::Unaffected => Ok(false),
             Ddl::Refused(what) => refuse(what, crate::sql::ddl::HINT),
-            Ddl::FollowedAfterCommit { what, alone: false } => refuse(
+            Ddl::FollowedAfterCommit {
+                what, alone: false, ..
+            } => refuse(
                 format!("{what} together with other statements in one Query"),
                 crate::sql::ddl::OUTSIDE_BLOCK_HINT,
             ),
@@ -442,7 +444,21 @@ impl ReadPath {
                 format!("{what} inside a transaction block"),
                 crate::sql::ddl::OUTSIDE_BLOCK_HINT,
             ),
-            Ddl::FollowedAfterCommit { .. } => Ok(true),
+            Ddl::FollowedAfterCommit { types, .. } => {
+                for ty in types {
+                    // A type that does not exist is Postgres's to refuse.
+                    if let Some(oid) = self.catalog.type_oid(&ty).await? {
+                        if let Err(e) = crate::cold::ColdType::for_column(oid, -1) {
+                            return Err(PlanError::Refused(error(
+                                "0A000",
+                                format!("coldwire cannot add this column to a tiered table: {}", e.with_type_name(ty)),
+                                Some("Only types coldwire can store cold may be added to a tiered table (README lists them).".into()),
+                            )));
+                        }
+                    }
+                }
+                Ok(true)
+            }
         }
     }
 
