@@ -9,6 +9,7 @@ pub mod encode_value;
 pub mod error;
 pub mod numeric;
 pub mod ordered;
+pub mod page_cache;
 pub mod prune;
 pub mod record;
 pub mod scan;

@@ -27,6 +27,7 @@ use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use tokio_postgres::Client;
 
 use super::ordered::{self, Cell};
+use super::page_cache;
 use super::prune::{ColumnStats, Predicate, SegmentMeta};
 use super::segment_file::{footer, SegmentFile, SegmentReadError};
 use super::{arrow_schema, ColdColumn, ColdType, CopyDecoder, ScalarType};
@@ -372,9 +373,14 @@ pub async fn scan(
         .collect();
 
     let mut stats = ScanStats::default();
-    let mut kept: Vec<RecordBatch> = Vec::new();
-    // key → (seq, op, batch, row) of the newest version seen.
-    let mut newest: HashMap<Vec<u8>, (i64, i16, usize, usize)> = HashMap::new();
+    let mut found = Versions {
+        table,
+        checkable,
+        max_rows,
+        rows_scanned: 0,
+        kept: Vec::new(),
+        newest: HashMap::new(),
+    };
     for segment in &table.segments {
         stats.segments += 1;
         if !segment.may_match(predicates) {
@@ -399,6 +405,19 @@ pub async fn scan(
             continue;
         }
         let selection = page_selection(&metadata, table, predicates, &groups);
+        let rows: i64 = groups.iter().map(|&g| row_group_rows[g]).sum();
+        let key = page_cache::key(
+            &segment.path,
+            &groups,
+            usize::try_from(rows).unwrap_or(usize::MAX),
+            selection.as_ref(),
+        );
+        if let Some(batches) = key.as_ref().and_then(page_cache::get) {
+            for batch in batches.iter() {
+                found.take(table.widen(batch.clone(), held)?)?;
+            }
+            continue;
+        }
         let mut builder = builder
             .with_row_groups(groups)
             .with_batch_size(SCAN_BATCH_ROWS);
@@ -407,51 +426,20 @@ pub async fn scan(
         }
         let stream = builder.build()?;
         pin_mut!(stream);
+        let mut decoded = Vec::new();
         while let Some(batch) = stream.try_next().await? {
-            let batch = table.widen(batch, held)?;
-            stats.rows_scanned += batch.num_rows();
-            let mask: BooleanArray = (0..batch.num_rows())
-                .map(|row| {
-                    Some(checkable.iter().all(|(position, p)| {
-                        match ordered::cell(batch.column(*position).as_ref(), row) {
-                            Cell::Null => p.matches(None),
-                            Cell::Unordered => p.matches(Some(None)),
-                            Cell::Value(v) => p.matches(Some(Some(&v))),
-                            Cell::Unknown => true,
-                        }
-                    }))
-                })
-                .collect();
-            let batch = filter_record_batch(&batch, &mask)?;
-            if batch.num_rows() == 0 {
-                continue;
+            if key.is_some() {
+                decoded.push(batch.clone());
             }
-            let seqs = batch.column(table_width).as_primitive::<Int64Type>();
-            let ops = batch.column(table_width + 1).as_primitive::<Int16Type>();
-            let index = kept.len();
-            for row in 0..batch.num_rows() {
-                let Some(key) = encode_key(&batch, &table.pk_positions, row) else {
-                    continue;
-                };
-                let version = (seqs.value(row), ops.value(row), index, row);
-                match newest.get_mut(&key) {
-                    Some(seen) if seen.0 >= version.0 => {}
-                    Some(seen) => *seen = version,
-                    None => {
-                        if newest.len() >= max_rows {
-                            return Err(ScanError::TooManyRows {
-                                table: table.name.clone(),
-                                cap: max_rows,
-                            });
-                        }
-                        newest.insert(key, version);
-                    }
-                }
-            }
-            kept.push(batch);
+            found.take(table.widen(batch, held)?)?;
+        }
+        if let Some(key) = key {
+            page_cache::insert(key, decoded);
         }
         stats.bytes_read += bytes_read.load(Ordering::Relaxed);
     }
+    stats.rows_scanned = found.rows_scanned;
+    let Versions { kept, newest, .. } = found;
 
     let mut picks: Vec<(usize, usize)> = newest
         .iter()
@@ -480,6 +468,68 @@ pub async fn scan(
         &arrow::array::RecordBatchOptions::new().with_row_count(Some(picks.len())),
     )?;
     Ok(ScanOutput { rows, stats })
+}
+
+/// The rows a scan has found: every batch that matched, and the newest version of each
+/// key among them.
+struct Versions<'a> {
+    table: &'a ColdTable,
+    /// Predicates checked row by row, with their column's position.
+    checkable: Vec<(usize, &'a Predicate)>,
+    max_rows: usize,
+    rows_scanned: usize,
+    kept: Vec<RecordBatch>,
+    /// key → (seq, op, batch, row) of the newest version seen.
+    newest: HashMap<Vec<u8>, (i64, i16, usize, usize)>,
+}
+
+impl Versions<'_> {
+    /// Takes the rows of `batch` (every column, seq and op) that satisfy the checkable
+    /// predicates.
+    fn take(&mut self, batch: RecordBatch) -> Result<(), ScanError> {
+        self.rows_scanned += batch.num_rows();
+        let mask: BooleanArray = (0..batch.num_rows())
+            .map(|row| {
+                Some(self.checkable.iter().all(|(position, p)| {
+                    match ordered::cell(batch.column(*position).as_ref(), row) {
+                        Cell::Null => p.matches(None),
+                        Cell::Unordered => p.matches(Some(None)),
+                        Cell::Value(v) => p.matches(Some(Some(&v))),
+                        Cell::Unknown => true,
+                    }
+                }))
+            })
+            .collect();
+        let batch = filter_record_batch(&batch, &mask)?;
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let width = self.table.columns.len();
+        let seqs = batch.column(width).as_primitive::<Int64Type>();
+        let ops = batch.column(width + 1).as_primitive::<Int16Type>();
+        let index = self.kept.len();
+        for row in 0..batch.num_rows() {
+            let Some(key) = encode_key(&batch, &self.table.pk_positions, row) else {
+                continue;
+            };
+            let version = (seqs.value(row), ops.value(row), index, row);
+            match self.newest.get_mut(&key) {
+                Some(seen) if seen.0 >= version.0 => {}
+                Some(seen) => *seen = version,
+                None => {
+                    if self.newest.len() >= self.max_rows {
+                        return Err(ScanError::TooManyRows {
+                            table: self.table.name.clone(),
+                            cap: self.max_rows,
+                        });
+                    }
+                    self.newest.insert(key, version);
+                }
+            }
+        }
+        self.kept.push(batch);
+        Ok(())
+    }
 }
 
 /// Every live cold row of a table, one batch (of the table's columns) at a time: each row

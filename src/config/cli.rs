@@ -68,6 +68,9 @@ pub struct ServeArgs {
     /// Most cold rows one write may bring back into the heap [default: 100000].
     #[arg(long, env = "COLDWIRE_MAX_REHYDRATE_ROWS")]
     pub max_rehydrate_rows: Option<usize>,
+    /// MiB of decoded cold rows kept in memory for lookups; 0 turns the cache off [default: 256].
+    #[arg(long, env = "COLDWIRE_COLD_CACHE_MB")]
+    pub cold_cache_mb: Option<usize>,
     /// Upstream connect timeout in milliseconds [default: 5000].
     #[arg(long, env = "COLDWIRE_CONNECT_TIMEOUT_MS")]
     pub connect_timeout_ms: Option<u64>,
@@ -107,6 +110,9 @@ impl ServeArgs {
         }
         if let Some(v) = a.max_cold_rows {
             c.max_cold_rows = v;
+        }
+        if let Some(v) = a.cold_cache_mb {
+            c.cold_cache_mb = v;
         }
         if let Some(v) = a.connect_timeout_ms {
             c.connect_timeout_ms = v;

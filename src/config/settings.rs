@@ -79,6 +79,9 @@ pub struct Config {
     /// the heap before it runs; a write whose conditions bound no fewer fails with 54000
     /// naming the table. Default 100000.
     pub max_rehydrate_rows: usize,
+    /// MiB of decoded cold rows kept in memory (`cold::page_cache`): the pages narrow reads
+    /// such as pk lookups decoded, evicted oldest first. 0 turns the cache off. Default 256.
+    pub cold_cache_mb: usize,
 }
 
 /// A setting that must not show in logs or `Debug` output.
@@ -119,6 +122,7 @@ impl Default for Config {
             worker_threads: 0,
             max_cold_rows: 100_000,
             max_rehydrate_rows: 100_000,
+            cold_cache_mb: 256,
         }
     }
 }

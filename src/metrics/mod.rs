@@ -34,6 +34,10 @@ pub const COLD_BYTES_READ_TOTAL: &str = "coldwire_cold_bytes_read_total";
 pub const COLD_SEGMENTS_PRUNED_TOTAL: &str = "coldwire_cold_segments_pruned_total";
 /// Cold rows brought back into the heap before writes that may touch them.
 pub const ROWS_REHYDRATED_TOTAL: &str = "coldwire_rows_rehydrated_total";
+/// Narrow cold reads looked up in the decoded-page cache, by outcome (hit, miss).
+pub const COLD_CACHE_LOOKUPS_TOTAL: &str = "coldwire_cold_cache_lookups_total";
+/// Bytes of decoded cold rows the cache holds.
+pub const COLD_CACHE_BYTES: &str = "coldwire_cold_cache_bytes";
 
 /// Installs the process-wide Prometheus recorder and describes every metric.
 ///
@@ -86,6 +90,14 @@ pub fn install(
     metrics::describe_counter!(
         ROWS_REHYDRATED_TOTAL,
         "Cold rows brought back into the heap before writes that may touch them"
+    );
+    metrics::describe_counter!(
+        COLD_CACHE_LOOKUPS_TOTAL,
+        "Narrow cold reads looked up in the decoded-page cache, by outcome"
+    );
+    metrics::describe_gauge!(
+        COLD_CACHE_BYTES,
+        "Bytes of decoded cold rows the cache holds"
     );
     Ok(handle)
 }

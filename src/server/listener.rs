@@ -84,6 +84,7 @@ impl Server {
             }
             None => None,
         };
+        crate::cold::page_cache::set_budget(config.cold_cache_mb.saturating_mul(1 << 20));
         let reads = flush.as_ref().map(|(service, store)| {
             Arc::new(crate::session::reads::ReadPath::new(
                 service.clone(),

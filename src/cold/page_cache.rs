@@ -1,0 +1,150 @@
+//! Decoded cold rows kept in memory: the batches a narrow read of a segment decoded (the
+//! pages of a pk lookup or a short key range, as the page index chose them), by segment
+//! path, row groups and row selection. A cold lookup spends most of its time opening a
+//! decompressor per column chunk and decompressing and decoding one page of every column
+//! (bench/README.md, "Cold lookups"); a lookup whose pages were read before skips all of
+//! that.
+//!
+//! Segments are immutable and their paths never reused, so an entry never goes stale: a
+//! retired segment's entries are simply never asked for again and age out. Entries are
+//! evicted oldest first once the budget ([`set_budget`], `--cold-cache-mb`) is spent;
+//! reads wider than [`MAX_ENTRY_ROWS`] rows are not kept, so scans do not flush lookups
+//! out. Budget 0 turns the cache off.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arrow::array::RecordBatch;
+use parquet::arrow::arrow_reader::RowSelection;
+
+/// The budget when none is set: 256 MiB.
+pub const DEFAULT_BUDGET_BYTES: usize = 256 << 20;
+/// Reads selecting more rows than this are not kept.
+pub const MAX_ENTRY_ROWS: usize = 16_384;
+
+static BUDGET: AtomicUsize = AtomicUsize::new(DEFAULT_BUDGET_BYTES);
+static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
+
+/// Segment path, row groups, and the selection as (skip, rows) runs.
+pub type Key = (String, Vec<usize>, Vec<(bool, usize)>);
+
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<Key, Arc<[RecordBatch]>>,
+    /// Keys oldest first, with their sizes.
+    order: VecDeque<(Key, usize)>,
+    bytes: usize,
+}
+
+/// Sets how many bytes of decoded rows may be kept (0: none); what is kept beyond it
+/// goes at the next insert.
+pub fn set_budget(bytes: usize) {
+    BUDGET.store(bytes, Ordering::Relaxed);
+    if bytes == 0 {
+        *CACHE.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+/// The key of a read of `groups` (of `rows` rows in all) of segment `path`, narrowed to
+/// `selection` if any, when it is narrow enough to keep and the cache is on.
+pub fn key(
+    path: &str,
+    groups: &[usize],
+    rows: usize,
+    selection: Option<&RowSelection>,
+) -> Option<Key> {
+    let selected = selection.map_or(rows, RowSelection::row_count);
+    if BUDGET.load(Ordering::Relaxed) == 0 || selected > MAX_ENTRY_ROWS {
+        return None;
+    }
+    Some((
+        path.to_owned(),
+        groups.to_vec(),
+        selection
+            .into_iter()
+            .flat_map(|s| s.iter().map(|s| (s.skip, s.row_count)))
+            .collect(),
+    ))
+}
+
+/// The batches kept for `key`.
+pub fn get(key: &Key) -> Option<Arc<[RecordBatch]>> {
+    let found = CACHE
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .and_then(|c| c.entries.get(key).cloned());
+    let outcome = if found.is_some() { "hit" } else { "miss" };
+    metrics::counter!(crate::metrics::COLD_CACHE_LOOKUPS_TOTAL, "outcome" => outcome).increment(1);
+    found
+}
+
+/// Keeps `batches` for `key`, evicting the oldest entries beyond the budget.
+pub fn insert(key: Key, batches: Vec<RecordBatch>) {
+    let budget = BUDGET.load(Ordering::Relaxed);
+    let size: usize = batches
+        .iter()
+        .map(RecordBatch::get_array_memory_size)
+        .sum::<usize>()
+        + std::mem::size_of::<Key>();
+    if size > budget {
+        return;
+    }
+    let mut guard = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    let cache = guard.get_or_insert_with(Cache::default);
+    if cache.entries.contains_key(&key) {
+        return;
+    }
+    while cache.bytes + size > budget {
+        let Some((old, old_size)) = cache.order.pop_front() else {
+            break;
+        };
+        cache.entries.remove(&old);
+        cache.bytes -= old_size;
+    }
+    cache.entries.insert(key.clone(), batches.into());
+    cache.order.push_back((key, size));
+    cache.bytes += size;
+    metrics::gauge!(crate::metrics::COLD_CACHE_BYTES).set(cache.bytes as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use parquet::arrow::arrow_reader::RowSelector;
+
+    fn batch(rows: i64) -> RecordBatch {
+        RecordBatch::try_from_iter([(
+            "id",
+            Arc::new(Int64Array::from_iter_values(0..rows)) as arrow::array::ArrayRef,
+        )])
+        .unwrap()
+    }
+
+    #[test]
+    fn narrow_reads_are_kept_within_the_budget_oldest_out_first() {
+        let narrow = RowSelection::from(vec![RowSelector::skip(1024), RowSelector::select(1024)]);
+        let wide = RowSelection::from(vec![RowSelector::select(MAX_ENTRY_ROWS + 1)]);
+        assert!(key("a", &[0], 1 << 20, Some(&wide)).is_none());
+        assert!(key("a", &[0, 1], MAX_ENTRY_ROWS + 1, None).is_none());
+        assert!(key("a", &[0, 1], 800, None).is_some());
+        let size = batch(1024).get_array_memory_size() + std::mem::size_of::<Key>();
+        set_budget(2 * size);
+        let keys: Vec<Key> = ["p1", "p2", "p3"]
+            .iter()
+            .map(|p| key(p, &[0], 1 << 20, Some(&narrow)).unwrap())
+            .collect();
+        for k in &keys {
+            insert(k.clone(), vec![batch(1024)]);
+        }
+        assert!(get(&keys[0]).is_none(), "the oldest went");
+        assert_eq!(get(&keys[2]).unwrap()[0].num_rows(), 1024);
+        assert!(get(&keys[1]).is_some());
+        set_budget(0);
+        assert!(key("p1", &[0], 1 << 20, Some(&narrow)).is_none());
+        assert!(get(&keys[2]).is_none());
+        set_budget(DEFAULT_BUDGET_BYTES);
+    }
+}
