@@ -80,9 +80,14 @@ pub fn get(key: &Key) -> Option<Arc<[RecordBatch]>> {
     found
 }
 
-/// Keeps `batches` for `key`, evicting the oldest entries beyond the budget.
+/// Keeps `batches` for `key`, evicting the oldest entries beyond the budget. The batches
+/// are copied into buffers of their size first: the reader's buffers are sized for a
+/// whole decode batch, many times the rows a lookup selects.
 pub fn insert(key: Key, batches: Vec<RecordBatch>) {
     let budget = BUDGET.load(Ordering::Relaxed);
+    let Ok(batches) = batches.iter().map(compact).collect::<Result<Vec<_>, _>>() else {
+        return;
+    };
     let size: usize = batches
         .iter()
         .map(RecordBatch::get_array_memory_size)
@@ -107,6 +112,14 @@ pub fn insert(key: Key, batches: Vec<RecordBatch>) {
     cache.order.push_back((key, size));
     cache.bytes += size;
     metrics::gauge!(crate::metrics::COLD_CACHE_BYTES).set(cache.bytes as f64);
+}
+
+/// `batch` in buffers of its own size.
+fn compact(batch: &RecordBatch) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let rows = u32::try_from(batch.num_rows())
+        .map_err(|_| arrow::error::ArrowError::ComputeError("batch too large".into()))?;
+    let indices = arrow::array::UInt32Array::from_iter_values(0..rows);
+    arrow::compute::take_record_batch(batch, &indices)
 }
 
 #[cfg(test)]
