@@ -51,6 +51,9 @@ const FINALIZE_LOCK_TIMEOUT: &str = "2s";
 /// Finalize transactions tried before the job fails when its locks cannot be had (lock
 /// timeout, or chosen as a deadlock victim by writers locking heap then mirror rows).
 const FINALIZE_TRIES: u32 = 5;
+/// Flushed pairs pruned from the mirror and the heap per transaction (each under the
+/// table's exclusive lock, so writers wait for one such transaction at most).
+const PRUNE_CHUNK_ROWS: i64 = 10_000;
 /// Pause before the first finalize retry; doubles each time.
 const FINALIZE_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
 /// The cold columns coldwire adds to each segment.
@@ -117,6 +120,32 @@ pub async fn run(
     let table = load(client, job.table_id).await?;
     clean_stale_attempts(client, store, job, &table).await?;
 
+    // An earlier attempt finalized its segments and crashed while pruning the heap: the
+    // pairs it flushed are in those segments; finish pruning them.
+    let activated: Vec<String> = client
+        .query(
+            "SELECT path FROM coldwire.segments WHERE job_id = $1 AND status = 'active' ORDER BY path",
+            &[&job.id],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if !activated.is_empty() {
+        tracing::info!(
+            segments = activated.len(),
+            "resuming the heap prune of an activated flush"
+        );
+        pairs_from_segments(client, store, &table, &activated).await?;
+        let total = job.rows_total.unwrap_or_default();
+        let segments = i32::try_from(activated.len()).unwrap_or(i32::MAX);
+        prune_flushed(client, job, &table, total, segments).await?;
+        return Ok(FlushOutcome {
+            rows: total,
+            segments,
+        });
+    }
+
     // 1. The cutoff, recorded in the job so a retry selects the same rows.
     let (cutoff, total) = match (job.target_seq, job.rows_total) {
         (Some(cutoff), Some(total)) => (cutoff, total),
@@ -169,7 +198,8 @@ pub async fn run(
         .batch_execute(&format!(
             "BEGIN ISOLATION LEVEL REPEATABLE READ; \
              DROP TABLE IF EXISTS pg_temp.cw_pairs; \
-             CREATE TEMP TABLE cw_pairs AS SELECT {pk_list}, seq FROM coldwire.m_{id} WHERE seq <= {cutoff};",
+             CREATE TEMP TABLE cw_pairs AS SELECT {pk_list}, seq, row_number() OVER () AS n FROM coldwire.m_{id} WHERE seq <= {cutoff}; \
+             CREATE INDEX ON pg_temp.cw_pairs (n);",
             id = table.id
         ))
         .await?;
@@ -551,10 +581,10 @@ async fn clean_stale_attempts(
     Ok(())
 }
 
-/// The finalize transaction: activate this attempt's segments and prune exactly the
-/// flushed (pk, seq) pairs from the mirror and their rows from the heap. Retried with
-/// backoff while its locks cannot be had (DESIGN §5 step 6); a rolled-back try changed
-/// nothing.
+/// The finalize transaction: activate this attempt's segments, record overrides and
+/// widen the bounds (DESIGN §5 step 6), retried with backoff while its locks cannot be
+/// had (a rolled-back try changed nothing); then [`prune_flushed`] removes exactly the
+/// flushed (pk, seq) pairs from the mirror and their rows from the heap, in chunks.
 async fn finalize(
     client: &mut Client,
     job: &Job,
@@ -581,7 +611,7 @@ async fn finalize(
     }
     let mut backoff = FINALIZE_RETRY_BACKOFF;
     for tried in 1.. {
-        match finalize_once(client, job, table, rows, segments, overrides).await {
+        match finalize_once(client, job, table, overrides).await {
             Err(FlushError::Postgres(e)) if tried < FINALIZE_TRIES && is_lock_conflict(&e) => {
                 tracing::info!(
                     tried,
@@ -595,6 +625,60 @@ async fn finalize(
             Ok(()) => break,
         }
     }
+    super::failpoint::hit("after_activation").await;
+    prune_flushed(client, job, table, rows, segments).await
+}
+
+/// Prunes the flushed pairs (`pg_temp.cw_pairs`, numbered by `n`) from the mirror and
+/// their rows from the heap, [`PRUNE_CHUNK_ROWS`] pairs per transaction, each under the
+/// table's exclusive lock, then completes the job. The segments are active already; a
+/// key still in the mirror reads its hot version meanwhile, so every read and write sees
+/// each row once whichever chunks have committed, and writers wait for one chunk at most,
+/// not for the whole flush. A pair whose key was written since (a newer seq) stays.
+async fn prune_flushed(
+    client: &mut Client,
+    job: &Job,
+    table: &Tiered,
+    rows: i64,
+    segments: i32,
+) -> Result<(), FlushError> {
+    let pairs: i64 = client
+        .query_one(
+            "SELECT coalesce(max(n), 0)::bigint FROM pg_temp.cw_pairs",
+            &[],
+        )
+        .await?
+        .get(0);
+    let mut from = 0i64;
+    while from < pairs {
+        let to = from + PRUNE_CHUNK_ROWS;
+        let mut backoff = FINALIZE_RETRY_BACKOFF;
+        for tried in 1.. {
+            match prune_chunk(client, job, table, from, to).await {
+                Err(FlushError::Postgres(e)) if tried < FINALIZE_TRIES && is_lock_conflict(&e) => {
+                    tracing::info!(tried, error = %crate::catalog::postgres_text(&e), "pruning could not take its locks: retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                Err(e) => return Err(e),
+                Ok(()) => break,
+            }
+        }
+        from = to;
+        if !jobs::heartbeat(client, job, rows).await? {
+            return Err(FlushError::Fenced(job.id, job.attempt));
+        }
+    }
+    let done = client
+        .execute(
+            "UPDATE coldwire.jobs SET state = 'completed', finished_at = now(), rows_done = $3, segments = $4, heartbeat_at = now() \
+             WHERE id = $1 AND attempt = $2 AND state = 'running'",
+            &[&job.id, &job.attempt, &rows, &segments],
+        )
+        .await?;
+    if done != 1 {
+        return Err(FlushError::Fenced(job.id, job.attempt));
+    }
     client
         .batch_execute(
             "DROP TABLE IF EXISTS pg_temp.cw_pairs; DROP TABLE IF EXISTS pg_temp.cw_maybe_cold",
@@ -603,21 +687,13 @@ async fn finalize(
     Ok(())
 }
 
-/// Lock timeout or deadlock victim: worth another try once the writers are through.
-fn is_lock_conflict(e: &tokio_postgres::Error) -> bool {
-    use tokio_postgres::error::SqlState;
-    e.code().is_some_and(|c| {
-        *c == SqlState::LOCK_NOT_AVAILABLE || *c == SqlState::T_R_DEADLOCK_DETECTED
-    })
-}
-
-async fn finalize_once(
+/// One transaction of [`prune_flushed`]: pairs numbered in `(from, to]`.
+async fn prune_chunk(
     client: &mut Client,
     job: &Job,
     table: &Tiered,
-    rows: i64,
-    segments: i32,
-    overrides: bool,
+    from: i64,
+    to: i64,
 ) -> Result<(), FlushError> {
     let returning = table.pk_list("m.");
     let tx = client.transaction().await?;
@@ -640,9 +716,34 @@ async fn finalize_once(
     if ours.is_none() {
         return Err(FlushError::Fenced(job.id, job.attempt));
     }
-    // The heap rows go from the table the segments were read from, with the columns they
-    // were written with: locked (no rename or ALTER can commit until this transaction
-    // ends, and the catalog is read afresh once the lock is held), then checked.
+    check_table(&tx, table).await?;
+    tx.execute(
+        &format!(
+            "WITH gone AS (DELETE FROM coldwire.m_{id} m USING pg_temp.cw_pairs p \
+                           WHERE p.n > $1 AND p.n <= $2 AND {m_p} AND m.seq = p.seq RETURNING {returning}) \
+             DELETE FROM ONLY {table} h USING gone WHERE {h_gone}",
+            id = table.id,
+            m_p = table.pk_equal("m", "p"),
+            table = table.qualified,
+            h_gone = table.pk_equal("h", "gone"),
+        ),
+        &[&from, &to],
+    )
+    .await?;
+    tx.batch_execute("DELETE FROM coldwire.maintenance WHERE xid = pg_current_xact_id()")
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Locks the table by the name the flush read it under and checks that the name still
+/// resolves to the table's relid, and that it has the columns the segments were written
+/// with (no rename or ALTER can commit while the lock is held, and the catalog is read
+/// afresh once it is).
+async fn check_table(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &Tiered,
+) -> Result<(), FlushError> {
     tx.batch_execute(&format!(
         "LOCK TABLE ONLY {} IN ROW EXCLUSIVE MODE",
         table.qualified
@@ -664,6 +765,132 @@ async fn finalize_once(
             "it was renamed or its columns changed while the flush ran; the next flush reads it as it is now".into(),
         ));
     }
+    Ok(())
+}
+
+/// Loads into `pg_temp.cw_pairs` (numbered by `n`) the (pk, seq) pairs of `paths`, an
+/// earlier attempt's activated segments.
+async fn pairs_from_segments(
+    client: &Client,
+    store: &ColdStore,
+    table: &Tiered,
+    paths: &[String],
+) -> Result<(), FlushError> {
+    use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+    use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+    let pk = table.pk_list("");
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS pg_temp.cw_pairs_in; DROP TABLE IF EXISTS pg_temp.cw_pairs; \
+             CREATE TEMP TABLE cw_pairs_in AS SELECT {pk}, seq FROM coldwire.m_{id} WITH NO DATA;",
+            id = table.id
+        ))
+        .await?;
+    for path in paths {
+        let metadata = crate::cold::segment_file::footer(store, path).await?;
+        let held = metadata
+            .file_metadata()
+            .schema_descr()
+            .root_schema()
+            .get_fields()
+            .len()
+            .saturating_sub(2);
+        // Columns come out in file order: the pk columns by position, then seq.
+        let mut roots: Vec<usize> = table
+            .pk
+            .iter()
+            .filter_map(|k| table.columns.iter().position(|c| &c.name == k))
+            .collect();
+        roots.sort_unstable();
+        let mut columns: Vec<ColdColumn> = roots
+            .iter()
+            .map(|&i| ColdColumn::new(table.columns[i].name.clone(), table.columns[i].ty))
+            .collect();
+        columns.push(ColdColumn::new(
+            SEQ_COLUMN,
+            ColdType::Scalar(ScalarType::Int8),
+        ));
+        roots.push(held);
+        let names = column_list(
+            columns.iter().map(|c| {
+                if c.name == SEQ_COLUMN {
+                    "seq"
+                } else {
+                    c.name.as_str()
+                }
+            }),
+            "",
+        );
+        let file = crate::cold::segment_file::SegmentFile::new(
+            store.clone(),
+            path.clone(),
+            metadata.clone(),
+        );
+        let reader = ArrowReaderMetadata::try_new(metadata.clone(), ArrowReaderOptions::new())?;
+        let mask = ProjectionMask::roots(metadata.file_metadata().schema_descr(), roots);
+        let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader)
+            .with_projection(mask)
+            .build()?;
+        pin_mut!(stream);
+        let mut buf = BytesMut::new();
+        encode_header(&mut buf);
+        while let Some(batch) = stream.try_next().await? {
+            encode_batch(&columns, &batch, &mut buf)?;
+        }
+        encode_trailer(&mut buf);
+        let sink = client
+            .copy_in(&format!(
+                "COPY pg_temp.cw_pairs_in ({names}) FROM STDIN (FORMAT binary)"
+            ))
+            .await?;
+        pin_mut!(sink);
+        sink.send(buf.freeze()).await?;
+        sink.finish().await?;
+    }
+    client
+        .batch_execute(
+            "CREATE TEMP TABLE cw_pairs AS SELECT *, row_number() OVER () AS n FROM pg_temp.cw_pairs_in; \
+             CREATE INDEX ON pg_temp.cw_pairs (n); DROP TABLE pg_temp.cw_pairs_in;",
+        )
+        .await?;
+    Ok(())
+}
+
+/// Lock timeout or deadlock victim: worth another try once the writers are through.
+fn is_lock_conflict(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code().is_some_and(|c| {
+        *c == SqlState::LOCK_NOT_AVAILABLE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    })
+}
+
+async fn finalize_once(
+    client: &mut Client,
+    job: &Job,
+    table: &Tiered,
+    overrides: bool,
+) -> Result<(), FlushError> {
+    let tx = client.transaction().await?;
+    tx.batch_execute(&format!(
+        "SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'; \
+         INSERT INTO coldwire.maintenance (xid) VALUES (pg_current_xact_id());"
+    ))
+    .await?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, $2)",
+        &[&TABLE_LOCK_CLASS, &(table.id as i32)],
+    )
+    .await?;
+    let ours = tx
+        .query_opt(
+            "SELECT 1 FROM coldwire.jobs WHERE id = $1 AND attempt = $2 AND state = 'running' FOR UPDATE",
+            &[&job.id, &job.attempt],
+        )
+        .await?;
+    if ours.is_none() {
+        return Err(FlushError::Fenced(job.id, job.attempt));
+    }
+    check_table(&tx, table).await?;
     let generation: i64 = tx
         .query_one("UPDATE coldwire.tables SET generation = generation + 1 WHERE id = $1 RETURNING generation", &[&table.id])
         .await?
@@ -693,21 +920,6 @@ async fn finalize_once(
         &table.pk[0],
         "pg_temp.cw_pairs",
     ))
-    .await?;
-    tx.batch_execute(&format!(
-        "WITH gone AS (DELETE FROM coldwire.m_{id} m USING pg_temp.cw_pairs p WHERE {m_p} AND m.seq = p.seq RETURNING {returning}) \
-         DELETE FROM ONLY {table} h USING gone WHERE {h_gone}",
-        id = table.id,
-        m_p = table.pk_equal("m", "p"),
-        table = table.qualified,
-        h_gone = table.pk_equal("h", "gone"),
-    ))
-    .await?;
-    tx.execute(
-        "UPDATE coldwire.jobs SET state = 'completed', finished_at = now(), rows_done = $3, segments = $4, heartbeat_at = now() \
-         WHERE id = $1 AND attempt = $2",
-        &[&job.id, &job.attempt, &rows, &segments],
-    )
     .await?;
     tx.batch_execute("DELETE FROM coldwire.maintenance WHERE xid = pg_current_xact_id(); NOTIFY coldwire_catalog;").await?;
     super::failpoint::hit("before_finalize_commit").await;
