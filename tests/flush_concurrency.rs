@@ -35,6 +35,10 @@ fn store_url(store: &Path) -> String {
 }
 
 async fn proxy_for(db: &str, store: &Path) -> Proxy {
+    proxy_with_env(db, store, &[]).await
+}
+
+async fn proxy_with_env(db: &str, store: &Path, env: &[(&str, &str)]) -> Proxy {
     Proxy::start_env(
         &[
             "--service-url",
@@ -42,9 +46,22 @@ async fn proxy_for(db: &str, store: &Path) -> Proxy {
             "--cold-store",
             &store_url(store),
         ],
-        &[],
+        env,
     )
     .await
+}
+
+/// A database named after `hint` whose `t` and control `c` hold rows 1..=`rows` (note
+/// 'p'), a store folder, and a direct connection.
+async fn seeded(hint: &str, rows: i64) -> (String, tempfile::TempDir, Client) {
+    let db = create_db(hint);
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(&format!("{SCHEMA} INSERT INTO t SELECT g, g, 'p' FROM generate_series(1, {rows}) g; INSERT INTO c SELECT * FROM t;"))
+        .await
+        .unwrap();
+    (db, store, direct)
 }
 
 /// (v, note) as text, by id.
@@ -873,20 +890,10 @@ async fn a_flush_larger_than_one_decode_batch_streams_its_segments() {
 async fn a_policy_change_while_a_flush_streams_does_not_fail_it() {
     // The flush pauses after publishing its first object, inside its snapshot; set_policy
     // updates the table's catalog row meanwhile, which the segments' rows reference.
-    let db = create_db("policy");
-    let store = tempfile::tempdir().unwrap();
-    let direct = connect_direct(&db).await;
-    direct
-        .batch_execute(&format!("{SCHEMA} INSERT INTO t SELECT g, g, 'p' FROM generate_series(1, 300) g; INSERT INTO c SELECT * FROM t;"))
-        .await
-        .unwrap();
-    let proxy = Proxy::start_env(
-        &[
-            "--service-url",
-            &cluster().url(&db),
-            "--cold-store",
-            &store_url(store.path()),
-        ],
+    let (db, store, direct) = seeded("policy", 300).await;
+    let proxy = proxy_with_env(
+        &db,
+        store.path(),
         &[("COLDWIRE_FAILPOINT", "after_publish:sleep=1000")],
     )
     .await;
@@ -915,4 +922,68 @@ async fn a_policy_change_while_a_flush_streams_does_not_fail_it() {
     );
     let s = assert_invariants(&direct, store.path(), table_id(&direct).await).await;
     assert_eq!((s.hot, s.live, s.cold_versions), (0, 300, 300), "{s:?}");
+}
+
+#[tokio::test]
+async fn reads_and_writes_while_a_flush_prunes_in_chunks_see_every_row_once() {
+    let (db, store, direct) = seeded("prune", 12000).await;
+    // Three prune transactions of 5,000 pairs, with a pause after each: reads and writes
+    // run while some of the flushed rows are pruned from the heap and some are not.
+    let proxy = proxy_with_env(
+        &db,
+        store.path(),
+        &[("COLDWIRE_FAILPOINT", "after_prune_chunk:sleep=700")],
+    )
+    .await;
+    let c = proxy.connect(&db).await;
+    admin(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 0, "min_flush_rows": 1, "max_rows_per_file": 100000, "auto_flush": false}')"#).await;
+    let id = table_id(&direct).await;
+    let flusher = {
+        let client = proxy.connect(&db).await;
+        tokio::spawn(async move {
+            admin(&client, "SELECT coldwire.flush_table('t', wait => true)").await
+        })
+    };
+    let mut waited = 0;
+    while !proxy.log_contains("failpoint reached: sleeping").await {
+        waited += 1;
+        assert!(waited < 300, "no prune chunk committed: {}", proxy.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut updates = 0;
+    while !flusher.is_finished() {
+        let key: i64 = rng.random_range(1..=12000);
+        let n = c
+            .execute(
+                "UPDATE t SET v = v + 1, note = note || '+' WHERE id = $1",
+                &[&key],
+            )
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "UPDATE of key {key} during the prune");
+        direct
+            .execute(
+                "UPDATE c SET v = v + 1, note = note || '+' WHERE id = $1",
+                &[&key],
+            )
+            .await
+            .unwrap();
+        let count: i64 = c
+            .query_one("SELECT count(*) FROM t", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(count, 12000, "rows seen during the prune");
+        updates += 1;
+    }
+    let job = flusher.await.unwrap();
+    assert_eq!(job["state"], "completed", "{job}");
+    assert!(updates > 5, "only {updates} updates ran during the prune");
+    assert_eq!(
+        rows(&c, "SELECT id, v::text, note FROM t").await,
+        rows(&direct, "SELECT id, v::text, note FROM c").await
+    );
+    final_flush(&c, true).await;
+    assert_invariants(&direct, store.path(), id).await;
 }

@@ -53,7 +53,7 @@ const FINALIZE_LOCK_TIMEOUT: &str = "2s";
 const FINALIZE_TRIES: u32 = 5;
 /// Flushed pairs pruned from the mirror and the heap per transaction (each under the
 /// table's exclusive lock, so writers wait for one such transaction at most).
-const PRUNE_CHUNK_ROWS: i64 = 10_000;
+const PRUNE_CHUNK_ROWS: i64 = 5_000;
 /// Pause before the first finalize retry; doubles each time.
 const FINALIZE_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
 /// The cold columns coldwire adds to each segment.
@@ -609,6 +609,17 @@ async fn finalize(
         );
         tokio::time::sleep(std::time::Duration::from_millis(wait_ms as u64)).await;
     }
+    // The lowest and highest first key column of the pairs, found before the lock is
+    // taken (the bounds widen by them).
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS pg_temp.cw_pair_bounds; \
+             CREATE TEMP TABLE cw_pair_bounds AS \
+             (SELECT {first} FROM pg_temp.cw_pairs ORDER BY 1 LIMIT 1) \
+             UNION ALL (SELECT {first} FROM pg_temp.cw_pairs ORDER BY 1 DESC LIMIT 1)",
+            first = quote_ident(&table.pk[0])
+        ))
+        .await?;
     let mut backoff = FINALIZE_RETRY_BACKOFF;
     for tried in 1.. {
         match finalize_once(client, job, table, overrides).await {
@@ -665,6 +676,7 @@ async fn prune_flushed(
             }
         }
         from = to;
+        super::failpoint::hit("after_prune_chunk").await;
         if !jobs::heartbeat(client, job, rows).await? {
             return Err(FlushError::Fenced(job.id, job.attempt));
         }
@@ -681,7 +693,8 @@ async fn prune_flushed(
     }
     client
         .batch_execute(
-            "DROP TABLE IF EXISTS pg_temp.cw_pairs; DROP TABLE IF EXISTS pg_temp.cw_maybe_cold",
+            "DROP TABLE IF EXISTS pg_temp.cw_pairs; DROP TABLE IF EXISTS pg_temp.cw_maybe_cold; \
+             DROP TABLE IF EXISTS pg_temp.cw_pair_bounds",
         )
         .await?;
     Ok(())
@@ -918,7 +931,7 @@ async fn finalize_once(
     tx.batch_execute(&crate::catalog::capture::widen_bounds(
         table.id,
         &table.pk[0],
-        "pg_temp.cw_pairs",
+        "pg_temp.cw_pair_bounds",
     ))
     .await?;
     tx.batch_execute("DELETE FROM coldwire.maintenance WHERE xid = pg_current_xact_id(); NOTIFY coldwire_catalog;").await?;
