@@ -987,3 +987,53 @@ async fn reads_and_writes_while_a_flush_prunes_in_chunks_see_every_row_once() {
     final_flush(&c, true).await;
     assert_invariants(&direct, store.path(), id).await;
 }
+
+#[tokio::test]
+async fn a_table_renamed_while_a_flush_prunes_it_is_pruned_under_its_new_name() {
+    let (db, store, direct) = seeded("prunerename", 12000).await;
+    let proxy = proxy_with_env(
+        &db,
+        store.path(),
+        &[("COLDWIRE_FAILPOINT", "after_prune_chunk:sleep=700")],
+    )
+    .await;
+    let c = proxy.connect(&db).await;
+    admin(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 0, "min_flush_rows": 1, "max_rows_per_file": 100000, "auto_flush": false}')"#).await;
+    let flusher = {
+        let client = proxy.connect(&db).await;
+        tokio::spawn(async move {
+            admin(&client, "SELECT coldwire.flush_table('t', wait => true)").await
+        })
+    };
+    let mut waited = 0;
+    while !proxy.log_contains("failpoint reached: sleeping").await {
+        waited += 1;
+        assert!(waited < 300, "no prune chunk committed: {}", proxy.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.batch_execute("ALTER TABLE t RENAME TO t2").await.unwrap();
+    // Under the old name, a new table that the prune must leave alone.
+    c.batch_execute(
+        "CREATE TABLE t (id bigint PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)",
+    )
+    .await
+    .unwrap();
+    let job = flusher.await.unwrap();
+    assert_eq!(job["state"], "completed", "{job}");
+    let count = |sql: &'static str| {
+        let direct = &direct;
+        async move { direct.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    assert_eq!(
+        count("SELECT count(*) FROM ONLY t2").await,
+        0,
+        "every flushed row pruned"
+    );
+    assert_eq!(count("SELECT count(*) FROM t").await, 100);
+    let through: i64 = c
+        .query_one("SELECT count(*) FROM t2", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(through, 12000);
+}

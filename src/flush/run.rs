@@ -729,7 +729,9 @@ async fn prune_chunk(
     if ours.is_none() {
         return Err(FlushError::Fenced(job.id, job.attempt));
     }
-    check_table(&tx, table).await?;
+    // The table by its current name: a rename after the activation must not leave the
+    // flushed rows in the heap (the prune does not depend on the columns).
+    let name = current_name(&tx, table).await?;
     tx.execute(
         &format!(
             "WITH gone AS (DELETE FROM coldwire.m_{id} m USING pg_temp.cw_pairs p \
@@ -737,7 +739,7 @@ async fn prune_chunk(
              DELETE FROM ONLY {table} h USING gone WHERE {h_gone}",
             id = table.id,
             m_p = table.pk_equal("m", "p"),
-            table = table.qualified,
+            table = name,
             h_gone = table.pk_equal("h", "gone"),
         ),
         &[&from, &to],
@@ -747,6 +749,37 @@ async fn prune_chunk(
         .await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// The table's name now (schema-qualified, quoted), locked ROW EXCLUSIVE: looked up by
+/// relid, locked, and looked up again, so no rename can slip in between.
+async fn current_name(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &Tiered,
+) -> Result<String, FlushError> {
+    const BY_RELID: &str = "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) \
+         FROM coldwire.tables t JOIN pg_catalog.pg_class c ON c.oid = t.relid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE t.id = $1";
+    let gone = || FlushError::Table(table.id, "the table is gone".into());
+    let mut name: String = tx
+        .query_opt(BY_RELID, &[&table.id])
+        .await?
+        .ok_or_else(gone)?
+        .get(0);
+    loop {
+        tx.batch_execute(&format!("LOCK TABLE ONLY {name} IN ROW EXCLUSIVE MODE"))
+            .await?;
+        let again: String = tx
+            .query_opt(BY_RELID, &[&table.id])
+            .await?
+            .ok_or_else(gone)?
+            .get(0);
+        if again == name {
+            return Ok(name);
+        }
+        // Renamed before the lock was granted: lock it by the new name.
+        name = again;
+    }
 }
 
 /// Locks the table by the name the flush read it under and checks that the name still
