@@ -10,6 +10,7 @@ use super::{AdminError, AdminFunction, Policy};
 use crate::catalog::capture::CaptureSpec;
 use crate::catalog::inspect::{self, TableFacts};
 use crate::catalog::{self, CatalogError};
+use crate::flush::segment::SegmentColumn;
 use crate::flush::store::ColdStore;
 
 /// How long `tier_table` waits for the table lock its triggers need (writers and readers
@@ -93,7 +94,9 @@ async fn tier_table(client: &mut Client, request: &AdminRequest) -> Result<Value
     let columns: Vec<Value> = facts
         .columns
         .iter()
-        .map(|c| json!({"attnum": c.attnum, "name": c.name, "type": c.type_name, "type_oid": c.type_oid, "typmod": c.typmod}))
+        .map(|c| {
+            SegmentColumn::catalog_entry(c.attnum, &c.name, &c.type_name, c.type_oid, c.typmod)
+        })
         .collect();
     let pk_names: Vec<&str> = facts.pk_columns().iter().map(|c| c.name.as_str()).collect();
 

@@ -145,26 +145,9 @@ pub async fn untier_table(
     for sql in spec.uninstall() {
         tx.batch_execute(&sql).await.map_err(pg_error)?;
     }
-    tx.execute(
-        "UPDATE coldwire.segments SET status = 'retired', retired_generation = $2, retired_xid = pg_current_xact_id() \
-         WHERE table_id = $1 AND status IN ('pending', 'active')",
-        &[&id, &generation],
-    )
-    .await
-    .map_err(pg_error)?;
-    tx.execute(
-        "UPDATE coldwire.jobs SET state = 'failed', error = 'the table was untiered', finished_at = now() \
-         WHERE table_id = $1 AND state IN ('pending', 'running')",
-        &[&id],
-    )
-    .await
-    .map_err(pg_error)?;
-    tx.execute(
-        "UPDATE coldwire.tables SET state = 'dropped' WHERE id = $1",
-        &[&id],
-    )
-    .await
-    .map_err(pg_error)?;
+    reconcile::retire_cold_tier(&tx, id, generation, "the table was untiered")
+        .await
+        .map_err(pg_error)?;
     tx.batch_execute(
         "DELETE FROM coldwire.maintenance WHERE xid = pg_current_xact_id(); NOTIFY coldwire_catalog;",
     )

@@ -417,7 +417,7 @@ pub const MAY_BE_COLD_LIMIT: usize = 10_000;
 pub const MAY_BE_COLD_MESSAGE: &str = "coldwire: keys written to";
 
 /// `'text'`, with embedded quotes doubled.
-fn sql_literal(text: &str) -> String {
+pub(crate) fn sql_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 

@@ -19,15 +19,16 @@
 //!
 //! Each change is made in its own transaction that locks the table's catalog row and looks
 //! again, so proxies reconciling at once change each table once. Run by the read path
-//! whenever it reads the list of tiered tables (so DDL through coldwire is followed before
-//! the client's next statement) and by the flush executor every
-//! [`RECONCILE_INTERVAL`].
+//! when it reads the list of tiered tables after one of its sessions ran such DDL (so DDL
+//! through coldwire is followed before the client's next statement), and by the flush
+//! executor every [`RECONCILE_INTERVAL`] (DDL on other connections).
 
 use std::time::Duration;
 
 use tokio_postgres::{Client, GenericClient};
 
 use super::capture::{drop_capture_objects, CaptureSpec};
+use crate::flush::segment::SegmentColumn;
 use crate::flush::store::{ColdStore, StoreError};
 
 /// The payload of the `coldwire_catalog` notification that DDL was followed: proxies read
@@ -84,15 +85,9 @@ pub async fn reconcile(client: &mut Client) -> Result<Reconciled, tokio_postgres
     for row in found {
         let id: i64 = row.get(0);
         let tx = client.transaction().await?;
-        let locked = tx
-            .query_opt(
-                "SELECT 1 FROM coldwire.tables WHERE id = $1 AND state = 'active' FOR UPDATE",
-                &[&id],
-            )
-            .await?;
-        let again = match locked {
-            Some(_) => tx.query_opt(CHANGED, &[&Some(id)]).await?,
-            None => None,
+        let again = match lock_active(&tx, id).await? {
+            true => tx.query_opt(CHANGED, &[&Some(id)]).await?,
+            false => None,
         };
         let Some(again) = again else {
             continue;
@@ -118,11 +113,7 @@ pub async fn reconcile(client: &mut Client) -> Result<Reconciled, tokio_postgres
                 done.renamed.push(id);
             }
         }
-        tx.execute(
-            "SELECT pg_catalog.pg_notify('coldwire_catalog', $1)",
-            &[&DDL_PAYLOAD],
-        )
-        .await?;
+        notify_ddl(&tx).await?;
         tx.commit().await?;
     }
     let added: Vec<i64> = client
@@ -133,14 +124,7 @@ pub async fn reconcile(client: &mut Client) -> Result<Reconciled, tokio_postgres
         .collect();
     for id in added.into_iter().collect::<std::collections::BTreeSet<_>>() {
         let tx = client.transaction().await?;
-        if tx
-            .query_opt(
-                "SELECT 1 FROM coldwire.tables WHERE id = $1 AND state = 'active' FOR UPDATE",
-                &[&id],
-            )
-            .await?
-            .is_none()
-        {
+        if !lock_active(&tx, id).await? {
             continue;
         }
         let mut entries = Vec::new();
@@ -157,10 +141,9 @@ pub async fn reconcile(client: &mut Client) -> Result<Reconciled, tokio_postgres
             if missing.is_none() && has_default {
                 tracing::warn!(table_id = id, column = %name, "column added with a default Postgres did not keep for existing rows (a volatile default, or the table was rewritten since): its cold rows read NULL");
             }
-            entries.push(serde_json::json!({
-                "attnum": attnum, "name": name, "type": ty, "type_oid": type_oid,
-                "typmod": typmod, "missing": missing,
-            }));
+            let mut entry = SegmentColumn::catalog_entry(attnum, &name, &ty, type_oid, typmod);
+            entry["missing"] = missing.into();
+            entries.push(entry);
         }
         if entries.is_empty() {
             continue;
@@ -170,11 +153,7 @@ pub async fn reconcile(client: &mut Client) -> Result<Reconciled, tokio_postgres
             &[&id, &serde_json::Value::Array(entries)],
         )
         .await?;
-        tx.execute(
-            "SELECT pg_catalog.pg_notify('coldwire_catalog', $1)",
-            &[&DDL_PAYLOAD],
-        )
-        .await?;
+        notify_ddl(&tx).await?;
         tx.commit().await?;
         done.columns_added.push(id);
     }
@@ -191,11 +170,30 @@ async fn untier_dropped(
 ) -> Result<(), tokio_postgres::Error> {
     let generation: i64 = tx
         .query_one(
-            "UPDATE coldwire.tables SET state = 'dropped', generation = generation + 1 WHERE id = $1 RETURNING generation",
+            "UPDATE coldwire.tables SET generation = generation + 1 WHERE id = $1 RETURNING generation",
             &[&id],
         )
         .await?
         .get(0);
+    retire_cold_tier(tx, id, generation, "the table was dropped").await?;
+    for sql in drop_capture_objects(id) {
+        tx.batch_execute(&sql).await?;
+    }
+    Ok(())
+}
+
+/// Retires every segment of table `id` at `generation` (its new one), fails its queued and
+/// running jobs with `why`, and marks it `dropped`: its objects and rows are
+/// [`collect_dropped`]'s (or the caller's) to delete once this commits.
+///
+/// # Errors
+/// Catalog failures.
+pub async fn retire_cold_tier(
+    tx: &tokio_postgres::Transaction<'_>,
+    id: i64,
+    generation: i64,
+    why: &str,
+) -> Result<(), tokio_postgres::Error> {
     tx.execute(
         "UPDATE coldwire.segments SET status = 'retired', retired_generation = $2, retired_xid = pg_current_xact_id() \
          WHERE table_id = $1 AND status IN ('pending', 'active')",
@@ -203,14 +201,41 @@ async fn untier_dropped(
     )
     .await?;
     tx.execute(
-        "UPDATE coldwire.jobs SET state = 'failed', error = 'the table was dropped', finished_at = now() \
+        "UPDATE coldwire.jobs SET state = 'failed', error = $2, finished_at = now() \
          WHERE table_id = $1 AND state IN ('pending', 'running')",
+        &[&id, &why],
+    )
+    .await?;
+    tx.execute(
+        "UPDATE coldwire.tables SET state = 'dropped' WHERE id = $1",
         &[&id],
     )
     .await?;
-    for sql in drop_capture_objects(id) {
-        tx.batch_execute(&sql).await?;
-    }
+    Ok(())
+}
+
+/// Locks table `id`'s catalog row if the table is still active (another proxy may have
+/// followed the change first).
+async fn lock_active(
+    tx: &tokio_postgres::Transaction<'_>,
+    id: i64,
+) -> Result<bool, tokio_postgres::Error> {
+    Ok(tx
+        .query_opt(
+            "SELECT 1 FROM coldwire.tables WHERE id = $1 AND state = 'active' FOR UPDATE",
+            &[&id],
+        )
+        .await?
+        .is_some())
+}
+
+/// Tells every proxy, once `tx` commits, to read its list of tiered tables again.
+async fn notify_ddl(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    tx.execute(
+        "SELECT pg_catalog.pg_notify('coldwire_catalog', $1)",
+        &[&DDL_PAYLOAD],
+    )
+    .await?;
     Ok(())
 }
 

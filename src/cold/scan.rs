@@ -219,8 +219,9 @@ impl ColdTable {
     }
 }
 
-/// How many of the table's columns segment file `metadata` holds (all but seq and op).
-pub fn columns_held(metadata: &ParquetMetaData, table: &ColdTable) -> usize {
+/// How many table columns segment file `metadata` holds: every top-level field but seq
+/// and op (files written before a column was added hold fewer than the table has).
+pub fn file_columns(metadata: &ParquetMetaData) -> usize {
     metadata
         .file_metadata()
         .schema_descr()
@@ -228,7 +229,11 @@ pub fn columns_held(metadata: &ParquetMetaData, table: &ColdTable) -> usize {
         .get_fields()
         .len()
         .saturating_sub(2)
-        .min(table.columns.len())
+}
+
+/// How many of `table`'s columns segment file `metadata` holds.
+pub fn columns_held(metadata: &ParquetMetaData, table: &ColdTable) -> usize {
+    file_columns(metadata).min(table.columns.len())
 }
 
 /// Per column of `columns`, the value rows written before it was added read: the
@@ -247,7 +252,7 @@ async fn load_missing(
         };
         let mut decoder =
             CopyDecoder::new(vec![ColdColumn::new(column.name.clone(), column.ty)], 1)?;
-        let literal = format!("'{}'", text.replace('\'', "''"));
+        let literal = crate::catalog::capture::sql_literal(text);
         // `ty` is format_type's output, recorded by coldwire from pg_attribute.
         let stream = tx
             .copy_out(&format!(

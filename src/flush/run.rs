@@ -620,20 +620,11 @@ async fn finalize(
             first = quote_ident(&table.pk[0])
         ))
         .await?;
-    let mut backoff = FINALIZE_RETRY_BACKOFF;
-    for tried in 1.. {
+    let mut tries = LockRetries::default();
+    loop {
         match finalize_once(client, job, table, overrides).await {
-            Err(FlushError::Postgres(e)) if tried < FINALIZE_TRIES && is_lock_conflict(&e) => {
-                tracing::info!(
-                    tried,
-                    error = %crate::catalog::postgres_text(&e),
-                    "finalize could not take its locks: retrying"
-                );
-                tokio::time::sleep(backoff).await;
-                backoff *= 2;
-            }
-            Err(e) => return Err(e),
-            Ok(()) => break,
+            Err(e) if tries.again(&e, "finalize").await => {}
+            done => break done?,
         }
     }
     super::failpoint::hit("after_activation").await;
@@ -663,16 +654,11 @@ async fn prune_flushed(
     let mut from = 0i64;
     while from < pairs {
         let to = from + PRUNE_CHUNK_ROWS;
-        let mut backoff = FINALIZE_RETRY_BACKOFF;
-        for tried in 1.. {
+        let mut tries = LockRetries::default();
+        loop {
             match prune_chunk(client, job, table, from, to).await {
-                Err(FlushError::Postgres(e)) if tried < FINALIZE_TRIES && is_lock_conflict(&e) => {
-                    tracing::info!(tried, error = %crate::catalog::postgres_text(&e), "pruning could not take its locks: retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
-                }
-                Err(e) => return Err(e),
-                Ok(()) => break,
+                Err(e) if tries.again(&e, "pruning").await => {}
+                done => break done?,
             }
         }
         from = to;
@@ -709,26 +695,7 @@ async fn prune_chunk(
     to: i64,
 ) -> Result<(), FlushError> {
     let returning = table.pk_list("m.");
-    let tx = client.transaction().await?;
-    tx.batch_execute(&format!(
-        "SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'; \
-         INSERT INTO coldwire.maintenance (xid) VALUES (pg_current_xact_id());"
-    ))
-    .await?;
-    tx.execute(
-        "SELECT pg_advisory_xact_lock($1, $2)",
-        &[&TABLE_LOCK_CLASS, &(table.id as i32)],
-    )
-    .await?;
-    let ours = tx
-        .query_opt(
-            "SELECT 1 FROM coldwire.jobs WHERE id = $1 AND attempt = $2 AND state = 'running' FOR UPDATE",
-            &[&job.id, &job.attempt],
-        )
-        .await?;
-    if ours.is_none() {
-        return Err(FlushError::Fenced(job.id, job.attempt));
-    }
+    let tx = locked_transaction(client, job, table).await?;
     // The table by its current name: a rename after the activation must not leave the
     // flushed rows in the heap (the prune does not depend on the columns).
     let name = current_name(&tx, table).await?;
@@ -834,13 +801,7 @@ async fn pairs_from_segments(
         .await?;
     for path in paths {
         let metadata = crate::cold::segment_file::footer(store, path).await?;
-        let held = metadata
-            .file_metadata()
-            .schema_descr()
-            .root_schema()
-            .get_fields()
-            .len()
-            .saturating_sub(2);
+        let held = crate::cold::scan::file_columns(&metadata);
         // Columns come out in file order: the pk columns by position, then seq.
         let mut roots: Vec<usize> = table
             .pk
@@ -910,12 +871,55 @@ fn is_lock_conflict(e: &tokio_postgres::Error) -> bool {
     })
 }
 
-async fn finalize_once(
-    client: &mut Client,
+/// The tries of a transaction that takes the table's exclusive lock: up to
+/// [`FINALIZE_TRIES`], with a backoff from [`FINALIZE_RETRY_BACKOFF`] that doubles.
+struct LockRetries {
+    tried: u32,
+    backoff: std::time::Duration,
+}
+
+impl Default for LockRetries {
+    fn default() -> Self {
+        Self {
+            tried: 0,
+            backoff: FINALIZE_RETRY_BACKOFF,
+        }
+    }
+}
+
+impl LockRetries {
+    /// Whether the try that failed with `e` is worth another (its locks could not be
+    /// had, and tries are left); if so, after the backoff.
+    async fn again(&mut self, e: &FlushError, what: &str) -> bool {
+        self.tried += 1;
+        let FlushError::Postgres(pg) = e else {
+            return false;
+        };
+        if self.tried >= FINALIZE_TRIES || !is_lock_conflict(pg) {
+            return false;
+        }
+        tracing::info!(
+            tried = self.tried,
+            error = %crate::catalog::postgres_text(pg),
+            "{what} could not take its locks: retrying"
+        );
+        tokio::time::sleep(self.backoff).await;
+        self.backoff *= 2;
+        true
+    }
+}
+
+/// A transaction registered in `coldwire.maintenance` (capture skips its changes) that
+/// holds the table's exclusive lock (writers through coldwire hold it shared) and this
+/// attempt's job row, with the finalize's lock timeout.
+///
+/// # Errors
+/// The job was reclaimed ([`FlushError::Fenced`]); the lock timed out.
+async fn locked_transaction<'c>(
+    client: &'c mut Client,
     job: &Job,
     table: &Tiered,
-    overrides: bool,
-) -> Result<(), FlushError> {
+) -> Result<tokio_postgres::Transaction<'c>, FlushError> {
     let tx = client.transaction().await?;
     tx.batch_execute(&format!(
         "SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'; \
@@ -936,6 +940,16 @@ async fn finalize_once(
     if ours.is_none() {
         return Err(FlushError::Fenced(job.id, job.attempt));
     }
+    Ok(tx)
+}
+
+async fn finalize_once(
+    client: &mut Client,
+    job: &Job,
+    table: &Tiered,
+    overrides: bool,
+) -> Result<(), FlushError> {
+    let tx = locked_transaction(client, job, table).await?;
     check_table(&tx, table).await?;
     let generation: i64 = tx
         .query_one("UPDATE coldwire.tables SET generation = generation + 1 WHERE id = $1 RETURNING generation", &[&table.id])

@@ -32,6 +32,20 @@ pub struct SegmentColumn {
 }
 
 impl SegmentColumn {
+    /// The `coldwire.tables.columns` entry of a column, as [`SegmentColumn::from_catalog`]
+    /// reads it (`type` is `format_type`'s text).
+    pub fn catalog_entry(
+        attnum: i16,
+        name: &str,
+        type_name: &str,
+        type_oid: u32,
+        typmod: i32,
+    ) -> serde_json::Value {
+        serde_json::json!({
+            "attnum": attnum, "name": name, "type": type_name, "type_oid": type_oid, "typmod": typmod,
+        })
+    }
+
     /// The columns recorded in `coldwire.tables.columns` (by attnum: name, type oid, typmod).
     ///
     /// # Errors

@@ -652,7 +652,7 @@ async fn upstream_to_client(
                     .catalog_changed,
             );
             if let (true, Some(reads)) = (changed, ctx.reads.as_ref()) {
-                reads.invalidate();
+                reads.invalidate_after_ddl();
             }
         }
         if !out.is_empty() {

@@ -31,7 +31,6 @@ pub const REGISTRY_TTL: Duration = Duration::from_secs(1);
 const LISTEN_RETRY_DELAY: Duration = Duration::from_secs(1);
 /// The channel finalize and TRUNCATE notify.
 const CATALOG_CHANNEL: &str = "coldwire_catalog";
-
 /// Cold states of past generations kept for REPEATABLE READ transactions; the cache starts
 /// over when full.
 const PAST_STATES: usize = 32;
@@ -122,6 +121,9 @@ pub struct CatalogCache {
     /// Bumped by every notification that DDL on a tiered table was followed
     /// (`catalog::reconcile::DDL_PAYLOAD`): the registry is read again.
     ddl_epoch: Arc<AtomicU64>,
+    /// DDL a session of this proxy sent has run: the next registry read follows it first
+    /// (`catalog::reconcile`) instead of waiting for the flush executor's sweep.
+    follow_ddl: AtomicBool,
     /// Whether the listener is connected, so that an unmoved epoch means "unchanged".
     listening: Arc<AtomicBool>,
     listener_started: AtomicBool,
@@ -138,6 +140,7 @@ impl CatalogCache {
             past: RwLock::new(HashMap::new()),
             epoch: Arc::new(AtomicU64::new(0)),
             ddl_epoch: Arc::new(AtomicU64::new(0)),
+            follow_ddl: AtomicBool::new(false),
             listening: Arc::new(AtomicBool::new(false)),
             listener_started: AtomicBool::new(false),
             client: AsyncMutex::new(None),
@@ -164,6 +167,13 @@ impl CatalogCache {
             .unwrap_or_else(PoisonError::into_inner) = None;
     }
 
+    /// Forgets the registry after DDL that coldwire follows ran in a session: the next
+    /// read brings the catalog in step with it first.
+    pub fn invalidate_after_ddl(&self) {
+        self.follow_ddl.store(true, Ordering::Release);
+        self.invalidate();
+    }
+
     /// The registry, read again when older than [`REGISTRY_TTL`].
     ///
     /// # Errors
@@ -179,10 +189,12 @@ impl CatalogCache {
         }
         let ddl = self.ddl_epoch.load(Ordering::Acquire);
         let client = self.connected(&mut client).await?;
-        // DDL on tiered tables since the last read (through this proxy, or elsewhere),
-        // followed before the list is read.
-        if let Err(e) = crate::catalog::reconcile::reconcile(client).await {
-            tracing::warn!(error = %crate::catalog::postgres_text(&e), "following DDL on tiered tables failed");
+        // DDL a session of this proxy ran, followed before the list is read (DDL
+        // elsewhere is followed by the flush executors, which notify).
+        if self.follow_ddl.swap(false, Ordering::AcqRel) {
+            if let Err(e) = crate::catalog::reconcile::reconcile(client).await {
+                tracing::warn!(error = %crate::catalog::postgres_text(&e), "following DDL on tiered tables failed");
+            }
         }
         let rows = client
             .query(

@@ -185,11 +185,7 @@ impl ReadPath {
     ) -> Result<Option<Arc<PreparedWrite>>, PlanError> {
         // Only DML and locking reads write (DDL must not reload the registry before it
         // runs: see `prepare`).
-        let word = sql
-            .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
-            .split(|c: char| !c.is_ascii_alphabetic())
-            .next()
-            .unwrap_or_default();
+        let word = first_word(sql);
         if !["insert", "update", "delete", "merge", "select", "with"]
             .iter()
             .any(|w| word.eq_ignore_ascii_case(w))
@@ -398,6 +394,12 @@ impl ReadPath {
         self.catalog.invalidate();
     }
 
+    /// [`ReadPath::invalidate`] after DDL the catalog follows ran: the next statement
+    /// reads the list once the catalog follows it.
+    pub fn invalidate_after_ddl(&self) {
+        self.catalog.invalidate_after_ddl();
+    }
+
     /// Whether `sql` is DDL on a tiered table that the catalog follows once it commits
     /// (`sql::ddl`): the session then reads the registry again at its next ReadyForQuery.
     /// `in_block`: the session is in a transaction block (or has statements in flight).
@@ -406,11 +408,7 @@ impl ReadPath {
     /// DDL coldwire cannot carry to the cold tier, anywhere in the string, or DDL it
     /// follows sent where it cannot be followed: refused before it runs.
     pub async fn check_ddl(&self, sql: &str, in_block: bool) -> Result<bool, PlanError> {
-        let word = sql
-            .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
-            .split(|c: char| !c.is_ascii_alphabetic())
-            .next()
-            .unwrap_or_default();
+        let word = first_word(sql);
         let ddl_first = word.eq_ignore_ascii_case("alter") || word.eq_ignore_ascii_case("drop");
         let ddl_later = sql.contains(';')
             && (contains_ignore_ascii_case(sql, "alter")
@@ -481,7 +479,7 @@ impl ReadPath {
         }
         // DDL naming a tiered table or a view over one may change which views read it:
         // the next statement reads the registry again.
-        let word = sql.split_whitespace().next().unwrap_or_default();
+        let word = first_word(sql);
         if ["create", "drop", "alter"]
             .iter()
             .any(|w| word.eq_ignore_ascii_case(w))
@@ -997,6 +995,13 @@ fn ends_transaction(sql: &str) -> bool {
     }
 }
 
+/// The statement's first keyword (after whitespace and opening parentheses).
+fn first_word(sql: &str) -> &str {
+    sql.trim_start_matches(|c: char| c.is_whitespace() || c == '(')
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or_default()
+}
 #[cfg(test)]
 mod tests {
     use super::*;
