@@ -924,11 +924,20 @@ async fn a_policy_change_while_a_flush_streams_does_not_fail_it() {
     assert_eq!((s.hot, s.live, s.cold_versions), (0, 300, 300), "{s:?}");
 }
 
-#[tokio::test]
-async fn reads_and_writes_while_a_flush_prunes_in_chunks_see_every_row_once() {
-    let (db, store, direct) = seeded("prune", 12000).await;
-    // Three prune transactions of 5,000 pairs, with a pause after each: reads and writes
-    // run while some of the flushed rows are pruned from the heap and some are not.
+/// A flush of the 12,000 rows of a tiered `t` (hot_row_limit 0), started in the
+/// background and paused (700 ms) after its first prune transaction of 5,000 pairs and
+/// after each later one: so reads and writes run while some of the flushed rows are
+/// pruned from the heap and some are not.
+struct Pruning {
+    store: tempfile::TempDir,
+    direct: Client,
+    proxy: Proxy,
+    c: Client,
+    flusher: tokio::task::JoinHandle<Value>,
+}
+
+async fn pruning(hint: &str) -> Pruning {
+    let (db, store, direct) = seeded(hint, 12000).await;
     let proxy = proxy_with_env(
         &db,
         store.path(),
@@ -937,7 +946,6 @@ async fn reads_and_writes_while_a_flush_prunes_in_chunks_see_every_row_once() {
     .await;
     let c = proxy.connect(&db).await;
     admin(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 0, "min_flush_rows": 1, "max_rows_per_file": 100000, "auto_flush": false}')"#).await;
-    let id = table_id(&direct).await;
     let flusher = {
         let client = proxy.connect(&db).await;
         tokio::spawn(async move {
@@ -950,6 +958,25 @@ async fn reads_and_writes_while_a_flush_prunes_in_chunks_see_every_row_once() {
         assert!(waited < 300, "no prune chunk committed: {}", proxy.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    Pruning {
+        store,
+        direct,
+        proxy,
+        c,
+        flusher,
+    }
+}
+
+#[tokio::test]
+async fn reads_and_writes_while_a_flush_prunes_in_chunks_see_every_row_once() {
+    let Pruning {
+        store,
+        direct,
+        proxy: _proxy,
+        c,
+        flusher,
+    } = pruning("prune").await;
+    let id = table_id(&direct).await;
     let mut rng = StdRng::seed_from_u64(7);
     let mut updates = 0;
     while !flusher.is_finished() {
@@ -990,27 +1017,13 @@ async fn reads_and_writes_while_a_flush_prunes_in_chunks_see_every_row_once() {
 
 #[tokio::test]
 async fn a_table_renamed_while_a_flush_prunes_it_is_pruned_under_its_new_name() {
-    let (db, store, direct) = seeded("prunerename", 12000).await;
-    let proxy = proxy_with_env(
-        &db,
-        store.path(),
-        &[("COLDWIRE_FAILPOINT", "after_prune_chunk:sleep=700")],
-    )
-    .await;
-    let c = proxy.connect(&db).await;
-    admin(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 0, "min_flush_rows": 1, "max_rows_per_file": 100000, "auto_flush": false}')"#).await;
-    let flusher = {
-        let client = proxy.connect(&db).await;
-        tokio::spawn(async move {
-            admin(&client, "SELECT coldwire.flush_table('t', wait => true)").await
-        })
-    };
-    let mut waited = 0;
-    while !proxy.log_contains("failpoint reached: sleeping").await {
-        waited += 1;
-        assert!(waited < 300, "no prune chunk committed: {}", proxy.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let Pruning {
+        store: _store,
+        direct,
+        proxy: _proxy,
+        c,
+        flusher,
+    } = pruning("prunerename").await;
     c.batch_execute("ALTER TABLE t RENAME TO t2").await.unwrap();
     // Under the old name, a new table that the prune must leave alone.
     c.batch_execute(

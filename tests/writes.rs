@@ -18,25 +18,44 @@ const SETUP: &str = "CREATE TABLE events(id bigint PRIMARY KEY, kind text NOT NU
      INSERT INTO control SELECT * FROM events;
      INSERT INTO src SELECT g, 'merged' FROM generate_series(1990, 2010) g;";
 
-async fn tiered(
-    db: &str,
-    store: &str,
-    extra: &[&str],
-) -> (Proxy, tokio_postgres::Client, tokio_postgres::Client) {
-    let direct = connect_direct(db).await;
+/// A test's database with [`SETUP`] applied, a proxy in front of it with a cold store of
+/// its own (and `extra` arguments), `events` tiered and flushed down to 100 hot rows.
+struct Tiered {
+    proxy: Proxy,
+    c: tokio_postgres::Client,
+    direct: tokio_postgres::Client,
+    /// The cold store's folder (removed when the test ends).
+    dir: tempfile::TempDir,
+}
+
+async fn tiered(hint: &str, extra: &[&str]) -> Tiered {
+    let db = create_db(hint);
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
     direct.batch_execute(SETUP).await.unwrap();
-    let url = cluster().url(db);
-    let mut args = vec!["--service-url", &url, "--cold-store", store];
+    let url = cluster().url(&db);
+    let mut args = vec!["--service-url", &url, "--cold-store", &store];
     args.extend_from_slice(extra);
     let proxy = Proxy::start(&args).await;
-    let c = proxy.connect(db).await;
+    let c = proxy.connect(&db).await;
     admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "max_rows_per_file": 800, "auto_flush": false}')"#)
         .await
         .unwrap();
     admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
         .await
         .unwrap();
-    (proxy, c, direct)
+    Tiered {
+        proxy,
+        c,
+        direct,
+        dir,
+    }
+}
+
+/// The value of metric `name` (with `labels` among its labels) at `addr`, 0 when absent.
+async fn metric(addr: std::net::SocketAddr, name: &str, labels: &str) -> f64 {
+    sample(&http_get(addr, "/metrics").await, name, labels).unwrap_or(0.0)
 }
 
 /// What a simple Query answered: rows and command tags, or the SQLSTATE and constraint.
@@ -70,10 +89,12 @@ async fn outcome(
 
 #[tokio::test]
 async fn writes_of_cold_rows_behave_as_on_a_plain_table() {
-    let db = create_db("writes");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let (_proxy, c, direct) = tiered(&db, &store, &[]).await;
+    let Tiered {
+        proxy: _proxy,
+        c,
+        direct,
+        dir: _dir,
+    } = tiered("writes", &[]).await;
     let hot: i64 = direct
         .query_one("SELECT count(*) FROM events", &[])
         .await
@@ -129,10 +150,12 @@ async fn writes_of_cold_rows_behave_as_on_a_plain_table() {
 
 #[tokio::test]
 async fn prepared_writes_and_transactions_reach_cold_rows() {
-    let db = create_db("writesext");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let (_proxy, c, direct) = tiered(&db, &store, &[]).await;
+    let Tiered {
+        proxy: _proxy,
+        c,
+        direct,
+        dir: _dir,
+    } = tiered("writesext", &[]).await;
     for (t, client) in [("events", &c), ("control", &direct)] {
         let update = client
             .prepare(&format!(
@@ -227,10 +250,12 @@ async fn prepared_writes_and_transactions_reach_cold_rows() {
 
 #[tokio::test]
 async fn unbounded_writes_rehydrate_within_the_cap_or_fail_clearly() {
-    let db = create_db("writescap");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let (_proxy, c, direct) = tiered(&db, &store, &["--max-rehydrate-rows", "500"]).await;
+    let Tiered {
+        proxy: _proxy,
+        c,
+        direct,
+        dir: _dir,
+    } = tiered("writescap", &["--max-rehydrate-rows", "500"]).await;
     let err = c.simple_query("UPDATE events SET n = 0").await.unwrap_err();
     let db_err = err.as_db_error().unwrap();
     assert_eq!(db_err.code().code(), "54000", "{db_err:?}");
@@ -267,19 +292,14 @@ async fn mirror_ops(direct: &tokio_postgres::Client, keys: &[i64]) -> Vec<(i64, 
 
 #[tokio::test]
 async fn inserts_whose_keys_coldwire_cannot_see_are_checked_by_capture() {
-    let db = create_db("writescheck");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let (proxy, c, direct) = tiered(&db, &store, &["--metrics-listen", "127.0.0.1:0"]).await;
+    let Tiered {
+        proxy,
+        c,
+        direct,
+        dir: _dir,
+    } = tiered("writescheck", &["--metrics-listen", "127.0.0.1:0"]).await;
     let metrics = proxy.metrics_addr.unwrap();
-    let rehydrated = || async {
-        sample(
-            &http_get(metrics, "/metrics").await,
-            "coldwire_rows_rehydrated_total",
-            "",
-        )
-        .unwrap_or(0.0)
-    };
+    let rehydrated = || metric(metrics, "coldwire_rows_rehydrated_total", "");
     let both = |sql: &str| {
         let sql = sql.to_owned();
         let (c, direct) = (&c, &direct);
@@ -419,10 +439,12 @@ async fn refusal(c: &tokio_postgres::Client, sql: &str) -> Option<(String, Optio
 
 #[tokio::test]
 async fn truncate_retires_the_cold_tier_and_other_ddl_is_refused_clearly() {
-    let db = create_db("writesddl");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let (_proxy, c, direct) = tiered(&db, &store, &[]).await;
+    let Tiered {
+        proxy: _proxy,
+        c,
+        direct,
+        dir: _dir,
+    } = tiered("writesddl", &[]).await;
     let active = || async {
         direct
             .query_one(
@@ -735,10 +757,12 @@ fn files_under(dir: &std::path::Path) -> usize {
 
 #[tokio::test]
 async fn renamed_tables_stay_tiered_and_dropped_ones_are_untiered() {
-    let db = create_db("writesrename");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let (_proxy, c, direct) = tiered(&db, &store, &[]).await;
+    let Tiered {
+        proxy: _proxy,
+        c,
+        direct,
+        dir,
+    } = tiered("writesrename", &[]).await;
     let count = |sql: &'static str| {
         let c = &c;
         async move { simple_rows(c, sql).await.unwrap()[0][0].clone().unwrap() }
@@ -887,10 +911,12 @@ async fn all_rows(client: &tokio_postgres::Client, table: &str) -> Vec<Vec<Optio
 
 #[tokio::test]
 async fn added_columns_read_their_default_in_segments_written_before() {
-    let db = create_db("writesaddcol");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let (_proxy, c, direct) = tiered(&db, &store, &[]).await;
+    let Tiered {
+        proxy: _proxy,
+        c,
+        direct,
+        dir: _dir,
+    } = tiered("writesaddcol", &[]).await;
     let one = |sql: &'static str| {
         let c = &c;
         async move { simple_rows(c, sql).await.unwrap()[0][0].clone() }
@@ -1020,18 +1046,19 @@ async fn added_columns_read_their_default_in_segments_written_before() {
 
 #[tokio::test]
 async fn lookups_served_from_the_page_cache_still_see_writes_and_flushes() {
-    let db = create_db("writescache");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let (proxy, c, _direct) = tiered(&db, &store, &["--metrics-listen", "127.0.0.1:0"]).await;
+    let Tiered {
+        proxy,
+        c,
+        direct: _direct,
+        dir: _dir,
+    } = tiered("writescache", &["--metrics-listen", "127.0.0.1:0"]).await;
     let metrics = proxy.metrics_addr.unwrap();
-    let hits = || async {
-        sample(
-            &http_get(metrics, "/metrics").await,
+    let hits = || {
+        metric(
+            metrics,
             "coldwire_cold_cache_lookups_total",
             "outcome=\"hit\"",
         )
-        .unwrap_or(0.0)
     };
     let lookup = |id: i64| {
         let c = &c;
