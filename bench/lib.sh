@@ -14,8 +14,8 @@
 #   coldwire_start_b postgres            # a second coldwire: CWB_PORT, CWB_PID, CWB_VERSION
 #   results_open NAME                    # RESULTS, out()
 #
-# cleanup (the EXIT trap) stops coldwire ($CW_PID, $CWB_PID), PgBouncer ($PGB_PID) and Postgres,
-# prints the tails of the logs on failure and removes $WORK unless KEEP_WORKDIR=1.
+# cleanup (the EXIT trap) stops coldwire ($CW_PID, $CWB_PID), a bare relay ($BR_PID),
+# PgBouncer ($PGB_PID) and Postgres, prints the tails of the logs on failure and removes $WORK unless KEEP_WORKDIR=1.
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # globals set here are read by the sourcing scripts
 
@@ -110,6 +110,7 @@ PG_STARTED=0
 PGB_PID=""
 CW_PID=""
 CWB_PID=""
+BR_PID=""
 
 stop_pid() { # pid name timeout_secs
     local pid=$1 name=$2 t=${3:-10} i
@@ -130,6 +131,7 @@ cleanup() {
     trap - EXIT INT TERM
     if [[ -n $CW_PID ]]; then log "stopping coldwire"; stop_pid "$CW_PID" coldwire 15; fi
     if [[ -n $CWB_PID ]]; then log "stopping coldwire-b"; stop_pid "$CWB_PID" coldwire-b 15; fi
+    if [[ -n $BR_PID ]]; then log "stopping bare-relay"; stop_pid "$BR_PID" bare-relay 5; fi
     if [[ -n $PGB_PID ]]; then log "stopping pgbouncer"; stop_pid "$PGB_PID" pgbouncer 10; fi
     if [[ $PG_STARTED -eq 1 ]]; then
         log "stopping postgres"
