@@ -3,7 +3,7 @@
 //! Parquet segments, record them pending, then finalize in one transaction.
 
 use futures_util::{pin_mut, TryStreamExt};
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::SortingColumn;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
@@ -25,14 +25,22 @@ use arrow::compute::take;
 use bytes::BytesMut;
 use futures_util::SinkExt;
 
-/// Rows decoded per Arrow batch.
-const BATCH_ROWS: usize = 65_536;
+/// Rows decoded per Arrow batch. A batch of wide rows is tens of MiB: with 65,536 rows
+/// the flush of bench/flush peaked at 302 MiB RSS, with 16,384 at 225 MiB, and flushed
+/// no slower.
+const BATCH_ROWS: usize = 16_384;
 /// Rows per Parquet row group (at most; a segment may be smaller).
 const ROW_GROUP_ROWS: usize = 131_072;
 /// Rows per data page at most: a cold lookup reads and decodes one page of each column
-/// (the page index says which), so pages are kept small; larger pages compress a little
-/// better (bench/README.md, "Page size").
+/// (the page index says which), and the page cache keeps whole pages, so pages are kept
+/// small. Each page is compressed on its own: 4,096 rows write 8% fewer bytes than 1,024,
+/// but cold lookups ran 25% slower (fewer pages fit the cache, each costs more to
+/// decode): bench/README.md, "Cold bytes".
 const PAGE_ROWS: usize = 1024;
+/// zstd level of the pages. Decompression costs about the same at any level; on the
+/// events table of bench/flush, 9 writes 6% fewer bytes than 3, for a little more flush
+/// CPU and encoder memory.
+const ZSTD_LEVEL: i32 = 9;
 /// Largest dictionary page: every lookup in a column chunk reads and decodes its
 /// dictionary, so a column with many distinct values falls back to plain encoding early
 /// (its values then compress with zstd alone); columns with few values keep theirs.
@@ -418,17 +426,24 @@ async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
 }
 
 /// zstd, page-level statistics (so a page index), bloom filters on the pk columns, rows
-/// sorted by pk and declared so.
+/// sorted by pk and declared so, and the encoding each column falls back to when its
+/// dictionary fills ([`fallback_encoding`]).
 fn writer_properties(
     table: &Tiered,
     schema: &arrow::datatypes::Schema,
 ) -> Result<WriterProperties, FlushError> {
     let mut builder = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL)?))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_data_page_row_count_limit(PAGE_ROWS)
         .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
+    for field in schema.fields() {
+        if let Some(encoding) = fallback_encoding(field.data_type()) {
+            builder =
+                builder.set_column_encoding(ColumnPath::from(field.name().as_str()), encoding);
+        }
+    }
     let mut sorting = Vec::new();
     for pk in &table.pk {
         if let Ok(index) = schema.index_of(pk) {
@@ -444,6 +459,24 @@ fn writer_properties(
             .set_column_bloom_filter_max_ndv(ColumnPath::from(pk.as_str()), ROW_GROUP_ROWS as u64);
     }
     Ok(builder.set_sorting_columns(Some(sorting)).build())
+}
+
+/// The encoding a column of `data_type` uses once its dictionary is full (columns with
+/// few distinct values keep the dictionary): integers and times as deltas, which take
+/// keys, sequences and clock readings of sorted rows down to a few bits a value.
+/// Everything else stays plain (floats split into byte streams came out larger for
+/// decimal fractions such as coordinates: bench/README.md, "Cold bytes").
+fn fallback_encoding(data_type: &arrow::datatypes::DataType) -> Option<Encoding> {
+    use arrow::datatypes::DataType;
+    match data_type {
+        DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::Date32
+        | DataType::Time64(_)
+        | DataType::Timestamp(_, _) => Some(Encoding::DELTA_BINARY_PACKED),
+        _ => None,
+    }
 }
 
 /// Closes a segment, publishes it create-if-absent, and records it pending with its stats.
