@@ -35,7 +35,7 @@ const ROW_GROUP_ROWS: usize = 131_072;
 /// (the page index says which), and the page cache keeps whole pages, so pages are kept
 /// small. Each page is compressed on its own: 4,096 rows write 8% fewer bytes than 1,024,
 /// but cold lookups ran 25% slower (fewer pages fit the cache, each costs more to
-/// decode): bench/README.md, "Cold bytes".
+/// decode): bench/README.md, "Cold bytes and flush memory".
 const PAGE_ROWS: usize = 1024;
 /// zstd level of the pages. Decompression costs about the same at any level; on the
 /// events table of bench/flush, 9 writes 6% fewer bytes than 3, for a little more flush
@@ -465,7 +465,7 @@ fn writer_properties(
 /// few distinct values keep the dictionary): integers and times as deltas, which take
 /// keys, sequences and clock readings of sorted rows down to a few bits a value.
 /// Everything else stays plain (floats split into byte streams came out larger for
-/// decimal fractions such as coordinates: bench/README.md, "Cold bytes").
+/// decimal fractions such as coordinates: bench/README.md, "Cold bytes and flush memory").
 fn fallback_encoding(data_type: &arrow::datatypes::DataType) -> Option<Encoding> {
     use arrow::datatypes::DataType;
     match data_type {
@@ -871,21 +871,14 @@ async fn pairs_from_segments(
         let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader)
             .with_projection(mask)
             .build()?;
-        pin_mut!(stream);
-        let mut buf = BytesMut::new();
-        encode_header(&mut buf);
-        while let Some(batch) = stream.try_next().await? {
-            encode_batch(&columns, &batch, &mut buf)?;
-        }
-        encode_trailer(&mut buf);
-        let sink = client
-            .copy_in(&format!(
-                "COPY pg_temp.cw_pairs_in ({names}) FROM STDIN (FORMAT binary)"
-            ))
-            .await?;
-        pin_mut!(sink);
-        sink.send(buf.freeze()).await?;
-        sink.finish().await?;
+        let batches: Vec<RecordBatch> = stream.try_collect().await?;
+        copy_batches_in(
+            client,
+            &format!("pg_temp.cw_pairs_in ({names})"),
+            &columns,
+            &batches,
+        )
+        .await?;
     }
     client
         .batch_execute(
@@ -1036,6 +1029,23 @@ async fn load_maybe_cold(
             id = table.id
         ))
         .await?;
+    copy_batches_in(
+        client,
+        &format!("pg_temp.cw_maybe_cold ({pk})"),
+        columns,
+        batches,
+    )
+    .await
+}
+
+/// Copies `batches` of `columns` into `target` (a table and its column list) by binary
+/// COPY, so values travel only as data, never as SQL text.
+async fn copy_batches_in(
+    client: &Client,
+    target: &str,
+    columns: &[ColdColumn],
+    batches: &[RecordBatch],
+) -> Result<(), FlushError> {
     let mut buf = BytesMut::new();
     encode_header(&mut buf);
     for batch in batches {
@@ -1043,9 +1053,7 @@ async fn load_maybe_cold(
     }
     encode_trailer(&mut buf);
     let sink = client
-        .copy_in(&format!(
-            "COPY pg_temp.cw_maybe_cold ({pk}) FROM STDIN (FORMAT binary)"
-        ))
+        .copy_in(&format!("COPY {target} FROM STDIN (FORMAT binary)"))
         .await?;
     pin_mut!(sink);
     sink.send(buf.freeze()).await?;
