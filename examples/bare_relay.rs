@@ -4,8 +4,8 @@
 //! it cannot be faster than this on the same machine; the benchmark runs it side by side
 //! with coldwire so that coldwire's ratio to direct can be read against it.
 //!
-//! Usage: `bare_relay LISTEN_ADDR UNIX_SOCKET_PATH [WORKER_THREADS]` (0 or absent: one
-//! per core; 1: a single-threaded runtime, as `coldwire serve --worker-threads 1`).
+//! Usage: `bare_relay LISTEN_ADDR UNIX_SOCKET_PATH [WORKER_THREADS]`: the same runtime as
+//! `coldwire serve --worker-threads N` (0 or absent: one worker per core; 1: one thread).
 
 use tokio::net::{TcpListener, UnixStream};
 
@@ -23,18 +23,7 @@ fn main() -> std::io::Result<()> {
             std::process::exit(2);
         }
     };
-    let runtime = if threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-    } else {
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        if threads > 1 {
-            builder.worker_threads(threads);
-        }
-        builder.enable_all().build()?
-    };
-    runtime.block_on(async move {
+    coldwire::server::runtime(threads)?.block_on(async move {
         let listener = TcpListener::bind(&listen).await?;
         println!("bare_relay listening on {}", listener.local_addr()?);
         loop {

@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use coldwire::config::ServeArgs;
 use coldwire::demo::DemoArgs;
-use coldwire::server::Server;
+use coldwire::server::{runtime, Server};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -48,21 +48,6 @@ fn main() -> anyhow::Result<()> {
             Ok(coldwire::demo::run(args, shutdown).await?)
         }),
     }
-}
-
-/// A multi-threaded runtime with `threads` workers (0: one per core), or a single-threaded
-/// one for `threads == 1`.
-fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    if threads == 1 {
-        return tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build();
-    }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if threads > 1 {
-        builder.worker_threads(threads);
-    }
-    builder.enable_all().build()
 }
 
 async fn serve(config: coldwire::config::Config) -> anyhow::Result<()> {
