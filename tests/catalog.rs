@@ -114,7 +114,11 @@ async fn fresh_database_gets_every_object_and_a_second_migration_applies_nothing
             // upgraded, and guard(bigint, jsonb, text) of v4.
             "guard",
             "guard",
+            "plan_write",
             "read_lock",
+            // rehydrate(…) of catalog v5 and the one of v7 that also marks the
+            // statement planned.
+            "rehydrate",
             "rehydrate",
             "set_policy",
             "tier_table",

@@ -143,7 +143,9 @@ async fn tier_table_seeds_the_mirror_and_capture_follows_every_write() {
         .unwrap();
     direct
         .batch_execute(
-            "DELETE FROM events WHERE id = 70; INSERT INTO events(id, kind) VALUES (800, 'direct')",
+            // Hot rows only, on purpose (DESIGN §7.1): a direct write is refused otherwise.
+            "SET coldwire.hot_only_writes = on; \
+             DELETE FROM events WHERE id = 70; INSERT INTO events(id, kind) VALUES (800, 'direct')",
         )
         .await
         .unwrap();
@@ -228,6 +230,16 @@ async fn inserted_keys_deleted_within_the_statement_end_deleted() {
         .as_i64()
         .unwrap();
 
+    // Writes inside functions and triggers reach hot rows only: refused unless the
+    // session says so (DESIGN §7.1). With no cold rows yet, capture must still follow them.
+    let e = c
+        .batch_execute("INSERT INTO events(id, kind) SELECT 9, 'x' WHERE drop_key(1) IS NOT NULL")
+        .await
+        .unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().code().code(), "CW001");
+    c.batch_execute("SET coldwire.hot_only_writes = on")
+        .await
+        .unwrap();
     // Each row deletes the key inserted just before it: 201 and 202 end deleted, 203 live.
     c.batch_execute(
         "INSERT INTO events(id, kind) SELECT g, 'chain' FROM generate_series(201, 203) g \
@@ -321,7 +333,7 @@ async fn migration_v2_upgrades_capture_of_tables_tiered_before() {
     assert_eq!(index, None, "the seq index is dropped");
     // The new function captures again, under the table's current name.
     direct
-        .batch_execute("INSERT INTO events_renamed VALUES (1, 'a'), (2, 'b'); DELETE FROM events_renamed WHERE id = 2")
+        .batch_execute("SET coldwire.hot_only_writes = on; INSERT INTO events_renamed VALUES (1, 'a'), (2, 'b'); DELETE FROM events_renamed WHERE id = 2")
         .await
         .unwrap();
     let m: BTreeMap<i64, i16> = mirror(&direct, id).await;

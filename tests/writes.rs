@@ -822,7 +822,7 @@ async fn renamed_tables_stay_tiered_and_dropped_ones_are_untiered() {
     // follows the move by itself.
     direct
         .batch_execute(
-            "CREATE SCHEMA other; ALTER TABLE e2 SET SCHEMA other; \
+            "CREATE SCHEMA other; ALTER TABLE e2 SET SCHEMA other; SET coldwire.hot_only_writes = on; \
              UPDATE other.e2 SET n = -2 WHERE id = 1999; DELETE FROM other.e2 WHERE id = 2000",
         )
         .await

@@ -287,15 +287,16 @@ impl CaptureSpec {
             probe = self.pk_match("h", "EXCLUDED"),
         ));
         let check = self.may_be_cold_check();
+        let net = unplanned_write_check();
         format!(
             "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER \
              SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
-             DECLARE cur xid8 := pg_current_xact_id(); flagged jsonb; flagged_n bigint;\n\
+             DECLARE cur xid8 := pg_current_xact_id(); flagged jsonb; flagged_n bigint; ctx text;\n\
              BEGIN\n\
              IF EXISTS (SELECT 1 FROM coldwire.maintenance WHERE xid = cur) THEN RETURN NULL; END IF;\n\
              IF TG_OP = 'INSERT' THEN\n{check}\n{insert}\n\
-             ELSIF TG_OP = 'UPDATE' THEN\n{check}\n{update}\n\
-             ELSIF TG_OP = 'DELETE' THEN\n{delete}\n\
+             ELSIF TG_OP = 'UPDATE' THEN\n{net}\n{check}\n{update}\n\
+             ELSIF TG_OP = 'DELETE' THEN\n{net}\n{delete}\n\
              ELSE\n\
              DELETE FROM {mirror};\n\
              DELETE FROM {overrides};\n\
@@ -378,6 +379,45 @@ impl CaptureSpec {
             id = self.id,
         )
     }
+}
+
+/// The SQLSTATE of an UPDATE or DELETE of a tiered table that coldwire did not plan
+/// (DESIGN §7.1): class `CW` is coldwire's own.
+pub const UNPLANNED_WRITE: &str = "CW001";
+
+/// The setting that lets a session write the hot rows of tiered tables only, on purpose
+/// (maintenance on a direct connection, writes inside functions).
+pub const HOT_ONLY_SETTING: &str = "coldwire.hot_only_writes";
+
+/// The transaction-local setting that holds the marks of the statements coldwire planned
+/// (`coldwire.plan_write`, catalog v7).
+pub const PLANNED_SETTING: &str = "coldwire.planned";
+
+/// The part of the capture function that refuses an UPDATE or DELETE (a MERGE's or an
+/// upsert's included) coldwire did not plan (DESIGN §7.1): one that runs inside
+/// Postgres (the trigger's context has more than its own line: a function, procedure, DO
+/// block or another trigger), or a top-level statement whose text coldwire did not mark
+/// in this transaction (a view, a rule, a direct connection). Nothing is checked when the
+/// session opted into hot-only writes.
+fn unplanned_write_check() -> String {
+    let hint = "Send the statement itself through coldwire, which brings back the cold rows it may touch first: \
+                writes inside functions, procedures, DO blocks, triggers, rules and views, and writes on connections \
+                that bypass coldwire, cannot be planned. To write hot rows only, on purpose: SET coldwire.hot_only_writes = on.";
+    let name = "TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME";
+    format!(
+        "IF lower(COALESCE(current_setting({hot_only}, true), '')) NOT IN ('on', 'true', 'yes', '1') THEN \
+         GET DIAGNOSTICS ctx = PG_CONTEXT; \
+         IF strpos(ctx, E'\\n') > 0 THEN \
+         RAISE EXCEPTION 'coldwire: % of tiered table % inside a function, procedure, DO block or trigger could miss its cold rows', TG_OP, {name} \
+         USING ERRCODE = '{UNPLANNED_WRITE}', HINT = {hint}; \
+         ELSIF strpos(COALESCE(current_setting({planned}, true), ''), md5(current_query())) = 0 THEN \
+         RAISE EXCEPTION 'coldwire: % of tiered table % was not planned by coldwire and could miss its cold rows', TG_OP, {name} \
+         USING ERRCODE = '{UNPLANNED_WRITE}', HINT = {hint}; \
+         END IF; END IF;",
+        hot_only = sql_literal(HOT_ONLY_SETTING),
+        planned = sql_literal(PLANNED_SETTING),
+        hint = sql_literal(hint),
+    )
 }
 
 /// Statements that drop what table `id` has in schema `coldwire` besides its triggers

@@ -66,6 +66,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/v006_renames.sql"),
         upgrade_capture: true,
     },
+    Migration {
+        version: 7,
+        name: "write_net",
+        sql: include_str!("sql/v007_write_net.sql"),
+        upgrade_capture: true,
+    },
 ];
 
 /// The catalog version this binary creates.

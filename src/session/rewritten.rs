@@ -22,6 +22,7 @@ use super::reads::{
 use super::relay::Shared;
 use super::state::{OwnPrefix, Phase, Prepared, Retry, RewrittenStatement, SessionState};
 use super::SessionError;
+use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
 use crate::sql::copy_to::{copy_to, CopyOptions};
 use crate::sql::params::BoundParams;
 use crate::wire::extended::{self as ext, Bind, Parse};
@@ -50,10 +51,10 @@ pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<St
         return Ok(None);
     };
     Ok(match tag {
-        msg::QUERY if query_text(frame).is_some_and(|sql| reads.may_name_tiered(sql)) => {
+        msg::QUERY if query_text(frame).is_some_and(|sql| may_plan(sql, reads, shared)) => {
             Some(Stop::Read(BytesMut::from(frame)))
         }
-        msg::PARSE if reads.may_name_tiered(Parse::decode(frame)?.query) => {
+        msg::PARSE if may_plan(Parse::decode(frame)?.query, reads, shared) => {
             Some(Stop::Prepare(BytesMut::from(frame)))
         }
         msg::BIND => {
@@ -69,6 +70,16 @@ pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<St
         }
         _ => None,
     })
+}
+
+/// Whether coldwire may have to plan `sql`: it may name a tiered table, or use a write
+/// the session prepared with SQL-level PREPARE.
+fn may_plan(sql: &str, reads: &ReadPath, shared: &Shared<'_>) -> bool {
+    reads.may_name_tiered(sql)
+        || may_use_sql_prepared(
+            sql,
+            &shared.state.lock().unwrap_or_else(PoisonError::into_inner),
+        )
 }
 
 /// The SQL text of a Query frame.
@@ -165,9 +176,7 @@ async fn prepare_sql(
             .catalog_changed = true;
     }
     let is_copy = |sql: &str| {
-        sql.trim_start()
-            .get(..4)
-            .is_some_and(|w| w.eq_ignore_ascii_case("copy"))
+        contains_ignore_ascii_case(sql, "copy") && kinds_of(sql).first() == Some(&Kind::Copy)
     };
     let refused = |code: &str, message: String, hint: Option<String>| ErrorFields {
         severity: Severity::Error,
@@ -177,6 +186,12 @@ async fn prepare_sql(
         hint,
     };
     if !is_copy(sql) {
+        match sql_prepared(sql, shared).await.map_err(failed)? {
+            SqlPrepared::Execute(write) => return Ok(Some(QueryRead::Write(write))),
+            // Relayed as it is: its EXECUTEs are planned.
+            SqlPrepared::PrepareWrite => return Ok(None),
+            SqlPrepared::Other => {}
+        }
         if let Some(read) = reads.prepare(sql, declared_params).await.map_err(failed)? {
             return Ok(Some(QueryRead::Select(read)));
         }
@@ -225,6 +240,111 @@ async fn prepare_sql(
     Ok(Some(QueryRead::Copy(read, options)))
 }
 
+/// Words a text must hold to be a SQL-level PREPARE, EXECUTE, DEALLOCATE or DISCARD ALL.
+const SQL_PREPARED_WORDS: [&str; 4] = ["prepare", "execute", "deallocate", "discard"];
+
+/// Whether `sql` may be a SQL-level PREPARE, EXECUTE, DEALLOCATE or DISCARD that the
+/// session must follow (a superset: a substring test).
+pub fn may_use_sql_prepared(sql: &str, state: &SessionState) -> bool {
+    SQL_PREPARED_WORDS[1..]
+        .iter()
+        .any(|w| contains_ignore_ascii_case(sql, w))
+        && state.has_sql_prepared_writes()
+}
+
+/// What [`sql_prepared`] found.
+enum SqlPrepared {
+    /// An EXECUTE of a write the session prepared: the write to plan.
+    Execute(Arc<PreparedWrite>),
+    /// A PREPARE of a write to a tiered table (alone in its text).
+    PrepareWrite,
+    /// Anything else.
+    Other,
+}
+
+/// SQL-level PREPARE, EXECUTE and DEALLOCATE of writes to tiered tables (DESIGN §7.1):
+/// a PREPARE of such a write is remembered for the session (and relayed as it is), an
+/// EXECUTE of one is the write to plan (with its arguments for the prepared `$n`), a
+/// DEALLOCATE or DISCARD ALL forgets. In a string of several statements, PREPAREs and
+/// DEALLOCATEs are followed; an EXECUTE there is not planned, and the capture function
+/// refuses it if it writes (CW001).
+///
+/// # Errors
+/// The catalog could not be read.
+async fn sql_prepared(
+    sql: &str,
+    shared: &Shared<'_>,
+) -> Result<SqlPrepared, super::reads::PlanError> {
+    if !SQL_PREPARED_WORDS
+        .iter()
+        .any(|w| contains_ignore_ascii_case(sql, w))
+    {
+        return Ok(SqlPrepared::Other);
+    }
+    let Ok(parsed) = pg_query::parse(sql, 0) else {
+        return Ok(SqlPrepared::Other);
+    };
+    let statements: Vec<&pg_query::protobuf::node::Node> = parsed
+        .protobuf
+        .stmts
+        .iter()
+        .filter_map(|s| s.stmt.as_ref()?.node.as_ref())
+        .collect();
+    let texts = if statements.len() > 1 {
+        pg_query::split_with_parser(sql).unwrap_or_default()
+    } else {
+        vec![sql]
+    };
+    let mut found = SqlPrepared::Other;
+    for (node, text) in statements.iter().zip(texts) {
+        let node = crate::sql::classify::executed(node);
+        match Kind::of(node) {
+            Kind::Prepare { name } => {
+                let write = read_path(shared).prepare_write(text, 0).await?;
+                let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+                match write {
+                    Some(write) if statements.len() == 1 => {
+                        found = SqlPrepared::PrepareWrite;
+                        state.sql_prepared_write(
+                            name,
+                            write,
+                            crate::sql::classify::prepare_param_types(node),
+                        );
+                    }
+                    Some(write) => state.sql_prepared_write(
+                        name,
+                        write,
+                        crate::sql::classify::prepare_param_types(node),
+                    ),
+                    None => state.forget_sql_prepared(Some(&name)),
+                }
+            }
+            Kind::Deallocate { name } => shared
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .forget_sql_prepared(name.as_deref()),
+            Kind::DiscardAll => shared
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .forget_sql_prepared(None),
+            Kind::Execute { name } if statements.len() == 1 => {
+                let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some((write, types)) = state.sql_prepared(&name) {
+                    found = SqlPrepared::Execute(Arc::new(write.for_execute(
+                        sql,
+                        crate::sql::classify::execute_args(node),
+                        types.to_vec(),
+                    )));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(found)
+}
+
 /// The plan for the simple Query `query`, already prepared; `at` and `fresh` as for
 /// [`ReadPath::cold_params`].
 pub async fn plan_query(
@@ -252,13 +372,13 @@ pub async fn plan_query(
                 ..BoundParams::none()
             };
             match reads
-                .rehydration(write, &params, at, fresh, &candidates)
+                .rehydration(write, &params, at, fresh, &candidates, false)
                 .await
             {
                 Ok(values) => {
                     let mut out = values
                         .as_ref()
-                        .map(|v| own_frames(&write.rehydrate_sql, v))
+                        .map(super::reads::OwnCall::frames)
                         .unwrap_or_default();
                     ext::execute_unnamed(
                         &mut out,
@@ -459,7 +579,7 @@ pub async fn bind(
         }
         Prepared::Write(write) => {
             let mut out = match reads
-                .rehydration(write, &params, at, fresh, &candidates)
+                .rehydration(write, &params, at, fresh, &candidates, false)
                 .await
             {
                 Ok(None) => {
@@ -468,7 +588,7 @@ pub async fn bind(
                         own_completions: None,
                     })
                 }
-                Ok(Some(values)) => own_frames(&write.rehydrate_sql, &values),
+                Ok(Some(call)) => call.frames(),
                 // Fails in protocol order, at coldwire's own Execute; the server then
                 // skips the client's messages until Sync, as after its own error.
                 Err(e) => {

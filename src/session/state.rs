@@ -92,6 +92,10 @@ pub struct SessionState {
     /// the failed attempts of the statement being retried: its retry brings them back.
     /// Cleared when a group ends without a retry.
     pub write_candidates: HashMap<i64, Vec<serde_json::Value>>,
+    /// Writes to tiered tables the client prepared with SQL-level PREPARE, by name, with
+    /// the parameter types it declared: their EXECUTEs are planned as the write (DESIGN
+    /// §7.1).
+    sql_prepared: HashMap<String, (Arc<PreparedWrite>, Vec<u32>)>,
 }
 
 /// What the responses up to one sync point answer.
@@ -218,6 +222,7 @@ impl SessionState {
             open_group: None,
             txn_generations: HashMap::new(),
             rewritten_statements: HashMap::new(),
+            sql_prepared: HashMap::new(),
             quiet_since_sync: false,
             retry_pending: false,
             write_candidates: HashMap::new(),
@@ -227,6 +232,32 @@ impl SessionState {
     /// The rewrite of the client's statement `name`, if coldwire rewrote it.
     pub fn rewritten_statement(&self, name: &str) -> Option<&RewrittenStatement> {
         self.rewritten_statements.get(name)
+    }
+
+    /// Whether the client prepared any write to a tiered table with SQL-level PREPARE.
+    pub fn has_sql_prepared_writes(&self) -> bool {
+        !self.sql_prepared.is_empty()
+    }
+
+    /// The client's SQL-level `PREPARE name(types) AS write` went upstream.
+    pub fn sql_prepared_write(&mut self, name: String, write: Arc<PreparedWrite>, types: Vec<u32>) {
+        self.sql_prepared.insert(name, (write, types));
+    }
+
+    /// The write prepared as `name` with SQL-level PREPARE, and its declared types.
+    pub fn sql_prepared(&self, name: &str) -> Option<(&Arc<PreparedWrite>, &[u32])> {
+        self.sql_prepared.get(name).map(|(w, t)| (w, t.as_slice()))
+    }
+
+    /// `DEALLOCATE name` (`None`: every statement) or a PREPARE of `name` that is no
+    /// write to a tiered table.
+    pub fn forget_sql_prepared(&mut self, name: Option<&str>) {
+        match name {
+            Some(name) => {
+                self.sql_prepared.remove(name);
+            }
+            None => self.sql_prepared.clear(),
+        }
     }
 
     /// Whether any client statement is a rewrite (so Bind must be inspected).

@@ -57,8 +57,9 @@ pub fn walk(parsed: &pg_query::ParseResult) -> Walk {
         }
     }
     let known: HashSet<i32> = out.relations.iter().map(|r| r.location).collect();
-    // Every relation node anywhere: those `nodes` missed are in subqueries, so reads.
-    visit(&tree, &known, &mut out);
+    // Every relation node anywhere: those `nodes` missed are in subqueries, so reads, or
+    // the targets of a statement it does not descend into (SQL-level PREPARE).
+    visit(&tree, &known, &written, &mut out);
     out.relations.sort_by_key(|r| r.location);
     out.relations.dedup_by_key(|r| r.location);
     out
@@ -101,13 +102,32 @@ fn relation(rv: &pg_query::protobuf::RangeVar, read: bool) -> Relation {
     }
 }
 
-fn visit(value: &Value, known: &HashSet<i32>, out: &mut Walk) {
+fn visit(value: &Value, known: &HashSet<i32>, written: &HashSet<i32>, out: &mut Walk) {
     match value {
         Value::Object(map) => {
             for (key, inner) in map {
                 match key.as_str() {
                     "RangeVar" => {
-                        if let Some(r) = range_var(inner).filter(|r| !known.contains(&r.location)) {
+                        if let Some(mut r) =
+                            range_var(inner).filter(|r| !known.contains(&r.location))
+                        {
+                            if written.contains(&r.location) {
+                                r.read = false;
+                                r.written = true;
+                            }
+                            out.relations.push(r);
+                        }
+                    }
+                    // A statement target the typed walk did not reach: its relation is
+                    // a typed field, not a node.
+                    "InsertStmt" | "UpdateStmt" | "DeleteStmt" | "MergeStmt" => {
+                        if let Some(mut r) = inner
+                            .get("relation")
+                            .and_then(range_var)
+                            .filter(|r| !known.contains(&r.location))
+                        {
+                            r.read = false;
+                            r.written = true;
                             out.relations.push(r);
                         }
                     }
@@ -124,10 +144,10 @@ fn visit(value: &Value, known: &HashSet<i32>, out: &mut Walk) {
                     }
                     _ => {}
                 }
-                visit(inner, known, out);
+                visit(inner, known, written, out);
             }
         }
-        Value::Array(items) => items.iter().for_each(|v| visit(v, known, out)),
+        Value::Array(items) => items.iter().for_each(|v| visit(v, known, written, out)),
         _ => {}
     }
 }
@@ -188,6 +208,21 @@ mod tests {
             ("INSERT INTO x SELECT * FROM events", 1),
         ] {
             assert_eq!(reads_of_events(sql), n, "{sql}");
+        }
+    }
+
+    #[test]
+    fn targets_of_prepared_and_explained_writes_are_written() {
+        for sql in [
+            "PREPARE p AS DELETE FROM events WHERE id = $1",
+            "EXPLAIN ANALYZE UPDATE events SET a = 1",
+            "PREPARE q(int) AS WITH d AS (DELETE FROM events WHERE id = $1 RETURNING *) SELECT * FROM d",
+        ] {
+            let parsed = pg_query::parse(sql, 0).unwrap();
+            let w = walk(&parsed);
+            let events: Vec<_> = w.relations.iter().filter(|r| r.name == "events").collect();
+            assert_eq!(events.len(), 1, "{sql} {w:?}");
+            assert!(!events[0].read && events[0].written, "{sql}");
         }
     }
 

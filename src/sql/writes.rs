@@ -23,6 +23,7 @@
 
 use pg_query::protobuf::{node::Node as N, BoolExprType, Node};
 
+use super::classify::{executed, prepared_body};
 use super::predicates::{conjuncts_of, constant, extract, ColumnPredicate, Comparison};
 use super::rewrite::TieredTable;
 use super::tree::walk;
@@ -75,7 +76,12 @@ pub fn classify(
     let [stmt] = parsed.protobuf.stmts.as_slice() else {
         return Ok(None);
     };
-    let top = stmt.stmt.as_ref().and_then(|s| s.node.as_ref());
+    // The statement that runs: the one an EXPLAIN ANALYZE explains, or a SQL-level
+    // PREPARE defines (planned at each EXECUTE).
+    let top = stmt.stmt.as_ref().and_then(|s| s.node.as_ref()).map(|n| {
+        let n = executed(n);
+        prepared_body(n).map_or(n, executed)
+    });
     let (target, locking) = match (targets.as_slice(), top) {
         ([], Some(N::SelectStmt(_))) if walked.locking && !tiered.is_empty() => {
             // A locking read: the first tiered table it reads is the one it locks rows of
@@ -189,6 +195,8 @@ fn find_write(node: &N, location: i32) -> Option<&N> {
         N::DeleteStmt(d) => d.with_clause.as_ref(),
         N::MergeStmt(m) => m.with_clause.as_ref(),
         N::SelectStmt(s) => s.with_clause.as_ref(),
+        N::ExplainStmt(e) => return find_write(e.query.as_ref()?.node.as_ref()?, location),
+        N::PrepareStmt(p) => return find_write(p.query.as_ref()?.node.as_ref()?, location),
         _ => None,
     }?;
     with.ctes.iter().find_map(|c| match c.node.as_ref()? {

@@ -6,6 +6,6 @@ mod path;
 
 pub use catalog::REGISTRY_TTL;
 pub use path::{
-    after_plan, own_frames, Part, Plan, PlanError, PreparedRead, PreparedWrite, ReadPath,
+    after_plan, own_frames, OwnCall, Part, Plan, PlanError, PreparedRead, PreparedWrite, ReadPath,
     OWN_COMPLETIONS,
 };
