@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod disguise;
 pub mod moto;
 pub mod raw;
 pub mod segments;
