@@ -372,3 +372,160 @@ async fn direct_writes_are_refused_unless_hot_only_on_purpose() {
         .unwrap_err();
     assert_eq!(e.as_db_error().unwrap().code().code(), "CW001");
 }
+
+#[tokio::test]
+async fn comments_hide_no_ddl_and_no_copy() {
+    let db = create_db("write_forms_ddl");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct.batch_execute(SETUP).await.unwrap();
+    let url = cluster().url(&db);
+    let proxy = Proxy::start(&["--service-url", &url, "--cold-store", &store]).await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+
+    // DDL the cold tier cannot follow is refused before it runs, whatever comes first.
+    for sql in [
+        "/* migration 42 */ ALTER TABLE events ALTER COLUMN n TYPE bigint",
+        "-- flyway\nalter table events drop column n",
+        "SELECT 1; /* then */ ALTER TABLE events RENAME COLUMN n TO m",
+    ] {
+        let e = c.batch_execute(sql).await.unwrap_err();
+        assert_eq!(e.as_db_error().unwrap().code().code(), "0A000", "{sql}");
+    }
+    // A COPY of the table into a server-side file would see hot rows only.
+    let e = c
+        .batch_execute("/* export */ COPY events TO '/tmp/coldwire-never-written.csv'")
+        .await
+        .unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().code().code(), "0A000");
+    // COPY … TO STDOUT behind a comment is served with every row.
+    let psql = std::process::Command::new(common::pg_bin("psql"))
+        .args([
+            "-X",
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &proxy.addr.port().to_string(),
+        ])
+        .args(["-U", "postgres", "-d", &db])
+        .args(["-c", "/* export */ -- nightly\n COPY events TO STDOUT"])
+        .output()
+        .unwrap();
+    assert!(
+        psql.status.success(),
+        "{}",
+        String::from_utf8_lossy(&psql.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&psql.stdout).lines().count(), 3000);
+    assert_eq!(
+        common::simple_rows(&c, "SELECT count(*) FROM events")
+            .await
+            .unwrap(),
+        vec![vec![Some("3000".to_owned())]]
+    );
+}
+
+#[tokio::test]
+async fn sessions_in_other_encodings_are_planned_or_refused_never_dropped() {
+    use common::raw::{frame, query, sync, RawConn};
+    use std::os::unix::ffi::OsStrExt;
+    let db = create_db("write_forms_latin1");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct.batch_execute(SETUP).await.unwrap();
+    let url = cluster().url(&db);
+    let proxy = Proxy::start(&["--service-url", &url, "--cold-store", &store]).await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    let kind = |id: i64| {
+        let c = &c;
+        async move {
+            common::simple_rows(c, &format!("SELECT kind FROM events WHERE id = {id}"))
+                .await
+                .unwrap()
+        }
+    };
+    let latin1_psql = |sql: &[u8]| {
+        std::process::Command::new(common::pg_bin("psql"))
+            .env("PGCLIENTENCODING", "LATIN1")
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
+            .args([
+                "-p",
+                &proxy.addr.port().to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                &db,
+                "-c",
+            ])
+            .arg(std::ffi::OsStr::from_bytes(sql))
+            .output()
+            .unwrap()
+    };
+    // ASCII text from a LATIN1 session is planned and marked as from any other: a hot
+    // row is written, a cold one refused (cold rows go to UTF-8 sessions only).
+    let out = latin1_psql(b"/* latin1 */ UPDATE events SET kind = 'ascii' WHERE id = 2999");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(kind(2999).await, vec![vec![Some("ascii".to_owned())]]);
+    // LATIN1 bytes that happen to be valid UTF-8 are planned, and marked as the server
+    // reads them (it hashes the text coldwire sends it, converted like the statement).
+    let out = latin1_psql(b"UPDATE events SET kind = '\xc3\xa9' WHERE id = 2997");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(kind(2997).await, vec![vec![Some("Ã©".to_owned())]]);
+    let out = latin1_psql(b"/* latin1 */ UPDATE events SET kind = 'ascii' WHERE id = 7");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("client_encoding UTF8"));
+    assert_eq!(kind(7).await, vec![vec![Some("k3".to_owned())]]);
+    // Text coldwire cannot read as UTF-8 is refused with a hint when it may name a
+    // tiered table (it cannot be planned), and nothing changes.
+    let out = latin1_psql(b"/* caf\xe9 */ UPDATE events SET kind = 'caf\xe9' WHERE id = 2998");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("UTF-8") && stderr.contains("client_encoding"),
+        "{stderr}"
+    );
+    assert_eq!(kind(2998).await, vec![vec![Some("k2".to_owned())]]);
+    // ... also in the extended protocol, where the session carries on.
+    let mut raw = RawConn::ready(proxy.addr, &db).await;
+    raw.send(&query("SET client_encoding = 'LATIN1'")).await;
+    raw.until_ready().await;
+    let mut parse = b"\0UPDATE events SET kind = 'caf\xe9' WHERE id = 2998\0\0\0".to_vec();
+    let mut bind = b"\0\0\0\0\0\0\0\0".to_vec();
+    let mut bytes = frame(b'P', &parse);
+    bytes.extend(frame(b'B', &bind));
+    bytes.extend(frame(b'E', b"\0\0\0\0\0"));
+    bytes.extend(sync());
+    raw.send(&bytes).await;
+    let msgs = raw.until_ready().await;
+    let error = msgs.iter().find(|m| m.tag == b'E').expect("an error");
+    assert_eq!(error.field(b'C').as_deref(), Some("0A000"));
+    // Text that names no tiered table is relayed as it is, in both protocols.
+    parse = b"\0SELECT 'caf\xe9' AS w\0\0\0".to_vec();
+    bind = b"\0\0\0\0\0\0\0\0".to_vec();
+    let mut bytes = frame(b'P', &parse);
+    bytes.extend(frame(b'B', &bind));
+    bytes.extend(frame(b'E', b"\0\0\0\0\0"));
+    bytes.extend(sync());
+    raw.send(&bytes).await;
+    let msgs = raw.until_ready().await;
+    let row = msgs.iter().find(|m| m.tag == b'D').expect("a row");
+    assert!(row.body.ends_with(b"caf\xe9"), "{:?}", row.body);
+    raw.send(&query("SELECT 1")).await;
+    assert!(raw.until_ready().await.iter().any(|m| m.tag == b'D'));
+    assert_eq!(kind(2998).await, vec![vec![Some("k2".to_owned())]]);
+}

@@ -106,7 +106,10 @@ impl AdminSession {
                 if !mentions_coldwire(sql) || dirty {
                     return Ok(Disposition::Forward);
                 }
-                let sql = std::str::from_utf8(sql).map_err(|_| WireError::Malformed("Query"))?;
+                // Text in another client_encoding holds no call coldwire can answer.
+                let Ok(sql) = std::str::from_utf8(sql) else {
+                    return Ok(Disposition::Forward);
+                };
                 Ok(match recognize(sql) {
                     Ok(None) => Disposition::Forward,
                     Ok(Some(call)) => match args::resolve(&call, &[]) {
@@ -128,7 +131,14 @@ impl AdminSession {
                 })
             }
             msg::PARSE => {
-                let parse = Parse::decode(frame)?;
+                let parse = match Parse::decode(frame) {
+                    Ok(parse) => parse,
+                    // A query in another client_encoding: no call coldwire can answer.
+                    Err(e) => {
+                        Parse::decode_raw(frame).map_err(|_| e)?;
+                        return Ok(Disposition::Forward);
+                    }
+                };
                 let recognized = if mentions_coldwire(parse.query.as_bytes()) {
                     recognize(parse.query)
                 } else {

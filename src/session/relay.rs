@@ -968,7 +968,7 @@ async fn read_more<R: AsyncRead + Unpin>(
 fn track_client_frame(tag: u8, frame: &[u8], state: &mut SessionState) -> Result<(), WireError> {
     match tag {
         msg::PARSE => {
-            let name = ext::Parse::decode(frame)?.statement;
+            let (name, _) = ext::Parse::decode_raw(frame)?;
             state.parse_sent(name);
             state.statement_parsed(name, None);
         }

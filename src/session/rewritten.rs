@@ -51,11 +51,24 @@ pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<St
         return Ok(None);
     };
     Ok(match tag {
-        msg::QUERY if query_text(frame).is_some_and(|sql| may_plan(sql, reads, shared)) => {
-            Some(Stop::Read(BytesMut::from(frame)))
+        msg::QUERY => {
+            let stop = match query_text(frame) {
+                Some(sql) => may_plan(sql, reads, shared),
+                // Not UTF-8 (another client_encoding): refused if it may name a tiered
+                // table, since coldwire cannot plan it.
+                None => reads.may_name_tiered_bytes(frame.get(5..).unwrap_or_default()),
+            };
+            stop.then(|| Stop::Read(BytesMut::from(frame)))
         }
-        msg::PARSE if may_plan(Parse::decode(frame)?.query, reads, shared) => {
-            Some(Stop::Prepare(BytesMut::from(frame)))
+        msg::PARSE => {
+            let stop = match Parse::decode(frame) {
+                Ok(parse) => may_plan(parse.query, reads, shared),
+                Err(e) => match Parse::decode_raw(frame) {
+                    Ok((_, query)) => reads.may_name_tiered_bytes(query),
+                    Err(_) => return Err(e),
+                },
+            };
+            stop.then(|| Stop::Prepare(BytesMut::from(frame)))
         }
         msg::BIND => {
             let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -152,7 +165,19 @@ pub async fn prepare_query(
 ) -> Result<Option<QueryRead>, ErrorFields> {
     match query_text(query) {
         Some(sql) => prepare_sql(sql, 0, shared).await,
-        None => Ok(None),
+        None => Err(not_utf8()),
+    }
+}
+
+/// The refusal of a statement that may name a tiered table but is not UTF-8: coldwire
+/// cannot parse it, so cannot plan it.
+fn not_utf8() -> ErrorFields {
+    ErrorFields {
+        severity: Severity::Error,
+        code: "0A000".into(),
+        message: "coldwire plans statements that name tiered tables only in UTF-8 text, and this one is not".into(),
+        detail: None,
+        hint: Some("SET client_encoding = 'UTF8' (cold rows are served to UTF-8 sessions only).".into()),
     }
 }
 
@@ -420,7 +445,13 @@ pub enum ParseRewrite {
 /// # Errors
 /// A malformed Parse.
 pub async fn prepare(frame: &[u8], shared: &Shared<'_>) -> Result<ParseRewrite, SessionError> {
-    let parse = Parse::decode(frame)?;
+    let parse = match Parse::decode(frame) {
+        Ok(parse) => parse,
+        Err(e) => {
+            Parse::decode_raw(frame).map_err(|_| e)?;
+            return Ok(ParseRewrite::Refused(not_utf8()));
+        }
+    };
     Ok(
         match prepare_sql(parse.query, parse.param_types.len(), shared).await {
             Ok(None) => ParseRewrite::Unchanged,
@@ -454,25 +485,27 @@ pub fn parse_to_send(
     rewrite: ParseRewrite,
     shared: &Shared<'_>,
 ) -> Result<BytesMut, SessionError> {
-    let parse = Parse::decode(frame)?;
+    // The query itself need not be UTF-8 for a Parse relayed as it is or refused.
+    let (name, _) = Parse::decode_raw(frame)?;
     let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-    state.parse_sent(parse.statement);
+    state.parse_sent(name);
     let mut out = BytesMut::new();
     match rewrite {
         ParseRewrite::Unchanged => {
-            state.statement_parsed(parse.statement, None);
+            state.statement_parsed(name, None);
             out.extend_from_slice(frame);
         }
         ParseRewrite::Refused(error) => {
-            state.statement_parsed(parse.statement, None);
+            state.statement_parsed(name, None);
             let sql = crate::sql::rewrite::refusal_sql(
                 &error.code,
                 &error.message,
                 error.hint.as_deref(),
             );
-            ext::encode_parse(&mut out, parse.statement, &sql, &[]);
+            ext::encode_parse(&mut out, name, &sql, &[]);
         }
         ParseRewrite::Read(read) => {
+            let parse = Parse::decode(frame)?;
             ext::encode_parse(&mut out, parse.statement, &read.sql, &parse.param_types);
             state.statement_parsed(
                 parse.statement,
@@ -483,6 +516,7 @@ pub fn parse_to_send(
             );
         }
         ParseRewrite::Write(write) => {
+            let parse = Parse::decode(frame)?;
             out.extend_from_slice(frame);
             state.statement_parsed(
                 parse.statement,

@@ -114,7 +114,12 @@ fn explicitly_off(d: &pg_query::protobuf::DefElem) -> bool {
 /// Whether `haystack` contains `needle` (lower-case ASCII or any UTF-8), ignoring ASCII
 /// case: the cheap name test, without allocating.
 pub fn contains_ignore_ascii_case(haystack: &str, needle: &str) -> bool {
-    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
+    bytes_contain_ignore_ascii_case(haystack.as_bytes(), needle)
+}
+
+/// [`contains_ignore_ascii_case`] over bytes in any ASCII-compatible encoding.
+pub fn bytes_contain_ignore_ascii_case(haystack: &[u8], needle: &str) -> bool {
+    let (h, n) = (haystack, needle.as_bytes());
     if n.is_empty() {
         return true;
     }

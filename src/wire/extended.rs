@@ -77,6 +77,22 @@ fn body<'a>(frame: &'a [u8], tag: u8, what: &'static str) -> Result<Body<'a>, Wi
 }
 
 impl<'a> Parse<'a> {
+    /// The statement name and the query's bytes of a Parse whose query need not be UTF-8
+    /// (a session in another client_encoding).
+    ///
+    /// # Errors
+    /// A frame that is not a well-formed Parse, or whose statement name is not UTF-8.
+    pub fn decode_raw(frame: &'a [u8]) -> Result<(&'a str, &'a [u8]), WireError> {
+        const WHAT: &str = "Parse";
+        let b = body(frame, b'P', WHAT)?;
+        let (statement, rest) = split_cstr(b.0).ok_or(WireError::Malformed(WHAT))?;
+        let nul = rest
+            .iter()
+            .position(|&c| c == 0)
+            .ok_or(WireError::Malformed(WHAT))?;
+        Ok((statement, &rest[..nul]))
+    }
+
     /// # Errors
     /// A frame that is not a well-formed Parse.
     pub fn decode(frame: &'a [u8]) -> Result<Self, WireError> {

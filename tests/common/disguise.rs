@@ -121,8 +121,14 @@ fn disguises_keep_literals_and_identifiers() {
             dressed.contains("\"T\"") && dressed.contains("'Update Me'"),
             "{dressed}"
         );
-        let a = pg_query::parse(sql, 0).unwrap().deparse(Default::default()).unwrap();
-        let b = pg_query::parse(&dressed, 0).unwrap().deparse(Default::default()).unwrap();
+        let a = pg_query::parse(sql, 0)
+            .unwrap()
+            .deparse(Default::default())
+            .unwrap();
+        let b = pg_query::parse(&dressed, 0)
+            .unwrap()
+            .deparse(Default::default())
+            .unwrap();
         assert_eq!(a, b, "{dressed}");
     }
 }

@@ -10,28 +10,30 @@
 -- rules, and writes on connections that do not go through coldwire.
 -- `SET coldwire.hot_only_writes = on` lets a session write hot rows only, on purpose.
 
--- Marks `statement` as planned by coldwire in the current transaction. The mark is the
--- md5 of the text, in the transaction-local setting coldwire.planned: `append` keeps the
--- marks already there (statements of one Query string whose rows coldwire brought back
--- ahead of all of them), otherwise the mark replaces them.
-CREATE OR REPLACE FUNCTION coldwire.plan_write(statement text, append boolean)
+-- Marks a statement as planned by coldwire in the current transaction. The mark is the
+-- md5 of the statement's text as the server reads it: `digest` when coldwire computed it
+-- (the session sends UTF-8, the server's encoding, or ASCII), else the md5 of
+-- `statement`. It goes into the transaction-local setting coldwire.planned: `append`
+-- keeps the marks already there (statements of one Query string whose rows coldwire
+-- brought back ahead of all of them), otherwise the mark replaces them.
+CREATE OR REPLACE FUNCTION coldwire.plan_write(digest text, statement text, append boolean)
 RETURNS void LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $coldwire$
     SELECT pg_catalog.set_config('coldwire.planned',
         CASE WHEN append THEN COALESCE(pg_catalog.current_setting('coldwire.planned', true) || ' ', '') ELSE '' END
-            || pg_catalog.md5(statement),
+            || COALESCE(digest, pg_catalog.md5(statement)),
         true)
 $coldwire$;
-REVOKE ALL ON FUNCTION coldwire.plan_write(text, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION coldwire.plan_write(text, boolean) TO PUBLIC;
+REVOKE ALL ON FUNCTION coldwire.plan_write(text, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION coldwire.plan_write(text, text, boolean) TO PUBLIC;
 
--- coldwire.rehydrate (catalog v5) that also marks `statement` planned, as plan_write.
+-- coldwire.rehydrate (catalog v5) that also marks the statement planned, as plan_write.
 CREATE OR REPLACE FUNCTION coldwire.rehydrate(table_id bigint, planned bigint, cold anyarray, absent jsonb,
-                                              statement text, append boolean)
+                                              digest text, statement text, append boolean)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $coldwire$
 BEGIN
-    PERFORM coldwire.plan_write(statement, append);
+    PERFORM coldwire.plan_write(digest, statement, append);
     RETURN coldwire.rehydrate(table_id, planned, cold, absent);
 END
 $coldwire$;
-REVOKE ALL ON FUNCTION coldwire.rehydrate(bigint, bigint, anyarray, jsonb, text, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION coldwire.rehydrate(bigint, bigint, anyarray, jsonb, text, boolean) TO PUBLIC;
+REVOKE ALL ON FUNCTION coldwire.rehydrate(bigint, bigint, anyarray, jsonb, text, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION coldwire.rehydrate(bigint, bigint, anyarray, jsonb, text, text, boolean) TO PUBLIC;

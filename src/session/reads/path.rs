@@ -175,11 +175,11 @@ impl PreparedWrite {
 }
 
 /// coldwire's own statement run just before a client's statement that writes a tiered
-/// table: its text and binary parameters.
+/// table: its text and binary parameters (None: NULL).
 #[derive(Debug)]
 pub struct OwnCall {
     pub sql: String,
-    pub params: Vec<BytesMut>,
+    pub params: Vec<Option<BytesMut>>,
 }
 
 impl OwnCall {
@@ -190,7 +190,23 @@ impl OwnCall {
 }
 
 /// Marks a statement planned without bringing rows back (catalog v7).
-const PLAN_WRITE_SQL: &str = "SELECT coldwire.plan_write($1::text, $2::bool)";
+const PLAN_WRITE_SQL: &str = "SELECT coldwire.plan_write($1::text, $2::text, $3::bool)";
+
+/// The parameters that mark `statement` planned (`coldwire.plan_write`): the md5 of its
+/// text as the server reads it, computed here when the session sends UTF-8 (the encoding
+/// of every database with tiered tables) or the text is ASCII, else the text for the
+/// server to hash; and `append`.
+fn mark_params(statement: &str, utf8: bool, append: bool) -> [Option<BytesMut>; 3] {
+    use md5::Digest;
+    let (digest, text) = if utf8 || statement.is_ascii() {
+        let digest = md5::Md5::digest(statement.as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        (Some(BytesMut::from(hex.as_bytes())), None)
+    } else {
+        (None, Some(BytesMut::from(statement.as_bytes())))
+    };
+    [digest, text, Some(BytesMut::from(&[u8::from(append)][..]))]
+}
 
 /// Completions that answer [`own_frames`]: two CloseCompletes, ParseComplete,
 /// BindComplete, CommandComplete, two CloseCompletes.
@@ -201,8 +217,8 @@ pub const OWN_COMPLETIONS: u32 = 7;
 /// leftover of an earlier failure; closing a name that does not exist is no error), Parse,
 /// Bind, Execute of named statement and portal `coldwire_own`, Close of both (a named
 /// portal would otherwise live until the transaction ends).
-pub fn own_frames(sql: &str, params: &[BytesMut]) -> BytesMut {
-    let values: Vec<Option<&[u8]>> = params.iter().map(|p| Some(&p[..])).collect();
+pub fn own_frames(sql: &str, params: &[Option<BytesMut>]) -> BytesMut {
+    let values: Vec<Option<&[u8]>> = params.iter().map(|p| p.as_deref()).collect();
     let mut out = BytesMut::new();
     ext::encode_close(&mut out, b'P', OWN_STATEMENT);
     ext::encode_close(&mut out, b'S', OWN_STATEMENT);
@@ -342,7 +358,7 @@ impl ReadPath {
                     pk: w.table.pk.clone(),
                     row_type: tiered.row_type,
                     rehydrate_sql: format!(
-                        "SELECT coldwire.rehydrate($1::int8, $2::int8, $3::{qualified}[], $4::jsonb, $5::text, $6::bool)"
+                        "SELECT coldwire.rehydrate($1::int8, $2::int8, $3::{qualified}[], $4::jsonb, $5::text, $6::text, $7::bool)"
                     ),
                 }))
             }
@@ -381,10 +397,7 @@ impl ReadPath {
     ) -> Result<Option<OwnCall>, PlanError> {
         let executed = write.execute_params(params);
         let params = executed.as_ref().unwrap_or(params);
-        let mark = [
-            BytesMut::from(write.statement.as_bytes()),
-            BytesMut::from(&[u8::from(append)][..]),
-        ];
+        let mark = mark_params(&write.statement, params.utf8, append);
         let candidates = candidates
             .get(&write.table_id)
             .map_or(&[][..], Vec::as_slice);
@@ -425,7 +438,7 @@ impl ReadPath {
             metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "write").increment(1);
             return Ok(write.marks.then(|| OwnCall {
                 sql: PLAN_WRITE_SQL.to_owned(),
-                params: mark.to_vec(),
+                params: mark.into(),
             }));
         }
         let too_many = || {
@@ -490,17 +503,16 @@ impl ReadPath {
         metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "write").increment(1);
         metrics::counter!(crate::metrics::ROWS_REHYDRATED_TOTAL).increment(seen.len() as u64);
         tracing::debug!(table = %write.table_name, rows = seen.len(), "cold rows to rehydrate");
-        let [statement, append] = mark;
+        let mut params = vec![
+            Some(BytesMut::from(&write.table_id.to_be_bytes()[..])),
+            Some(BytesMut::from(&cold.generation.to_be_bytes()[..])),
+            Some(array),
+            Some(jsonb(&serde_json::Value::Array(absent))),
+        ];
+        params.extend(mark);
         Ok(Some(OwnCall {
             sql: write.rehydrate_sql.clone(),
-            params: vec![
-                BytesMut::from(&write.table_id.to_be_bytes()[..]),
-                BytesMut::from(&cold.generation.to_be_bytes()[..]),
-                array,
-                jsonb(&serde_json::Value::Array(absent)),
-                statement,
-                append,
-            ],
+            params,
         }))
     }
 
@@ -511,6 +523,18 @@ impl ReadPath {
         match self.catalog.current_registry() {
             None => true,
             Some(r) => r.names.iter().any(|n| contains_ignore_ascii_case(sql, n)),
+        }
+    }
+
+    /// [`ReadPath::may_name_tiered`] of text that is not UTF-8 (a session in another
+    /// client_encoding; table names are matched as bytes).
+    pub fn may_name_tiered_bytes(&self, sql: &[u8]) -> bool {
+        match self.catalog.current_registry() {
+            None => true,
+            Some(r) => r
+                .names
+                .iter()
+                .any(|n| crate::sql::classify::bytes_contain_ignore_ascii_case(sql, n)),
         }
     }
 
