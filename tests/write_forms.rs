@@ -479,12 +479,20 @@ async fn sessions_in_other_encodings_are_planned_or_refused_never_dropped() {
     // ASCII text from a LATIN1 session is planned and marked as from any other: a hot
     // row is written, a cold one refused (cold rows go to UTF-8 sessions only).
     let out = latin1_psql(b"/* latin1 */ UPDATE events SET kind = 'ascii' WHERE id = 2999");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(kind(2999).await, vec![vec![Some("ascii".to_owned())]]);
     // LATIN1 bytes that happen to be valid UTF-8 are planned, and marked as the server
     // reads them (it hashes the text coldwire sends it, converted like the statement).
     let out = latin1_psql(b"UPDATE events SET kind = '\xc3\xa9' WHERE id = 2997");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(kind(2997).await, vec![vec![Some("Ã©".to_owned())]]);
     let out = latin1_psql(b"/* latin1 */ UPDATE events SET kind = 'ascii' WHERE id = 7");
     assert!(!out.status.success());

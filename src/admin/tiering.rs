@@ -28,11 +28,7 @@ pub struct Tiering {
 impl Tiering {
     /// An executor for the catalog reached through `service`, whose cold tier is `store`.
     pub fn new(service: tokio_postgres::Config, store: ColdStore) -> Self {
-        let database = service
-            .get_dbname()
-            .or(service.get_user())
-            .unwrap_or("postgres")
-            .to_owned();
+        let database = catalog::service_database(&service);
         Self {
             service,
             store,

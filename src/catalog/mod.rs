@@ -14,4 +14,4 @@ pub use migrate::{
     latest_version, migrate, AdminRole, Migration, MigrationReport, ADMIN_ROLE, MIGRATIONS,
     MIGRATION_LOCK_KEY,
 };
-pub use service::{connect, describe};
+pub use service::{connect, describe, service_database};

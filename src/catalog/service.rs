@@ -22,6 +22,16 @@ pub async fn connect(config: &Config) -> Result<Client, CatalogError> {
     Ok(client)
 }
 
+/// The database a service connection opens, as Postgres defaults it (the user's name,
+/// else `postgres`): the one whose tables coldwire tiers.
+pub fn service_database(config: &Config) -> String {
+    config
+        .get_dbname()
+        .or(config.get_user())
+        .unwrap_or("postgres")
+        .to_owned()
+}
+
 /// `user@host:port/dbname` of a service connection, for logs and errors: never the password.
 pub fn describe(config: &Config) -> String {
     let ports = config.get_ports();

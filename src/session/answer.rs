@@ -73,7 +73,7 @@ pub async fn answer_admin(
                     user: shared.user.clone(),
                     database: shared.database.clone(),
                 };
-                let outcome = match (&request.function, &request.args[..], &shared.ctx.reads) {
+                let outcome = match (&request.function, &request.args[..], shared.reads) {
                     // Planned like the read it explains, by the session's read path.
                     (AdminFunction::Explain, [Resolved::Text(sql)], Some(reads)) => {
                         reads.explain(sql).await.map(Value::String).map_err(|e| {
@@ -89,7 +89,7 @@ pub async fn answer_admin(
                     (AdminFunction::Explain, _, None) => Err(AdminError::Disabled),
                     _ => shared.ctx.admin.execute(request).await,
                 };
-                if let Some(reads) = &shared.ctx.reads {
+                if let Some(reads) = shared.reads {
                     // A table may have become tiered or plain: plan reads from a fresh
                     // catalog.
                     reads.invalidate();

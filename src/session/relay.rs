@@ -113,6 +113,9 @@ pub struct Shared<'a> {
     /// Who the client authenticated as, for admin calls.
     pub user: String,
     pub database: String,
+    /// The read path that plans this session's statements: the proxy's when the session
+    /// is on the database whose tables it tiers, else none (relayed untouched).
+    pub reads: Option<&'a crate::session::reads::ReadPath>,
     /// Written by the upstream direction, and by the client direction when coldwire
     /// answers a message itself (only when nothing else is owed to the client).
     pub(super) client_tx: AsyncMutex<WriteHalf<Box<dyn Io>>>,
@@ -143,10 +146,12 @@ pub async fn relay(
     let (mut client_rx, client_tx) = tokio::io::split(client);
     let (mut upstream_rx, mut upstream_tx) = tokio::io::split(upstream);
     let (retries, mut retry_rx) = tokio::sync::mpsc::unbounded_channel();
+    let reads = ctx.reads.as_deref().filter(|reads| reads.serves(&database));
     let shared = Shared {
         state,
         ctx,
         user,
+        reads,
         database,
         client_tx: AsyncMutex::new(client_tx),
         ready: Notify::new(),
@@ -651,7 +656,7 @@ async fn upstream_to_client(
                     .unwrap_or_else(PoisonError::into_inner)
                     .catalog_changed,
             );
-            if let (true, Some(reads)) = (changed, ctx.reads.as_ref()) {
+            if let (true, Some(reads)) = (changed, shared.reads) {
                 reads.invalidate_after_ddl();
             }
         }

@@ -47,7 +47,7 @@ pub enum Stop {
 /// # Errors
 /// A malformed Parse or Bind.
 pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<Stop>, WireError> {
-    let Some(reads) = &shared.ctx.reads else {
+    let Some(reads) = shared.reads else {
         return Ok(None);
     };
     Ok(match tag {
@@ -112,9 +112,7 @@ fn utf8_session(state: &SessionState) -> bool {
 
 fn read_path<'a>(shared: &'a Shared<'_>) -> &'a ReadPath {
     shared
-        .ctx
         .reads
-        .as_ref()
         .expect("read stops exist only with a read path")
 }
 
