@@ -117,6 +117,17 @@ pub fn admin_error(e: &AdminError) -> ErrorFields {
                 hint: hint.clone(),
             }
         }
+        AdminError::DatabaseUnreachable { .. } => (
+            SqlState::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
+            Some("grant that role CONNECT on the database and let it in through pg_hba.conf; the coldwire log has Postgres's answer"),
+        ),
+        AdminError::CatalogRefused { .. } => (
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            Some("the service role needs CREATE on the database to make schema coldwire there"),
+        ),
+        AdminError::NoTieredTables { .. } => {
+            (SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE, Some("tier a table first with coldwire.tier_table"))
+        }
         AdminError::ServiceUnavailable => {
             (SqlState::CONNECTION_FAILURE, Some("the coldwire log says why; check service_url and Postgres"))
         }

@@ -1,16 +1,30 @@
-//! Sessions are planned only against the catalog of their own database (DESIGN §3): with
-//! `events` and `pgbench_accounts` tiered in the service database, another database on
-//! the same server with plain tables of the same names is relayed untouched — reads,
-//! writes, DDL, COPY and pgbench's TPC-B script see exactly its own rows — and its
-//! sessions cannot tier tables (coldwire tiers the service database's tables only, yet).
+//! Every database of the server (DESIGN §3): a session is planned only against the
+//! catalog of its own database; `tier_table` works in whatever database the session is
+//! on (the first one there migrates a catalog into it); same-named tables of two databases
+//! are tiered independently, each matching its own control table; a third database with a
+//! plain table of the same name is relayed untouched (reads, writes, DDL, COPY, pgbench's
+//! TPC-B); a restarted proxy serves every tiered database again; two proxies run each job
+//! once; a database the service role cannot reach gets a clear error at `tier_table`.
 
 mod common;
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
-use common::{admin_call, cluster, connect_direct, create_db, pg_bin, simple_rows, Proxy};
+use common::{
+    admin_call, binary_rows, cluster, connect_direct, create_db, pg_bin, psql_admin, simple_rows,
+    Proxy,
+};
 
-const TABLE: &str = "CREATE TABLE events(id bigint PRIMARY KEY, kind text NOT NULL, n int)";
+/// `events` and its control, `rows` rows of kind `kind`.
+fn setup(rows: i64, kind: &str) -> String {
+    format!(
+        "CREATE TABLE events(id bigint PRIMARY KEY, kind text NOT NULL, n int);
+         CREATE TABLE control(LIKE events INCLUDING ALL);
+         INSERT INTO events SELECT g, '{kind}', -g FROM generate_series(1, {rows}) g;
+         INSERT INTO control SELECT * FROM events;"
+    )
+}
 
 fn pgbench(args: &[&str]) -> String {
     let out = Command::new(pg_bin("pgbench"))
@@ -27,141 +41,193 @@ fn pgbench(args: &[&str]) -> String {
     text
 }
 
+fn policy(hot: i64, auto: bool) -> String {
+    format!(
+        r#"{{"hot_row_limit": {hot}, "min_flush_rows": 100, "auto_flush": {auto}, "check_interval": "1s"}}"#
+    )
+}
+
+async fn tier(c: &tokio_postgres::Client, table: &str, policy: &str) {
+    admin_call(
+        c,
+        &format!("SELECT coldwire.tier_table('{table}', '{policy}')"),
+    )
+    .await
+    .unwrap();
+}
+
+async fn flush(c: &tokio_postgres::Client, table: &str) {
+    let job = admin_call(
+        c,
+        &format!("SELECT coldwire.flush_table('{table}', wait => true)"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(job["state"], "completed", "{job}");
+}
+
+async fn count(c: &tokio_postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// The same statements on `events` through coldwire and on `control`: the same outcome
+/// and, after all of them, the same rows.
+async fn matches_control(c: &tokio_postgres::Client, first: i64) {
+    for sql in [
+        format!("UPDATE {{t}} SET kind = 'updated' WHERE id = {first} RETURNING id, kind, n"),
+        format!("DELETE FROM {{t}} WHERE id = {} RETURNING *", first + 1),
+        format!("/* c */ UPDATE {{t}} SET n = n * 2 WHERE id BETWEEN {} AND {}", first + 5, first + 30),
+        format!("INSERT INTO {{t}} VALUES ({}, 'up', 0) ON CONFLICT (id) DO UPDATE SET kind = 'upserted'", first + 40),
+        "SELECT count(*), sum(n), min(kind), max(kind) FROM {t}".to_owned(),
+    ] {
+        let on = |t: &str| sql.replace("{t}", t);
+        let expected = simple_rows(c, &on("control")).await.unwrap();
+        assert_eq!(simple_rows(c, &on("events")).await.unwrap(), expected, "{sql}");
+    }
+    let all = "SELECT * FROM {t} ORDER BY id";
+    assert_eq!(
+        binary_rows(c, &all.replace("{t}", "events"), &[])
+            .await
+            .unwrap(),
+        binary_rows(c, &all.replace("{t}", "control"), &[])
+            .await
+            .unwrap()
+    );
+}
+
 #[tokio::test]
-async fn another_database_with_same_named_tables_is_relayed_untouched() {
-    let tiered_db = create_db("db_tiered");
-    let other_db = create_db("db_other");
+async fn same_named_tables_of_two_databases_are_tiered_independently_and_a_third_is_untouched() {
+    let (a, b, c) = (create_db("dbs_a"), create_db("dbs_b"), create_db("dbs_c"));
     let dir = tempfile::tempdir().unwrap();
     let store = format!("file://{}", dir.path().display());
-
-    let tiered_direct = connect_direct(&tiered_db).await;
-    tiered_direct
-        .batch_execute(&format!(
-            "{TABLE}; INSERT INTO events SELECT g, 'tiered', g FROM generate_series(1, 2000) g"
-        ))
+    connect_direct(&a)
+        .await
+        .batch_execute(&setup(2000, "a"))
         .await
         .unwrap();
-    let other_direct = connect_direct(&other_db).await;
-    other_direct
-        .batch_execute(&format!(
-            "{TABLE}; INSERT INTO events SELECT g, 'other', -g FROM generate_series(1, 300) g"
-        ))
+    connect_direct(&b)
+        .await
+        .batch_execute(&setup(1500, "b"))
         .await
         .unwrap();
-    let url = cluster().url(&tiered_db);
+    let c_direct = connect_direct(&c).await;
+    c_direct
+        .batch_execute(
+            "CREATE TABLE events(id bigint PRIMARY KEY, kind text NOT NULL, n int);
+             INSERT INTO events SELECT g, 'c', -g FROM generate_series(1, 300) g",
+        )
+        .await
+        .unwrap();
+    let url = cluster().url(&a);
     let proxy = Proxy::start(&["--service-url", &url, "--cold-store", &store]).await;
     let host = proxy.addr.ip().to_string();
     let port = proxy.addr.port().to_string();
     let conn = ["-h", host.as_str(), "-p", port.as_str(), "-U", "postgres"];
-    for db in [&tiered_db, &other_db] {
-        let mut init = conn.to_vec();
-        init.extend(["-i", "-s", "1", "-q", db]);
-        pgbench(&init);
-    }
+    pgbench(&[&conn[..], &["-i", "-s", "1", "-q", &c]].concat());
 
-    let tiered = proxy.connect(&tiered_db).await;
-    for table in ["events", "pgbench_accounts"] {
-        admin_call(
-            &tiered,
-            &format!("SELECT coldwire.tier_table('{table}', '{{\"hot_row_limit\": 100, \"min_flush_rows\": 100, \"auto_flush\": false}}')"),
+    // Tiered in a and, through a session on b, in b: b gets a catalog of its own.
+    let on_a = proxy.connect(&a).await;
+    let on_b = proxy.connect(&b).await;
+    tier(&on_a, "events", &policy(100, false)).await;
+    tier(&on_b, "events", &policy(200, false)).await;
+    flush(&on_a, "events").await;
+    flush(&on_b, "events").await;
+    let (a_direct, b_direct) = (connect_direct(&a).await, connect_direct(&b).await);
+    assert!(count(&a_direct, "SELECT count(*) FROM events").await <= 100);
+    let b_hot = count(&b_direct, "SELECT count(*) FROM events").await;
+    assert!((101..=200).contains(&b_hot), "{b_hot} hot rows in b");
+    // Each database's catalog knows its own table only, and their objects never mix.
+    for (direct, folder) in [
+        (&a_direct, "public.events".to_owned()),
+        (&b_direct, format!("{b}/public.events")),
+    ] {
+        let rows = simple_rows(
+            direct,
+            "SELECT table_name, storage_prefix FROM coldwire.tables",
         )
         .await
         .unwrap();
-        admin_call(
-            &tiered,
-            &format!("SELECT coldwire.flush_table('{table}', wait => true)"),
-        )
-        .await
-        .unwrap();
+        assert_eq!(
+            rows,
+            vec![vec![Some("events".to_owned()), Some(folder.clone())]]
+        );
+        assert!(dir.path().join(&folder).is_dir(), "{folder}");
     }
-    let hot: i64 = tiered_direct
-        .query_one("SELECT count(*) FROM pgbench_accounts", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert!(hot <= 100, "{hot} hot accounts in the tiered database");
 
-    let other = proxy.connect(&other_db).await;
-    // Reads and writes in the other database see its own rows only, in both protocols.
+    matches_control(&on_a, 10).await;
+    matches_control(&on_b, 20).await;
     assert_eq!(
-        simple_rows(&other, "SELECT count(*), min(kind), sum(n) FROM events")
+        simple_rows(
+            &on_b,
+            "SELECT min(kind), count(*) FROM events WHERE kind <> 'updated' AND kind <> 'upserted'"
+        )
+        .await
+        .unwrap(),
+        vec![vec![Some("b".to_owned()), Some("1497".to_owned())]]
+    );
+
+    // The third database: relayed untouched, and left without a catalog.
+    let on_c = proxy.connect(&c).await;
+    assert_eq!(
+        simple_rows(&on_c, "SELECT count(*), min(kind), sum(n) FROM events")
             .await
             .unwrap(),
         vec![vec![
             Some("300".to_owned()),
-            Some("other".to_owned()),
+            Some("c".to_owned()),
             Some("-45150".to_owned())
         ]]
     );
-    let n: i64 = other
+    let n: i64 = on_c
         .query_one("SELECT count(*) FROM events WHERE id > $1", &[&100i64])
         .await
         .unwrap()
         .get(0);
     assert_eq!(n, 200);
     assert_eq!(
-        other
-            .execute("UPDATE events SET kind = 'updated' WHERE id = 5", &[])
+        on_c.execute("UPDATE events SET kind = 'updated' WHERE id = 5", &[])
             .await
             .unwrap(),
         1
     );
     assert_eq!(
-        other
-            .execute("/* c */ DELETE FROM events WHERE id = 1500", &[])
+        on_c.execute("/* c */ DELETE FROM events WHERE id = 1500", &[])
             .await
             .unwrap(),
-        0,
-        "the other database has no row 1500, hot or cold"
+        0
     );
-    other
-        .batch_execute(
-            "INSERT INTO events VALUES (1000, 'other', 0) ON CONFLICT (id) DO UPDATE SET n = 1",
-        )
-        .await
-        .unwrap();
-    // DDL that coldwire refuses on the tiered table is the other database's own business.
-    other
-        .batch_execute("ALTER TABLE events ALTER COLUMN n TYPE bigint; ALTER TABLE events RENAME COLUMN kind TO k")
-        .await
-        .unwrap();
-    // COPY … TO a server-side file is too (coldwire refuses it for tiered tables).
-    let copy_file = format!("/tmp/coldwire-db-other-{}.csv", std::process::id());
-    other
-        .batch_execute(&format!("COPY events TO '{copy_file}'"))
+    // DDL and COPY that coldwire refuses on a tiered table are this database's business.
+    on_c.batch_execute(
+        "ALTER TABLE events ALTER COLUMN n TYPE bigint; ALTER TABLE events RENAME COLUMN kind TO k",
+    )
+    .await
+    .unwrap();
+    let copy_file = format!("/tmp/coldwire-dbs-c-{}.csv", std::process::id());
+    on_c.batch_execute(&format!("COPY events TO '{copy_file}'"))
         .await
         .unwrap();
     let _ = std::fs::remove_file(&copy_file);
-    assert_eq!(
-        simple_rows(
-            &other,
-            "SELECT count(*), count(*) FILTER (WHERE k = 'updated') FROM events"
-        )
-        .await
-        .unwrap(),
-        vec![vec![Some("301".to_owned()), Some("1".to_owned())]]
-    );
-    // Admin calls there are refused, naming the database coldwire tiers.
-    let e = admin_call(&other, "SELECT coldwire.tier_table('events')")
+    let e = admin_call(&on_c, "SELECT coldwire.flush_table('events')")
         .await
         .unwrap_err();
-    assert!(format!("{e:?}").contains(&tiered_db), "{e:?}");
-
-    // pgbench's TPC-B script on the other database runs without a failure, while the
-    // tiered database's accounts are mostly cold.
-    let mut bench = conn.to_vec();
-    bench.extend([
-        "-c", "2", "-j", "2", "-T", "3", "-n", "-M", "prepared", &other_db,
-    ]);
-    let out = pgbench(&bench);
-    assert!(out.contains("number of failed transactions: 0"), "{out}");
-    let mut bench = conn.to_vec();
-    bench.extend([
-        "-c", "2", "-j", "2", "-T", "2", "-n", "-M", "simple", &other_db,
-    ]);
-    let out = pgbench(&bench);
-    assert!(out.contains("number of failed transactions: 0"), "{out}");
-    let sums = other_direct
+    assert!(format!("{e:?}").contains("no table of database"), "{e:?}");
+    assert_eq!(
+        simple_rows(&c_direct, "SELECT to_regnamespace('coldwire') IS NULL")
+            .await
+            .unwrap(),
+        vec![vec![Some("t".to_owned())]]
+    );
+    for mode in ["prepared", "simple"] {
+        let out = pgbench(
+            &[
+                &conn[..],
+                &["-c", "2", "-j", "2", "-T", "2", "-n", "-M", mode, &c],
+            ]
+            .concat(),
+        );
+        assert!(out.contains("number of failed transactions: 0"), "{out}");
+    }
+    let sums = c_direct
         .query_one(
             "SELECT (SELECT sum(abalance) FROM pgbench_accounts), (SELECT sum(bbalance) FROM pgbench_branches), \
              (SELECT sum(delta) FROM pgbench_history)",
@@ -171,18 +237,163 @@ async fn another_database_with_same_named_tables_is_relayed_untouched() {
         .unwrap();
     let (accounts, branches, history): (i64, i64, i64) = (sums.get(0), sums.get(1), sums.get(2));
     assert_eq!((accounts, branches), (history, history));
+}
 
-    // The tiered database is as it was: every row, merged from both tiers.
+#[tokio::test]
+async fn a_restarted_proxy_serves_every_tiered_database_again() {
+    let (a, b) = (create_db("dbs_restart_a"), create_db("dbs_restart_b"));
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    connect_direct(&a)
+        .await
+        .batch_execute(&setup(1000, "a"))
+        .await
+        .unwrap();
+    connect_direct(&b)
+        .await
+        .batch_execute(&setup(1000, "b"))
+        .await
+        .unwrap();
+    let url = cluster().url(&a);
+    let args = [
+        "--service-url",
+        url.as_str(),
+        "--cold-store",
+        store.as_str(),
+    ];
+    let proxy = Proxy::start(&args).await;
+    tier(&proxy.connect(&a).await, "events", &policy(100, false)).await;
+    let on_b = proxy.connect(&b).await;
+    tier(&on_b, "events", &policy(100, true)).await;
+    flush(&on_b, "events").await;
+    drop(on_b);
+    drop(proxy);
+
+    let proxy = Proxy::start(&args).await;
+    let on_b = proxy.connect(&b).await;
+    // Reads in b are merged again at once.
+    assert_eq!(count(&on_b, "SELECT count(*) FROM events").await, 1000);
+    let b_direct = connect_direct(&b).await;
+    assert!(count(&b_direct, "SELECT count(*) FROM events").await <= 100);
+    matches_control(&on_b, 30).await;
+    // b's auto flush runs again.
+    let segments = "SELECT count(*) FROM coldwire.segments WHERE status = 'active'";
+    let before = count(&b_direct, segments).await;
+    on_b.batch_execute(
+        "INSERT INTO events SELECT g, 'later', g FROM generate_series(2001, 2600) g;
+         INSERT INTO control SELECT g, 'later', g FROM generate_series(2001, 2600) g",
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count(&b_direct, segments).await == before {
+        assert!(
+            Instant::now() < deadline,
+            "b's auto flush did not run after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    matches_control(&on_b, 40).await;
     assert_eq!(
-        simple_rows(&tiered, "SELECT count(*), min(kind) FROM events")
-            .await
-            .unwrap(),
-        vec![vec![Some("2000".to_owned()), Some("tiered".to_owned())]]
+        count(&proxy.connect(&a).await, "SELECT count(*) FROM events").await,
+        1000
     );
+}
+
+#[tokio::test]
+async fn two_proxies_in_front_of_two_databases_run_each_job_once() {
+    let (a, b) = (create_db("dbs_two_a"), create_db("dbs_two_b"));
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    connect_direct(&a)
+        .await
+        .batch_execute(&setup(500, "a"))
+        .await
+        .unwrap();
+    connect_direct(&b)
+        .await
+        .batch_execute(&setup(500, "b"))
+        .await
+        .unwrap();
+    let url = cluster().url(&a);
+    let args = [
+        "--service-url",
+        url.as_str(),
+        "--cold-store",
+        store.as_str(),
+    ];
+    let first = Proxy::start(&args).await;
+    tier(&first.connect(&a).await, "events", &policy(100, true)).await;
+    tier(&first.connect(&b).await, "events", &policy(100, true)).await;
+    // The second proxy finds b by itself.
+    let second = Proxy::start(&args).await;
+    let mut next = 1000;
+    for round in 0..6 {
+        for db in [&a, &b] {
+            let proxy = if round % 2 == 0 { &first } else { &second };
+            let c = proxy.connect(db).await;
+            c.batch_execute(&format!(
+                "INSERT INTO events SELECT g, 'more', g FROM generate_series({next}, {}) g;
+                 INSERT INTO control SELECT g, 'more', g FROM generate_series({next}, {}) g",
+                next + 299,
+                next + 299
+            ))
+            .await
+            .unwrap();
+            flush(&c, "events").await;
+        }
+        next += 300;
+    }
+    for db in [&a, &b] {
+        let direct = connect_direct(db).await;
+        let jobs = simple_rows(
+            &direct,
+            "SELECT count(*), count(*) FILTER (WHERE state <> 'completed' OR attempt <> 1), \
+                    count(DISTINCT claimed_by) FROM coldwire.jobs",
+        )
+        .await
+        .unwrap();
+        let row = &jobs[0];
+        assert!(
+            row[0].as_deref().unwrap().parse::<i64>().unwrap() >= 6,
+            "{jobs:?}"
+        );
+        assert_eq!(row[1].as_deref(), Some("0"), "every job ran once: {jobs:?}");
+        matches_control(&first.connect(db).await, 7).await;
+        matches_control(&second.connect(db).await, 50).await;
+    }
+}
+
+#[tokio::test]
+async fn a_database_the_service_role_cannot_reach_gets_a_clear_error() {
+    let a = create_db("dbs_role_a");
+    let locked = create_db("dbs_role_locked");
+    let role = format!("{a}_svc");
+    psql_admin("postgres", &format!("CREATE ROLE {role} LOGIN"));
+    psql_admin("postgres", &format!("ALTER DATABASE {a} OWNER TO {role}"));
+    psql_admin(
+        "postgres",
+        &format!("REVOKE CONNECT ON DATABASE {locked} FROM PUBLIC"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let url = format!("postgres://{role}@127.0.0.1:{}/{a}", cluster().port());
+    let proxy = Proxy::start(&["--service-url", &url, "--cold-store", &store]).await;
+    let c = proxy.connect(&locked).await;
+    c.batch_execute("CREATE TABLE t(id bigint PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'x')")
+        .await
+        .unwrap();
+    let e = admin_call(&c, "SELECT coldwire.tier_table('t')")
+        .await
+        .unwrap_err();
+    let text = format!("{e:?}");
+    assert!(text.contains("08001"), "{text}");
+    assert!(text.contains(&locked) && text.contains(&role), "{text}");
+    // The session and the database are relayed as before.
     assert_eq!(
-        simple_rows(&tiered, "SELECT count(*) FROM pgbench_accounts")
+        simple_rows(&c, "UPDATE t SET v = 'y' RETURNING v")
             .await
             .unwrap(),
-        vec![vec![Some("100000".to_owned())]]
+        vec![vec![Some("y".to_owned())]]
     );
 }

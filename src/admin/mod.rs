@@ -88,4 +88,10 @@ pub enum AdminError {
     },
     #[error("coldwire's service connection to Postgres failed")]
     ServiceUnavailable,
+    #[error("coldwire cannot connect to database \"{database}\" as role \"{role}\" (the user of service_url)")]
+    DatabaseUnreachable { database: String, role: String },
+    #[error("coldwire cannot prepare its catalog in database \"{database}\": {reason}")]
+    CatalogRefused { database: String, reason: String },
+    #[error("no table of database \"{database}\" is tiered")]
+    NoTieredTables { database: String },
 }

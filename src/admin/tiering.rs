@@ -23,6 +23,10 @@ pub struct Tiering {
     store: ColdStore,
     /// The database the service connection (and so the catalog) is in.
     database: String,
+    /// The folder of the cold store its tables' folders go in (`None`: the store's root,
+    /// for the database of `service_url`; other databases get a folder of their own, so
+    /// same-named tables of two databases never share objects).
+    folder: Option<String>,
 }
 
 impl Tiering {
@@ -33,6 +37,15 @@ impl Tiering {
             service,
             store,
             database,
+            folder: None,
+        }
+    }
+
+    /// [`Tiering::new`] for a database whose tables' folders go in `folder`.
+    pub fn in_folder(service: tokio_postgres::Config, store: ColdStore, folder: String) -> Self {
+        Self {
+            folder: Some(folder),
+            ..Self::new(service, store)
         }
     }
 }
@@ -50,7 +63,9 @@ impl AdminExecutor for Tiering {
                 .await
                 .map_err(service_error)?;
             match request.function {
-                AdminFunction::TierTable => tier_table(&mut client, &request).await,
+                AdminFunction::TierTable => {
+                    tier_table(&mut client, &request, self.folder.as_deref()).await
+                }
                 AdminFunction::SetPolicy => set_policy(&mut client, &request).await,
                 AdminFunction::FlushTable => flush_table(&mut client, &request).await,
                 AdminFunction::UntierTable => {
@@ -64,7 +79,11 @@ impl AdminExecutor for Tiering {
     }
 }
 
-async fn tier_table(client: &mut Client, request: &AdminRequest) -> Result<Value, AdminError> {
+async fn tier_table(
+    client: &mut Client,
+    request: &AdminRequest,
+    folder: Option<&str>,
+) -> Result<Value, AdminError> {
     let table = table_arg(request)?;
     let changes = match request.args.get(1) {
         Some(Resolved::Json(v)) => v.clone(),
@@ -104,7 +123,10 @@ async fn tier_table(client: &mut Client, request: &AdminRequest) -> Result<Value
     ))
     .await
     .map_err(pg_error)?;
-    let prefix = format!("{}.{}", facts.schema, facts.name);
+    let prefix = match folder {
+        Some(folder) => format!("{folder}/{}.{}", facts.schema, facts.name),
+        None => format!("{}.{}", facts.schema, facts.name),
+    };
     let id: i64 = tx
         .query_one(
             "INSERT INTO coldwire.tables (relid, schema_name, table_name, pk_attnums, columns, policy, storage_prefix) \

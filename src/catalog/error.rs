@@ -39,6 +39,12 @@ pub enum CatalogError {
          act as; drop or re-own the schema, or connect service_url as {owner}"
     )]
     ForeignSchema { owner: String },
+    /// The database's tiered tables live in another cold store than this proxy's.
+    #[error(
+        "the tiered tables of database \"{database}\" are in another cold store ({store}); \
+         a proxy serves only the databases whose tables are in its own cold_store"
+    )]
+    OtherStore { database: String, store: String },
     /// A table named in an admin call does not exist.
     #[error("relation \"{0}\" does not exist")]
     UndefinedTable(String),

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use crate::catalog::{self, CatalogError};
 use crate::config::{Config, ConfigError};
 use crate::flush::store::{ColdStore, StoreError};
+use crate::session::databases::Databases;
 use crate::session::{self, SessionContext};
 use crate::wire::cancel::CancelRegistry;
 use crate::wire::tls::{self, TlsError};
@@ -50,8 +51,6 @@ pub struct Server {
     ctx: Arc<SessionContext>,
     listener: TcpListener,
     metrics: Option<(TcpListener, metrics_exporter_prometheus::PrometheusHandle)>,
-    /// The service connection settings and cold store the flush executor works with.
-    flush: Option<(tokio_postgres::Config, ColdStore)>,
 }
 
 impl Server {
@@ -85,18 +84,33 @@ impl Server {
             None => None,
         };
         crate::cold::page_cache::set_budget(config.cold_cache_mb.saturating_mul(1 << 20));
-        let reads = flush.as_ref().map(|(service, store)| {
-            Arc::new(crate::session::reads::ReadPath::new(
-                service.clone(),
-                store.clone(),
-                config.max_cold_rows,
-                config.max_rehydrate_rows,
-            ))
-        });
-        let admin: Arc<dyn crate::admin::AdminExecutor> = match &flush {
+        let databases = match &flush {
             Some((service, store)) => {
-                Arc::new(crate::admin::Tiering::new(service.clone(), store.clone()))
+                let databases = Arc::new(Databases::new(
+                    service.clone(),
+                    store.clone(),
+                    config.max_cold_rows,
+                    config.max_rehydrate_rows,
+                ));
+                if let Err(e) = databases.claim_default_store().await {
+                    tracing::warn!(error = %e, "cannot record the cold store in the catalog");
+                }
+                // Databases tiered before a restart (or through another proxy).
+                match databases.discover().await {
+                    Ok(found) if !found.is_empty() => {
+                        tracing::info!(databases = ?found, "serving tiered tables of other databases too");
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot look for other databases with tiered tables");
+                    }
+                }
+                Some(databases)
             }
+            None => None,
+        };
+        let admin: Arc<dyn crate::admin::AdminExecutor> = match &databases {
+            Some(databases) => Arc::clone(databases) as Arc<dyn crate::admin::AdminExecutor>,
             None => Arc::new(crate::admin::Disabled),
         };
         let listener = bind(&config.listen).await?;
@@ -115,13 +129,12 @@ impl Server {
             cancel_keys: Arc::new(CancelRegistry::default()),
             force_close: CancellationToken::new(),
             admin,
-            reads,
+            databases,
         });
         Ok(Self {
             ctx,
             listener,
             metrics,
-            flush,
         })
     }
 
@@ -141,14 +154,9 @@ impl Server {
             ctx,
             listener,
             metrics,
-            flush,
         } = self;
-        if let Some((service, store)) = flush {
-            tokio::spawn(crate::flush::executor::run(
-                service,
-                store,
-                shutdown.clone(),
-            ));
+        if let Some(databases) = &ctx.databases {
+            databases.start(shutdown.clone());
         }
         if let Some((metrics_listener, handle)) = metrics {
             tokio::spawn(crate::metrics::serve(

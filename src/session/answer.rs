@@ -73,7 +73,8 @@ pub async fn answer_admin(
                     user: shared.user.clone(),
                     database: shared.database.clone(),
                 };
-                let outcome = match (&request.function, &request.args[..], shared.reads) {
+                let reads = shared.reads();
+                let outcome = match (&request.function, &request.args[..], &reads) {
                     // Planned like the read it explains, by the session's read path.
                     (AdminFunction::Explain, [Resolved::Text(sql)], Some(reads)) => {
                         reads.explain(sql).await.map(Value::String).map_err(|e| {
@@ -89,7 +90,8 @@ pub async fn answer_admin(
                     (AdminFunction::Explain, _, None) => Err(AdminError::Disabled),
                     _ => shared.ctx.admin.execute(request).await,
                 };
-                if let Some(reads) = shared.reads {
+                // The call may have made this database one coldwire serves.
+                if let Some(reads) = shared.reads() {
                     // A table may have become tiered or plain: plan reads from a fresh
                     // catalog.
                     reads.invalidate();

@@ -23,6 +23,7 @@ pub struct SessionContext {
     pub force_close: CancellationToken,
     /// Carries out admin calls (`admin::Disabled` without a service connection).
     pub admin: Arc<dyn AdminExecutor>,
-    /// Merged reads of tiered tables; `None` without a service connection.
-    pub reads: Option<Arc<super::reads::ReadPath>>,
+    /// The databases whose tables coldwire tiers, each with its read path; `None`
+    /// without a service connection.
+    pub databases: Option<Arc<super::databases::Databases>>,
 }

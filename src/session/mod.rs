@@ -4,6 +4,7 @@
 pub mod admin;
 mod answer;
 mod context;
+pub mod databases;
 mod handshake;
 pub mod reads;
 mod relay;

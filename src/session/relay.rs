@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
@@ -11,7 +11,8 @@ use tokio::sync::{Mutex as AsyncMutex, Notify};
 
 use super::admin::{AdminSession, Disposition};
 use super::answer::{answer_admin, wait_until_answered};
-use super::reads::Plan;
+use super::databases::Tier;
+use super::reads::{Plan, ReadPath};
 use super::rewritten::{self, read_stop, GroupShape, QueryRead, Stop};
 use super::state::{CopyOut, OwnPrefix, Phase, Retry, RewrittenGroup, SessionState};
 use super::upstream::Io;
@@ -113,9 +114,9 @@ pub struct Shared<'a> {
     /// Who the client authenticated as, for admin calls.
     pub user: String,
     pub database: String,
-    /// The read path that plans this session's statements: the proxy's when the session
-    /// is on the database whose tables it tiers, else none (relayed untouched).
-    pub reads: Option<&'a crate::session::reads::ReadPath>,
+    /// The tier of the session's database as last looked up, with the version of the
+    /// proxy's databases it was looked up at ([`Shared::reads`]).
+    tier: Mutex<(u64, Option<Arc<Tier>>)>,
     /// Written by the upstream direction, and by the client direction when coldwire
     /// answers a message itself (only when nothing else is owed to the client).
     pub(super) client_tx: AsyncMutex<WriteHalf<Box<dyn Io>>>,
@@ -128,6 +129,21 @@ pub struct Shared<'a> {
 
 /// Retries of one statement after guard failures before the failure reaches the client.
 const MAX_READ_RETRIES: u8 = 10;
+
+impl Shared<'_> {
+    /// The read path that plans this session's statements: that of the session's
+    /// database when coldwire serves it (DESIGN §3), else none, and the session is
+    /// relayed untouched. Looked up again whenever coldwire starts serving a database.
+    pub fn reads(&self) -> Option<Arc<ReadPath>> {
+        let databases = self.ctx.databases.as_ref()?;
+        let version = databases.version();
+        let mut tier = self.tier.lock().unwrap_or_else(PoisonError::into_inner);
+        if tier.0 != version {
+            *tier = (version, databases.get(&self.database));
+        }
+        tier.1.as_ref().map(|t| Arc::clone(&t.reads))
+    }
+}
 
 /// Relays a session until either side ends it. On the way out, tells the client why (if
 /// its stream is at a message boundary) and Postgres that we are leaving.
@@ -146,12 +162,11 @@ pub async fn relay(
     let (mut client_rx, client_tx) = tokio::io::split(client);
     let (mut upstream_rx, mut upstream_tx) = tokio::io::split(upstream);
     let (retries, mut retry_rx) = tokio::sync::mpsc::unbounded_channel();
-    let reads = ctx.reads.as_deref().filter(|reads| reads.serves(&database));
     let shared = Shared {
         state,
         ctx,
         user,
-        reads,
+        tier: Mutex::new((u64::MAX, None)),
         database,
         client_tx: AsyncMutex::new(client_tx),
         ready: Notify::new(),
@@ -656,7 +671,7 @@ async fn upstream_to_client(
                     .unwrap_or_else(PoisonError::into_inner)
                     .catalog_changed,
             );
-            if let (true, Some(reads)) = (changed, shared.reads) {
+            if let (true, Some(reads)) = (changed, shared.reads()) {
                 reads.invalidate_after_ddl();
             }
         }

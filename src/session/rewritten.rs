@@ -47,13 +47,13 @@ pub enum Stop {
 /// # Errors
 /// A malformed Parse or Bind.
 pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<Stop>, WireError> {
-    let Some(reads) = shared.reads else {
+    let Some(reads) = shared.reads() else {
         return Ok(None);
     };
     Ok(match tag {
         msg::QUERY => {
             let stop = match query_text(frame) {
-                Some(sql) => may_plan(sql, reads, shared),
+                Some(sql) => may_plan(sql, &reads, shared),
                 // Not UTF-8 (another client_encoding): refused if it may name a tiered
                 // table, since coldwire cannot plan it.
                 None => reads.may_name_tiered_bytes(frame.get(5..).unwrap_or_default()),
@@ -62,7 +62,7 @@ pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<St
         }
         msg::PARSE => {
             let stop = match Parse::decode(frame) {
-                Ok(parse) => may_plan(parse.query, reads, shared),
+                Ok(parse) => may_plan(parse.query, &reads, shared),
                 Err(e) => match Parse::decode_raw(frame) {
                     Ok((_, query)) => reads.may_name_tiered_bytes(query),
                     Err(_) => return Err(e),
@@ -110,9 +110,9 @@ fn utf8_session(state: &SessionState) -> bool {
         .is_none_or(|e| e.eq_ignore_ascii_case("UTF8") || e.eq_ignore_ascii_case("SQL_ASCII"))
 }
 
-fn read_path<'a>(shared: &'a Shared<'_>) -> &'a ReadPath {
+fn read_path(shared: &Shared<'_>) -> Arc<ReadPath> {
     shared
-        .reads
+        .reads()
         .expect("read stops exist only with a read path")
 }
 

@@ -250,9 +250,6 @@ type WriteCache = HashMap<(String, usize), (u64, Option<Arc<PreparedWrite>>)>;
 
 /// The read path shared by a server's sessions.
 pub struct ReadPath {
-    /// The database whose catalog this plans against (the service connection's):
-    /// sessions on any other database are relayed untouched.
-    database: String,
     catalog: CatalogCache,
     store: ColdStore,
     max_cold_rows: usize,
@@ -270,7 +267,6 @@ impl ReadPath {
         max_rehydrate_rows: usize,
     ) -> Self {
         Self {
-            database: crate::catalog::service_database(&service),
             catalog: CatalogCache::new(service),
             store,
             max_cold_rows,
@@ -278,12 +274,6 @@ impl ReadPath {
             max_rehydrate_rows,
             writes: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Whether a session on `database` is planned by this read path (only its own
-    /// database's tables are tiered by it; DESIGN §3).
-    pub fn serves(&self, database: &str) -> bool {
-        self.database == database
     }
 
     /// The write `sql` makes to a tiered table, if any (for a Parse that declared

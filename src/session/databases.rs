@@ -1,0 +1,319 @@
+//! The databases of the server whose tables coldwire tiers (DESIGN §3): per database, its
+//! catalog, read path, admin executor and flush executor. The database of `service_url`
+//! is always served; another is served once a `tier_table` there migrates a catalog into
+//! it, and again after a restart, when coldwire finds every database that has a catalog.
+//! A session is planned by the read path of its own database only; a database without one
+//! is relayed untouched.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+
+use tokio_util::sync::CancellationToken;
+
+use super::reads::ReadPath;
+use crate::admin::executor::{AdminExecutor, AdminFuture, AdminRequest};
+use crate::admin::{AdminError, AdminFunction, Tiering};
+use crate::catalog::{self, CatalogError};
+use crate::flush::store::ColdStore;
+
+/// One database coldwire serves.
+pub struct Tier {
+    pub database: String,
+    pub reads: Arc<ReadPath>,
+    admin: Tiering,
+}
+
+/// Every database coldwire serves, found at start or opened by `tier_table`.
+pub struct Databases {
+    /// `service_url`: host, port, user and password for every database; its database is
+    /// the default one.
+    service: tokio_postgres::Config,
+    default_database: String,
+    store: ColdStore,
+    max_cold_rows: usize,
+    max_rehydrate_rows: usize,
+    tiers: RwLock<HashMap<String, Arc<Tier>>>,
+    /// Bumped whenever a database is added, so sessions look theirs up again.
+    version: AtomicU64,
+    /// Set by [`Databases::start`]: flush executors run until it fires.
+    shutdown: OnceLock<CancellationToken>,
+    /// One database opened at a time.
+    opening: tokio::sync::Mutex<()>,
+}
+
+impl Databases {
+    /// The databases reached through `service` (whose own database's catalog the caller
+    /// has migrated), with cold tier `store`.
+    pub fn new(
+        service: tokio_postgres::Config,
+        store: ColdStore,
+        max_cold_rows: usize,
+        max_rehydrate_rows: usize,
+    ) -> Self {
+        let default_database = catalog::service_database(&service);
+        let databases = Self {
+            service,
+            default_database: default_database.clone(),
+            store,
+            max_cold_rows,
+            max_rehydrate_rows,
+            tiers: RwLock::new(HashMap::new()),
+            version: AtomicU64::new(0),
+            shutdown: OnceLock::new(),
+            opening: tokio::sync::Mutex::new(()),
+        };
+        databases.insert(databases.tier(&default_database));
+        databases
+    }
+
+    /// The service connection's settings for `database`.
+    pub fn service_for(&self, database: &str) -> tokio_postgres::Config {
+        let mut config = self.service.clone();
+        config.dbname(database);
+        config
+    }
+
+    fn tier(&self, database: &str) -> Arc<Tier> {
+        let service = self.service_for(database);
+        let admin = if database == self.default_database {
+            Tiering::new(service.clone(), self.store.clone())
+        } else {
+            Tiering::in_folder(service.clone(), self.store.clone(), database.to_owned())
+        };
+        Arc::new(Tier {
+            database: database.to_owned(),
+            reads: Arc::new(ReadPath::new(
+                service,
+                self.store.clone(),
+                self.max_cold_rows,
+                self.max_rehydrate_rows,
+            )),
+            admin,
+        })
+    }
+
+    fn insert(&self, tier: Arc<Tier>) {
+        self.tiers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(tier.database.clone(), tier);
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// The tier of `database`, if coldwire serves it.
+    pub fn get(&self, database: &str) -> Option<Arc<Tier>> {
+        self.tiers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(database)
+            .cloned()
+    }
+
+    /// Changes whenever a database is added.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// The databases served now, by name.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .tiers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Starts the flush executors of the databases served now, and of every database
+    /// opened later, until `shutdown` fires.
+    pub fn start(&self, shutdown: CancellationToken) {
+        if self.shutdown.set(shutdown).is_err() {
+            return;
+        }
+        for name in self.names() {
+            self.spawn_executor(&name);
+        }
+    }
+
+    fn spawn_executor(&self, database: &str) {
+        let Some(shutdown) = self.shutdown.get() else {
+            return;
+        };
+        let span = tracing::info_span!("tier", database = %database);
+        tokio::spawn(tracing::Instrument::instrument(
+            crate::flush::executor::run(
+                self.service_for(database),
+                self.store.clone(),
+                shutdown.clone(),
+            ),
+            span,
+        ));
+    }
+
+    /// Serves `database` from now on: creates or upgrades its catalog, then its read path
+    /// and flush executor. Idempotent.
+    ///
+    /// # Errors
+    /// The database cannot be reached with the service credentials, or its catalog
+    /// cannot be created or upgraded.
+    pub async fn open(&self, database: &str) -> Result<Arc<Tier>, CatalogError> {
+        let _one = self.opening.lock().await;
+        if let Some(tier) = self.get(database) {
+            return Ok(tier);
+        }
+        let mut client = catalog::connect(&self.service_for(database)).await?;
+        let report = catalog::migrate(&mut client).await?;
+        let store = claim_store(&client, self.store.location()).await?;
+        if store != self.store.location() {
+            return Err(CatalogError::OtherStore {
+                database: database.to_owned(),
+                store,
+            });
+        }
+        tracing::info!(
+            database,
+            from_version = report.from_version,
+            to_version = report.to_version,
+            "serving tiered tables of another database"
+        );
+        let tier = self.tier(database);
+        self.insert(Arc::clone(&tier));
+        self.spawn_executor(database);
+        Ok(tier)
+    }
+
+    /// Finds the other databases of the server that have a coldwire catalog (left by
+    /// `tier_table` before a restart, or by another proxy) and serves them. Databases the
+    /// service role cannot connect to are skipped with a warning.
+    ///
+    /// # Errors
+    /// The default database cannot be listed.
+    pub async fn discover(&self) -> Result<Vec<String>, CatalogError> {
+        let client = catalog::connect(&self.service).await?;
+        let names: Vec<String> = client
+            .query(
+                "SELECT datname::text FROM pg_catalog.pg_database \
+                 WHERE datallowconn AND NOT datistemplate ORDER BY datname",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut found = Vec::new();
+        for name in names {
+            if self.get(&name).is_some() {
+                continue;
+            }
+            // Only databases whose tables live in this proxy's cold store are its own.
+            let has_catalog = async {
+                let client = catalog::connect(&self.service_for(&name)).await?;
+                let row = client
+                    .query_one(
+                        "SELECT value FROM coldwire.meta WHERE key = 'cold_store' \
+                         AND to_regclass('coldwire.tables') IS NOT NULL",
+                        &[],
+                    )
+                    .await;
+                Ok::<bool, CatalogError>(match row {
+                    Ok(row) => row.get::<_, String>(0) == self.store.location(),
+                    Err(_) => false,
+                })
+            };
+            match has_catalog.await {
+                Ok(true) => match self.open(&name).await {
+                    Ok(_) => found.push(name),
+                    Err(e) => {
+                        tracing::warn!(database = %name, error = %e, "cannot serve the tiered tables of a database")
+                    }
+                },
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(database = %name, error = %e, "database not checked for a coldwire catalog")
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Records this proxy's cold store in the default database's catalog, where no
+    /// store is recorded yet (catalogs from before it was recorded).
+    ///
+    /// # Errors
+    /// The default database cannot be reached.
+    pub async fn claim_default_store(&self) -> Result<(), CatalogError> {
+        let client = catalog::connect(&self.service).await?;
+        let store = claim_store(&client, self.store.location()).await?;
+        if store != self.store.location() {
+            tracing::warn!(database = %self.default_database, recorded = %store, cold_store = %self.store.location(),
+                "the catalog records another cold store for this database's tables");
+        }
+        Ok(())
+    }
+
+    /// The service role's name, for messages.
+    fn role(&self) -> String {
+        self.service
+            .get_user()
+            .unwrap_or("(default user)")
+            .to_owned()
+    }
+}
+
+/// The cold store recorded in the connected database's catalog (`coldwire.meta`, key
+/// `cold_store`), recording `ours` where none is.
+async fn claim_store(client: &tokio_postgres::Client, ours: &str) -> Result<String, CatalogError> {
+    client
+        .execute(
+            "INSERT INTO coldwire.meta (key, value) VALUES ('cold_store', $1) ON CONFLICT (key) DO NOTHING",
+            &[&ours],
+        )
+        .await?;
+    Ok(client
+        .query_one(
+            "SELECT value FROM coldwire.meta WHERE key = 'cold_store'",
+            &[],
+        )
+        .await?
+        .get(0))
+}
+
+impl AdminExecutor for Databases {
+    fn execute(&self, request: AdminRequest) -> AdminFuture<'_> {
+        Box::pin(async move {
+            let tier = match self.get(&request.database) {
+                Some(tier) => tier,
+                // The first table tiered in a database migrates a catalog into it.
+                None if request.function == AdminFunction::TierTable => {
+                    match self.open(&request.database).await {
+                        Ok(tier) => tier,
+                        Err(CatalogError::Connect(e)) => {
+                            tracing::warn!(database = %request.database, error = %catalog::postgres_text(&e), "cannot connect to a database to tier its table");
+                            return Err(AdminError::DatabaseUnreachable {
+                                database: request.database.clone(),
+                                role: self.role(),
+                            });
+                        }
+                        Err(e) => {
+                            return Err(AdminError::CatalogRefused {
+                                database: request.database.clone(),
+                                reason: e.to_string(),
+                            })
+                        }
+                    }
+                }
+                // Nothing is tiered in a database without a catalog.
+                None => {
+                    return Err(AdminError::NoTieredTables {
+                        database: request.database.clone(),
+                    })
+                }
+            };
+            tier.admin.execute(request).await
+        })
+    }
+}
