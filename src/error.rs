@@ -105,7 +105,7 @@ pub fn admin_error(e: &AdminError) -> ErrorFields {
         }
         AdminError::OtherDatabase { .. } => (
             SqlState::FEATURE_NOT_SUPPORTED,
-            Some("connect to the database of service_url to tier its tables; one proxy tiers one database"),
+            Some("this is a coldwire bug: admin calls go to the executor of the session's own database"),
         ),
         AdminError::NotImplemented(_) => (SqlState::FEATURE_NOT_SUPPORTED, None),
         AdminError::Postgres { code, message, detail, hint } => {
@@ -124,6 +124,10 @@ pub fn admin_error(e: &AdminError) -> ErrorFields {
         AdminError::CatalogRefused { .. } => (
             SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
             Some("the service role needs CREATE on the database to make schema coldwire there"),
+        ),
+        AdminError::TooManyDatabases { .. } => (
+            SqlState::PROGRAM_LIMIT_EXCEEDED,
+            Some("raise max_databases in coldwire's configuration, or untier the tables of a database you no longer tier"),
         ),
         AdminError::NoTieredTables { .. } => {
             (SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE, Some("tier a table first with coldwire.tier_table"))

@@ -323,10 +323,20 @@ async fn two_proxies_in_front_of_two_databases_run_each_job_once() {
         store.as_str(),
     ];
     let first = Proxy::start(&args).await;
+    let second = Proxy::start(&args).await;
+    // A session on b through the second proxy, open before b has a catalog.
+    let early = second.connect(&b).await;
     tier(&first.connect(&a).await, "events", &policy(100, true)).await;
     tier(&first.connect(&b).await, "events", &policy(100, true)).await;
-    // The second proxy finds b by itself.
-    let second = Proxy::start(&args).await;
+    flush(&first.connect(&b).await, "events").await;
+    // The second proxy serves b within a second or two, the early session included.
+    let b_direct = connect_direct(&b).await;
+    assert!(count(&b_direct, "SELECT count(*) FROM events").await <= 100);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count(&early, "SELECT count(*) FROM events").await != 500 {
+        assert!(Instant::now() < deadline, "the second proxy never served b");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut next = 1000;
     for round in 0..6 {
         for db in [&a, &b] {
@@ -396,4 +406,36 @@ async fn a_database_the_service_role_cannot_reach_gets_a_clear_error() {
             .unwrap(),
         vec![vec![Some("y".to_owned())]]
     );
+}
+
+#[tokio::test]
+async fn databases_beyond_max_databases_are_refused_with_a_hint() {
+    let (a, b) = (create_db("dbs_max_a"), create_db("dbs_max_b"));
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    connect_direct(&b)
+        .await
+        .batch_execute(&setup(10, "b"))
+        .await
+        .unwrap();
+    let url = cluster().url(&a);
+    let proxy = Proxy::start(&[
+        "--service-url",
+        &url,
+        "--cold-store",
+        &store,
+        "--max-databases",
+        "1",
+    ])
+    .await;
+    let on_b = proxy.connect(&b).await;
+    let e = admin_call(&on_b, "SELECT coldwire.tier_table('events')")
+        .await
+        .unwrap_err();
+    let text = format!("{e:?}");
+    assert!(
+        text.contains("54000") && text.contains("max_databases"),
+        "{text}"
+    );
+    assert_eq!(count(&on_b, "SELECT count(*) FROM events").await, 10);
 }

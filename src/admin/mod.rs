@@ -92,6 +92,8 @@ pub enum AdminError {
     DatabaseUnreachable { database: String, role: String },
     #[error("coldwire cannot prepare its catalog in database \"{database}\": {reason}")]
     CatalogRefused { database: String, reason: String },
+    #[error("coldwire tiers tables in at most max_databases ({max}) databases, so not in \"{database}\"")]
+    TooManyDatabases { database: String, max: usize },
     #[error("no table of database \"{database}\" is tiered")]
     NoTieredTables { database: String },
 }

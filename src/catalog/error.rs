@@ -45,6 +45,9 @@ pub enum CatalogError {
          a proxy serves only the databases whose tables are in its own cold_store"
     )]
     OtherStore { database: String, store: String },
+    /// Serving one more database would exceed `max_databases`.
+    #[error("coldwire already serves max_databases ({max}) databases, so not \"{database}\"")]
+    TooManyDatabases { database: String, max: usize },
     /// A table named in an admin call does not exist.
     #[error("relation \"{0}\" does not exist")]
     UndefinedTable(String),

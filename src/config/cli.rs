@@ -68,6 +68,9 @@ pub struct ServeArgs {
     /// Most cold rows one write may bring back into the heap [default: 100000].
     #[arg(long, env = "COLDWIRE_MAX_REHYDRATE_ROWS")]
     pub max_rehydrate_rows: Option<usize>,
+    /// Most databases coldwire tiers tables in [default: 16].
+    #[arg(long, env = "COLDWIRE_MAX_DATABASES")]
+    pub max_databases: Option<usize>,
     /// MiB of decoded cold rows kept in memory for lookups; 0 turns the cache off [default: 256].
     #[arg(long, env = "COLDWIRE_COLD_CACHE_MB")]
     pub cold_cache_mb: Option<usize>,
@@ -107,6 +110,9 @@ impl ServeArgs {
         }
         if let Some(v) = a.max_rehydrate_rows {
             c.max_rehydrate_rows = v;
+        }
+        if let Some(v) = a.max_databases {
+            c.max_databases = v;
         }
         if let Some(v) = a.max_cold_rows {
             c.max_cold_rows = v;

@@ -79,6 +79,10 @@ pub struct Config {
     /// the heap before it runs; a write whose conditions bound no fewer fails with 54000
     /// naming the table. Default 100000.
     pub max_rehydrate_rows: usize,
+    /// Most databases coldwire tiers tables in, that of `service_url` included. Each holds
+    /// up to four service connections (catalog reads, LISTEN, the flush executor and the
+    /// flush it runs); `tier_table` in one more database fails with 54000. Default 16.
+    pub max_databases: usize,
     /// MiB of decoded cold rows kept in memory (`cold::page_cache`): the pages narrow reads
     /// such as pk lookups decoded, evicted oldest first. 0 turns the cache off. Default 256.
     pub cold_cache_mb: usize,
@@ -122,6 +126,7 @@ impl Default for Config {
             worker_threads: 0,
             max_cold_rows: 100_000,
             max_rehydrate_rows: 100_000,
+            max_databases: 16,
             cold_cache_mb: 256,
         }
     }

@@ -91,8 +91,10 @@ async fn execute(
     job: &jobs::Job,
 ) {
     let started = Instant::now();
+    let database = crate::catalog::service_database(service);
     let outcome = |o: &'static str| {
-        metrics::counter!(crate::metrics::FLUSH_JOBS_TOTAL, "outcome" => o).increment(1)
+        metrics::counter!(crate::metrics::FLUSH_JOBS_TOTAL, "outcome" => o, "database" => database.clone())
+            .increment(1)
     };
     let result = match crate::catalog::connect(service).await {
         Ok(side) => run::run(client, &side, store, job).await,
@@ -101,7 +103,8 @@ async fn execute(
     match result {
         Ok(done) => {
             outcome("completed");
-            metrics::counter!(crate::metrics::FLUSH_ROWS_TOTAL).increment(done.rows.max(0) as u64);
+            metrics::counter!(crate::metrics::FLUSH_ROWS_TOTAL, "database" => database.clone())
+                .increment(done.rows.max(0) as u64);
             tracing::info!(
                 rows = done.rows,
                 segments = done.segments,

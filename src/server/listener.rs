@@ -91,6 +91,7 @@ impl Server {
                     store.clone(),
                     config.max_cold_rows,
                     config.max_rehydrate_rows,
+                    config.max_databases,
                 ));
                 if let Err(e) = databases.claim_default_store().await {
                     tracing::warn!(error = %e, "cannot record the cold store in the catalog");

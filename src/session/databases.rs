@@ -17,6 +17,13 @@ use crate::admin::{AdminError, AdminFunction, Tiering};
 use crate::catalog::{self, CatalogError};
 use crate::flush::store::ColdStore;
 
+/// How often a proxy looks for databases other proxies started serving.
+const WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Keys of `coldwire.meta` in the default database that list the other databases served
+/// (`database:NAME`, the cold store as value).
+const DATABASE_KEY: &str = "database:";
+
 /// One database coldwire serves.
 pub struct Tier {
     pub database: String,
@@ -33,6 +40,7 @@ pub struct Databases {
     store: ColdStore,
     max_cold_rows: usize,
     max_rehydrate_rows: usize,
+    max_databases: usize,
     tiers: RwLock<HashMap<String, Arc<Tier>>>,
     /// Bumped whenever a database is added, so sessions look theirs up again.
     version: AtomicU64,
@@ -50,6 +58,7 @@ impl Databases {
         store: ColdStore,
         max_cold_rows: usize,
         max_rehydrate_rows: usize,
+        max_databases: usize,
     ) -> Self {
         let default_database = catalog::service_database(&service);
         let databases = Self {
@@ -58,6 +67,7 @@ impl Databases {
             store,
             max_cold_rows,
             max_rehydrate_rows,
+            max_databases,
             tiers: RwLock::new(HashMap::new()),
             version: AtomicU64::new(0),
             shutdown: OnceLock::new(),
@@ -129,13 +139,59 @@ impl Databases {
     }
 
     /// Starts the flush executors of the databases served now, and of every database
-    /// opened later, until `shutdown` fires.
-    pub fn start(&self, shutdown: CancellationToken) {
-        if self.shutdown.set(shutdown).is_err() {
+    /// opened later, and the watch for databases other proxies open, until `shutdown`
+    /// fires.
+    pub fn start(self: &Arc<Self>, shutdown: CancellationToken) {
+        if self.shutdown.set(shutdown.clone()).is_err() {
             return;
         }
         for name in self.names() {
             self.spawn_executor(&name);
+        }
+        tokio::spawn(Arc::clone(self).watch(shutdown));
+    }
+
+    /// Every [`WATCH_INTERVAL`], serves the databases that proxies sharing this cold
+    /// store have listed in the default database's catalog since.
+    async fn watch(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut client = None;
+        let mut warned = std::collections::HashSet::new();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(WATCH_INTERVAL) => {}
+            }
+            if client
+                .as_ref()
+                .is_none_or(tokio_postgres::Client::is_closed)
+            {
+                client = catalog::connect(&self.service).await.ok();
+            }
+            let Some(c) = &client else { continue };
+            let listed = c
+                .query(
+                    "SELECT substr(key, $1) FROM coldwire.meta WHERE key LIKE $2 AND value = $3",
+                    &[
+                        &(DATABASE_KEY.len() as i32 + 1),
+                        &format!("{DATABASE_KEY}%"),
+                        &self.store.location(),
+                    ],
+                )
+                .await;
+            let Ok(rows) = listed else {
+                client = None;
+                continue;
+            };
+            for row in rows {
+                let name: String = row.get(0);
+                if self.get(&name).is_none() {
+                    if let Err(e) = self.open(&name).await {
+                        if warned.insert(name.clone()) {
+                            tracing::warn!(database = %name, error = %e, "cannot serve the tiered tables of a database");
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -165,6 +221,12 @@ impl Databases {
         if let Some(tier) = self.get(database) {
             return Ok(tier);
         }
+        if self.names().len() >= self.max_databases {
+            return Err(CatalogError::TooManyDatabases {
+                database: database.to_owned(),
+                max: self.max_databases,
+            });
+        }
         let mut client = catalog::connect(&self.service_for(database)).await?;
         let report = catalog::migrate(&mut client).await?;
         let store = claim_store(&client, self.store.location()).await?;
@@ -173,6 +235,21 @@ impl Databases {
                 database: database.to_owned(),
                 store,
             });
+        }
+        // Listed in the default database, where every proxy sharing the store looks.
+        let listed = async {
+            catalog::connect(&self.service)
+                .await?
+                .execute(
+                    "INSERT INTO coldwire.meta (key, value) VALUES ($1, $2) \
+                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    &[&format!("{DATABASE_KEY}{database}"), &self.store.location()],
+                )
+                .await?;
+            Ok::<(), CatalogError>(())
+        };
+        if let Err(e) = listed.await {
+            tracing::warn!(database, error = %e, "cannot list the database in the default database's catalog");
         }
         tracing::info!(
             database,
@@ -291,6 +368,12 @@ impl AdminExecutor for Databases {
                 None if request.function == AdminFunction::TierTable => {
                     match self.open(&request.database).await {
                         Ok(tier) => tier,
+                        Err(CatalogError::TooManyDatabases { max, .. }) => {
+                            return Err(AdminError::TooManyDatabases {
+                                database: request.database.clone(),
+                                max,
+                            })
+                        }
                         Err(CatalogError::Connect(e)) => {
                             tracing::warn!(database = %request.database, error = %catalog::postgres_text(&e), "cannot connect to a database to tier its table");
                             return Err(AdminError::DatabaseUnreachable {
