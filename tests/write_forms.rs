@@ -182,29 +182,57 @@ async fn rows(c: &tokio_postgres::Client, t: &str, keys: &[i64]) -> Vec<Vec<RawV
     .unwrap()
 }
 
-#[tokio::test]
-async fn every_write_form_is_planned_or_refused_never_missed() {
-    let db = create_db("write_forms");
+/// A test's database with [`SETUP`] and `extra` applied, a proxy in front of it with a
+/// cold store of its own, and `events` tiered and flushed down to 100 hot rows (ids
+/// 2901..=3000): the proxy, a client through it, a direct client, the database's name and
+/// the store's folder (removed when the test ends).
+struct Tiered {
+    proxy: Proxy,
+    c: tokio_postgres::Client,
+    direct: tokio_postgres::Client,
+    db: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn tiered(hint: &str, extra: &str) -> Tiered {
+    let db = create_db(hint);
     let dir = tempfile::tempdir().unwrap();
     let store = format!("file://{}", dir.path().display());
     let direct = connect_direct(&db).await;
     direct.batch_execute(SETUP).await.unwrap();
-    for t in ["events", "control"] {
-        direct
-            .batch_execute(&INSIDE.replace("{t}", t))
-            .await
-            .unwrap();
-    }
+    direct.batch_execute(extra).await.unwrap();
     let url = cluster().url(&db);
     let proxy = Proxy::start(&["--service-url", &url, "--cold-store", &store]).await;
     let c = proxy.connect(&db).await;
-    let control = proxy.connect(&db).await;
     admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
         .await
         .unwrap();
     admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
         .await
         .unwrap();
+    Tiered {
+        proxy,
+        c,
+        direct,
+        db,
+        _dir: dir,
+    }
+}
+
+#[tokio::test]
+async fn every_write_form_is_planned_or_refused_never_missed() {
+    let inside: String = ["events", "control"]
+        .iter()
+        .map(|t| INSIDE.replace("{t}", t))
+        .collect();
+    let Tiered {
+        proxy,
+        c,
+        direct,
+        db,
+        _dir,
+    } = tiered("write_forms", &inside).await;
+    let control = proxy.connect(&db).await;
     let hot: i64 = direct
         .query_one("SELECT max(id) FILTER (WHERE id < 2900) FROM events", &[])
         .await
@@ -290,20 +318,13 @@ async fn every_write_form_is_planned_or_refused_never_missed() {
 
 #[tokio::test]
 async fn direct_writes_are_refused_unless_hot_only_on_purpose() {
-    let db = create_db("write_forms_direct");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    direct.batch_execute(SETUP).await.unwrap();
-    let url = cluster().url(&db);
-    let proxy = Proxy::start(&["--service-url", &url, "--cold-store", &store]).await;
-    let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    let Tiered {
+        proxy: _proxy,
+        c,
+        direct,
+        _dir,
+        ..
+    } = tiered("write_forms_direct", "").await;
 
     // A cold row and a hot one: both refused on a direct connection, with the table
     // named and a hint, and nothing changes.
@@ -375,20 +396,9 @@ async fn direct_writes_are_refused_unless_hot_only_on_purpose() {
 
 #[tokio::test]
 async fn comments_hide_no_ddl_and_no_copy() {
-    let db = create_db("write_forms_ddl");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    direct.batch_execute(SETUP).await.unwrap();
-    let url = cluster().url(&db);
-    let proxy = Proxy::start(&["--service-url", &url, "--cold-store", &store]).await;
-    let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    let Tiered {
+        proxy, c, db, _dir, ..
+    } = tiered("write_forms_ddl", "").await;
 
     // DDL the cold tier cannot follow is refused before it runs, whatever comes first.
     for sql in [
@@ -437,20 +447,9 @@ async fn comments_hide_no_ddl_and_no_copy() {
 async fn sessions_in_other_encodings_are_planned_or_refused_never_dropped() {
     use common::raw::{frame, query, sync, RawConn};
     use std::os::unix::ffi::OsStrExt;
-    let db = create_db("write_forms_latin1");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    direct.batch_execute(SETUP).await.unwrap();
-    let url = cluster().url(&db);
-    let proxy = Proxy::start(&["--service-url", &url, "--cold-store", &store]).await;
-    let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    let Tiered {
+        proxy, c, db, _dir, ..
+    } = tiered("write_forms_latin1", "").await;
     let kind = |id: i64| {
         let c = &c;
         async move {
