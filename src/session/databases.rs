@@ -1,11 +1,12 @@
 //! The databases of the server whose tables coldwire tiers (DESIGN §3): per database, its
 //! catalog, read path, admin executor and flush executor. The database of `service_url`
 //! is always served; another is served once a `tier_table` there migrates a catalog into
-//! it, and again after a restart, when coldwire finds every database that has a catalog.
+//! it, and by every proxy sharing the cold store, which finds it in the list the default
+//! database's catalog keeps (at start and every second).
 //! A session is planned by the read path of its own database only; a database without one
 //! is relayed untouched.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
@@ -155,7 +156,7 @@ impl Databases {
     /// store have listed in the default database's catalog since.
     async fn watch(self: Arc<Self>, shutdown: CancellationToken) {
         let mut client = None;
-        let mut warned = std::collections::HashSet::new();
+        let mut warned = HashSet::new();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -168,29 +169,8 @@ impl Databases {
                 client = catalog::connect(&self.service).await.ok();
             }
             let Some(c) = &client else { continue };
-            let listed = c
-                .query(
-                    "SELECT substr(key, $1) FROM coldwire.meta WHERE key LIKE $2 AND value = $3",
-                    &[
-                        &(DATABASE_KEY.len() as i32 + 1),
-                        &format!("{DATABASE_KEY}%"),
-                        &self.store.location(),
-                    ],
-                )
-                .await;
-            let Ok(rows) = listed else {
+            if self.discover_with(c, &mut warned).await.is_err() {
                 client = None;
-                continue;
-            };
-            for row in rows {
-                let name: String = row.get(0);
-                if self.get(&name).is_none() {
-                    if let Err(e) = self.open(&name).await {
-                        if warned.insert(name.clone()) {
-                            tracing::warn!(database = %name, error = %e, "cannot serve the tiered tables of a database");
-                        }
-                    }
-                }
             }
         }
     }
@@ -263,58 +243,53 @@ impl Databases {
         Ok(tier)
     }
 
-    /// Finds the other databases of the server that have a coldwire catalog (left by
-    /// `tier_table` before a restart, or by another proxy) and serves them. Databases the
-    /// service role cannot connect to are skipped with a warning.
+    /// Serves the databases listed in the default database's catalog with this proxy's
+    /// cold store (by this proxy before a restart, or by another proxy), and returns
+    /// those it started serving. A database it cannot serve is logged once per name in
+    /// `warned`.
     ///
     /// # Errors
-    /// The default database cannot be listed.
-    pub async fn discover(&self) -> Result<Vec<String>, CatalogError> {
-        let client = catalog::connect(&self.service).await?;
-        let names: Vec<String> = client
+    /// The default database's catalog cannot be read.
+    pub async fn discover_with(
+        &self,
+        client: &tokio_postgres::Client,
+        warned: &mut HashSet<String>,
+    ) -> Result<Vec<String>, CatalogError> {
+        let rows = client
             .query(
-                "SELECT datname::text FROM pg_catalog.pg_database \
-                 WHERE datallowconn AND NOT datistemplate ORDER BY datname",
-                &[],
+                "SELECT substr(key, $1) FROM coldwire.meta WHERE key LIKE $2 AND value = $3 ORDER BY key",
+                &[
+                    &(DATABASE_KEY.len() as i32 + 1),
+                    &format!("{DATABASE_KEY}%"),
+                    &self.store.location(),
+                ],
             )
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+            .await?;
         let mut found = Vec::new();
-        for name in names {
+        for row in rows {
+            let name: String = row.get(0);
             if self.get(&name).is_some() {
                 continue;
             }
-            // Only databases whose tables live in this proxy's cold store are its own.
-            let has_catalog = async {
-                let client = catalog::connect(&self.service_for(&name)).await?;
-                let row = client
-                    .query_one(
-                        "SELECT value FROM coldwire.meta WHERE key = 'cold_store' \
-                         AND to_regclass('coldwire.tables') IS NOT NULL",
-                        &[],
-                    )
-                    .await;
-                Ok::<bool, CatalogError>(match row {
-                    Ok(row) => row.get::<_, String>(0) == self.store.location(),
-                    Err(_) => false,
-                })
-            };
-            match has_catalog.await {
-                Ok(true) => match self.open(&name).await {
-                    Ok(_) => found.push(name),
-                    Err(e) => {
-                        tracing::warn!(database = %name, error = %e, "cannot serve the tiered tables of a database")
-                    }
-                },
-                Ok(false) => {}
+            match self.open(&name).await {
+                Ok(_) => found.push(name),
                 Err(e) => {
-                    tracing::debug!(database = %name, error = %e, "database not checked for a coldwire catalog")
+                    if warned.insert(name.clone()) {
+                        tracing::warn!(database = %name, error = %e, "cannot serve the tiered tables of a database");
+                    }
                 }
             }
         }
         Ok(found)
+    }
+
+    /// [`Databases::discover_with`] on a connection of its own, at start.
+    ///
+    /// # Errors
+    /// The default database cannot be reached or its catalog read.
+    pub async fn discover(&self) -> Result<Vec<String>, CatalogError> {
+        let client = catalog::connect(&self.service).await?;
+        self.discover_with(&client, &mut HashSet::new()).await
     }
 
     /// Records this proxy's cold store in the default database's catalog, where no
