@@ -536,3 +536,27 @@ async fn sessions_in_other_encodings_are_planned_or_refused_never_dropped() {
     assert!(raw.until_ready().await.iter().any(|m| m.tag == b'D'));
     assert_eq!(kind(2998).await, vec![vec![Some("k2".to_owned())]]);
 }
+
+#[tokio::test]
+async fn sql_prepare_of_a_read_of_a_tiered_table_is_refused_clearly() {
+    let Tiered {
+        c,
+        _dir,
+        proxy: _proxy,
+        ..
+    } = tiered("write_forms_prepare_read", "").await;
+    for sql in [
+        "PREPARE r(bigint) AS SELECT count(*) FROM events WHERE id <= $1",
+        "/* c */ prepare r2 AS SELECT * FROM events",
+        "SELECT 1; PREPARE r3 AS SELECT count(*) FROM events",
+    ] {
+        let e = c.batch_execute(sql).await.unwrap_err();
+        let db = e.as_db_error().unwrap();
+        assert_eq!(db.code().code(), "0A000", "{sql}: {db:?}");
+        assert!(db.message().contains("PREPARE"), "{}", db.message());
+    }
+    // A PREPARE of a read of plain tables is Postgres's business.
+    c.batch_execute("PREPARE plain AS SELECT 1; EXECUTE plain")
+        .await
+        .unwrap();
+}

@@ -751,11 +751,14 @@ impl ReadPath {
         };
         let mut parts = Vec::with_capacity(statements.len());
         for statement in statements {
-            // A SQL-level PREPARE runs nothing: its EXECUTEs are planned (the session
-            // follows it).
+            // A SQL-level PREPARE runs nothing: of a write, its EXECUTEs are planned (the
+            // session follows it); of a read of a tiered table, `prepare` refuses it.
             if contains_ignore_ascii_case(statement, "prepare")
                 && matches!(kinds_of(statement).first(), Some(Kind::Prepare { .. }))
             {
+                if self.prepare_write(statement, 0).await?.is_none() {
+                    self.prepare(statement, 0).await?;
+                }
                 parts.push(Part::Plain(statement.to_owned()));
                 continue;
             }
@@ -980,6 +983,20 @@ fn rewrite(
             return Err(refused(
                 "a materialized view over a tiered table would hold only its hot rows when refreshed",
                 "Create a table with CREATE TABLE … AS SELECT, which coldwire fills with every row.",
+            ));
+        }
+        // A SQL-level PREPARE of a read: its EXECUTE would need the cold rows as
+        // parameters the client does not pass.
+        Some(N::PrepareStmt(_))
+            if crate::sql::tree::walk(&parsed).relations.iter().any(|r| {
+                let schema = r.schema.as_deref();
+                registry.unique(schema, &r.name).is_some()
+                    || registry.view(schema, &r.name).is_some()
+            }) =>
+        {
+            return Err(refused(
+                "SQL-level PREPARE of a read of a tiered table is not supported yet",
+                "Prepare it through the driver (the protocol's Parse), or run the query itself; PREPARE of writes is supported.",
             ));
         }
         Some(N::RefreshMatViewStmt(r)) => {
