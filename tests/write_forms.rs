@@ -511,24 +511,26 @@ async fn sessions_in_other_encodings_are_planned_or_refused_never_dropped() {
     let mut raw = RawConn::ready(proxy.addr, &db).await;
     raw.send(&query("SET client_encoding = 'LATIN1'")).await;
     raw.until_ready().await;
-    let mut parse = b"\0UPDATE events SET kind = 'caf\xe9' WHERE id = 2998\0\0\0".to_vec();
-    let mut bind = b"\0\0\0\0\0\0\0\0".to_vec();
-    let mut bytes = frame(b'P', &parse);
-    bytes.extend(frame(b'B', &bind));
-    bytes.extend(frame(b'E', b"\0\0\0\0\0"));
-    bytes.extend(sync());
-    raw.send(&bytes).await;
+    // Parse, Bind and Execute of the unnamed statement `sql` (raw bytes), then Sync.
+    let unnamed = |sql: &[u8]| {
+        let mut parse = vec![0];
+        parse.extend_from_slice(sql);
+        parse.extend_from_slice(b"\0\0\0");
+        let mut bytes = frame(b'P', &parse);
+        bytes.extend(frame(b'B', b"\0\0\0\0\0\0\0\0"));
+        bytes.extend(frame(b'E', b"\0\0\0\0\0"));
+        bytes.extend(sync());
+        bytes
+    };
+    raw.send(&unnamed(
+        b"UPDATE events SET kind = 'caf\xe9' WHERE id = 2998",
+    ))
+    .await;
     let msgs = raw.until_ready().await;
     let error = msgs.iter().find(|m| m.tag == b'E').expect("an error");
     assert_eq!(error.field(b'C').as_deref(), Some("0A000"));
     // Text that names no tiered table is relayed as it is, in both protocols.
-    parse = b"\0SELECT 'caf\xe9' AS w\0\0\0".to_vec();
-    bind = b"\0\0\0\0\0\0\0\0".to_vec();
-    let mut bytes = frame(b'P', &parse);
-    bytes.extend(frame(b'B', &bind));
-    bytes.extend(frame(b'E', b"\0\0\0\0\0"));
-    bytes.extend(sync());
-    raw.send(&bytes).await;
+    raw.send(&unnamed(b"SELECT 'caf\xe9' AS w")).await;
     let msgs = raw.until_ready().await;
     let row = msgs.iter().find(|m| m.tag == b'D').expect("a row");
     assert!(row.body.ends_with(b"caf\xe9"), "{:?}", row.body);

@@ -201,7 +201,13 @@ impl Databases {
         if let Some(tier) = self.get(database) {
             return Ok(tier);
         }
-        if self.names().len() >= self.max_databases {
+        if self
+            .tiers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+            >= self.max_databases
+        {
             return Err(CatalogError::TooManyDatabases {
                 database: database.to_owned(),
                 max: self.max_databases,

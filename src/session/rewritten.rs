@@ -326,19 +326,13 @@ async fn sql_prepared(
                 let write = read_path(shared).prepare_write(text, 0).await?;
                 let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
                 match write {
-                    Some(write) if statements.len() == 1 => {
-                        found = SqlPrepared::PrepareWrite;
-                        state.sql_prepared_write(
-                            name,
-                            write,
-                            crate::sql::classify::prepare_param_types(node),
-                        );
+                    Some(write) => {
+                        if statements.len() == 1 {
+                            found = SqlPrepared::PrepareWrite;
+                        }
+                        let types = crate::sql::classify::prepare_param_types(node);
+                        state.sql_prepared_write(name, write, types);
                     }
-                    Some(write) => state.sql_prepared_write(
-                        name,
-                        write,
-                        crate::sql::classify::prepare_param_types(node),
-                    ),
                     None => state.forget_sql_prepared(Some(&name)),
                 }
             }

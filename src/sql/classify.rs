@@ -5,6 +5,8 @@
 
 use pg_query::protobuf::{node::Node as N, TransactionStmtKind};
 
+use super::params::oid;
+
 /// The kind of one statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
@@ -231,12 +233,12 @@ pub fn prepare_param_types(node: &N) -> Vec<u32> {
                     })
                     .collect();
                 match names.as_slice() {
-                    ["pg_catalog", "int2"] | ["int2"] | ["smallint"] => 21,
-                    ["pg_catalog", "int4"] | ["int4"] | ["integer"] | ["int"] => 23,
-                    ["pg_catalog", "int8"] | ["int8"] | ["bigint"] => 20,
-                    ["text"] | ["pg_catalog", "text"] => 25,
-                    ["pg_catalog", "varchar"] | ["varchar"] => 1043,
-                    ["uuid"] | ["pg_catalog", "uuid"] => 2950,
+                    ["pg_catalog", "int2"] | ["int2"] | ["smallint"] => oid::INT2,
+                    ["pg_catalog", "int4"] | ["int4"] | ["integer"] | ["int"] => oid::INT4,
+                    ["pg_catalog", "int8"] | ["int8"] | ["bigint"] => oid::INT8,
+                    ["text"] | ["pg_catalog", "text"] => oid::TEXT,
+                    ["pg_catalog", "varchar"] | ["varchar"] => oid::VARCHAR,
+                    ["uuid"] | ["pg_catalog", "uuid"] => oid::UUID,
                     _ => UNUSABLE_TYPE,
                 }
             }

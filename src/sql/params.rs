@@ -8,7 +8,7 @@ use super::predicates::Constant;
 use crate::cold::{ScalarType, TextKind};
 
 /// Type OIDs a parameter may be declared with.
-mod oid {
+pub(crate) mod oid {
     pub const INT8: u32 = 20;
     pub const INT2: u32 = 21;
     pub const INT4: u32 = 23;

@@ -36,6 +36,9 @@ pub struct Walk {
     pub cte_names: Vec<String>,
     /// Some query block has FOR UPDATE/SHARE.
     pub locking: bool,
+    /// The statement fires UPDATE or DELETE triggers: it holds an UPDATE, DELETE or
+    /// MERGE, or an INSERT … ON CONFLICT DO UPDATE (also under EXPLAIN or PREPARE).
+    pub fires_update_or_delete: bool,
 }
 
 /// Walks the whole of `parsed`.
@@ -43,7 +46,7 @@ pub fn walk(parsed: &pg_query::ParseResult) -> Walk {
     let mut out = Walk::default();
     let tree = serde_json::to_value(&parsed.protobuf).unwrap_or(Value::Null);
     let mut written = HashSet::new();
-    write_targets(&tree, &mut written);
+    out.fires_update_or_delete = write_targets(&tree, &mut written);
     // What `nodes` finds, with its context: statement targets (typed fields, which the
     // generic walk below does not see as nodes) and most reads.
     for (node, _, context, _) in parsed.protobuf.nodes() {
@@ -65,11 +68,17 @@ pub fn walk(parsed: &pg_query::ParseResult) -> Walk {
     out
 }
 
-/// Locations of the `relation` of every INSERT, UPDATE, DELETE and MERGE in the tree.
-fn write_targets(value: &Value, out: &mut HashSet<i32>) {
+/// Locations of the `relation` of every INSERT, UPDATE, DELETE and MERGE in the tree;
+/// returns whether any of them fires UPDATE or DELETE triggers ([`Walk::fires_update_or_delete`]).
+fn write_targets(value: &Value, out: &mut HashSet<i32>) -> bool {
+    let mut fires = false;
     match value {
         Value::Object(map) => {
             for (key, inner) in map {
+                fires |= matches!(key.as_str(), "UpdateStmt" | "DeleteStmt" | "MergeStmt")
+                    || (key == "on_conflict_clause"
+                        && inner.get("action").and_then(Value::as_i64)
+                            == Some(pg_query::protobuf::OnConflictAction::OnconflictUpdate as i64));
                 if matches!(
                     key.as_str(),
                     "InsertStmt" | "UpdateStmt" | "DeleteStmt" | "MergeStmt"
@@ -83,12 +92,17 @@ fn write_targets(value: &Value, out: &mut HashSet<i32>) {
                         out.insert(location);
                     }
                 }
-                write_targets(inner, out);
+                fires |= write_targets(inner, out);
             }
         }
-        Value::Array(items) => items.iter().for_each(|v| write_targets(v, out)),
+        Value::Array(items) => {
+            for v in items {
+                fires |= write_targets(v, out);
+            }
+        }
         _ => {}
     }
+    fires
 }
 
 fn relation(rv: &pg_query::protobuf::RangeVar, read: bool) -> Relation {
@@ -265,5 +279,35 @@ mod tests {
                 written: false,
             }]
         );
+    }
+
+    #[test]
+    fn writes_that_fire_update_or_delete_triggers_are_told_apart() {
+        for (sql, fires) in [
+            ("UPDATE t SET a = 1", true),
+            ("/* x */ DELETE FROM t", true),
+            (
+                "INSERT INTO t SELECT * FROM s ON CONFLICT (id) DO UPDATE SET a = 1",
+                true,
+            ),
+            (
+                "INSERT INTO t SELECT * FROM s ON CONFLICT DO NOTHING",
+                false,
+            ),
+            ("INSERT INTO t SELECT * FROM s", false),
+            (
+                "WITH x AS (DELETE FROM t RETURNING *) INSERT INTO u SELECT * FROM x",
+                true,
+            ),
+            (
+                "MERGE INTO t USING s ON t.id = s.id WHEN NOT MATCHED THEN INSERT VALUES (s.id)",
+                true,
+            ),
+            ("EXPLAIN ANALYZE UPDATE t SET a = 1", true),
+            ("PREPARE p AS DELETE FROM t WHERE id = $1", true),
+        ] {
+            let parsed = pg_query::parse(sql, 0).unwrap();
+            assert_eq!(walk(&parsed).fires_update_or_delete, fires, "{sql}");
+        }
     }
 }

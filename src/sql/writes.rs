@@ -46,6 +46,8 @@ pub struct Write {
     /// the key to constants, MERGE's ON condition): those that pin every key column to
     /// values are claimed absent when no segment holds them.
     pub inserted: Vec<Vec<ColumnPredicate>>,
+    /// It fires the table's UPDATE or DELETE triggers ([`super::tree::Walk::fires_update_or_delete`]).
+    pub fires_update_or_delete: bool,
 }
 
 /// Why a write cannot be served.
@@ -99,6 +101,7 @@ pub fn classify(
                 table: first.1.clone(),
                 touched: Touched::All,
                 inserted: Vec::new(),
+                fires_update_or_delete: walked.fires_update_or_delete,
             }));
         }
     };
@@ -168,6 +171,7 @@ pub fn classify(
         table,
         touched,
         inserted,
+        fires_update_or_delete: walked.fires_update_or_delete,
     }))
 }
 
