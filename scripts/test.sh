@@ -66,4 +66,10 @@ if ! have_moto; then
   exit 1
 fi
 
+# The house rules before the tests: modules import only downwards, the code is formatted,
+# and clippy has nothing to say.
+bash scripts/layers.sh
+cargo fmt --check
+cargo clippy --locked --all-targets -- -D warnings
+
 cargo test --locked --all-targets "$@"

@@ -1,14 +1,67 @@
 //! The one place where coldwire's own errors become what a client sees: a SQLSTATE, a
 //! message without internal addresses or credentials, and a hint. Errors from Postgres are
-//! relayed untouched and never pass through here.
+//! relayed untouched and never pass through here. [`SessionError`], why a session ended
+//! early, is defined here too, beside its mapping.
 
 use tokio_postgres::error::SqlState;
 
 use crate::admin::AdminError;
-use crate::cold::{ColdError, ValueError};
-use crate::session::SessionError;
+use crate::values::{ColdError, ValueError};
 use crate::wire::messages::{ErrorFields, Severity};
 use crate::wire::WireError;
+
+/// Why a session ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("protocol violation by the client: {0}")]
+    Protocol(#[from] WireError),
+    #[error("protocol violation by the upstream server: {0}")]
+    UpstreamProtocol(WireError),
+    #[error("client closed the connection during startup")]
+    ClientGone,
+    #[error("client sent no startup packet within {secs} s")]
+    StartupTimeout { secs: u64 },
+    #[error("TLS handshake failed: {0}")]
+    Tls(std::io::Error),
+    #[error("client did not negotiate TLS and require_tls is set")]
+    TlsRequired,
+    #[error("cannot connect to upstream {addr}: {source}")]
+    UpstreamConnect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("connecting to upstream {addr} timed out after {ms} ms")]
+    UpstreamTimeout { addr: String, ms: u64 },
+    #[error("client connection failed: {0}")]
+    ClientIo(std::io::Error),
+    #[error("upstream connection failed: {0}")]
+    UpstreamIo(std::io::Error),
+}
+
+impl From<std::io::Error> for SessionError {
+    /// Plain I/O errors arise on the client socket (the upstream paths map theirs).
+    fn from(e: std::io::Error) -> Self {
+        SessionError::ClientIo(e)
+    }
+}
+
+impl SessionError {
+    /// The `kind` label of `coldwire_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SessionError::Protocol(_) => "client_protocol",
+            SessionError::UpstreamProtocol(_) => "upstream_protocol",
+            SessionError::ClientGone | SessionError::ClientIo(_) => "client_io",
+            SessionError::StartupTimeout { .. } => "startup_timeout",
+            SessionError::Tls(_) => "tls_handshake",
+            SessionError::TlsRequired => "tls_required",
+            SessionError::UpstreamConnect { .. } | SessionError::UpstreamTimeout { .. } => {
+                "upstream_unreachable"
+            }
+            SessionError::UpstreamIo(_) => "upstream_io",
+        }
+    }
+}
 
 /// The FATAL ErrorResponse for a session error, or `None` when the client's connection can
 /// no longer carry one (it is gone, or its TLS handshake failed).

@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 
 use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
-use coldwire::cold::ordered;
-use coldwire::cold::prune::Predicate;
 use coldwire::cold::scan::{scan, ColdTable, ScanError, ScanOutput};
-use coldwire::flush::backend::StoreOptions;
-use coldwire::flush::store::ColdStore;
+use coldwire::segment::prune::Predicate;
+use coldwire::store::backend::StoreOptions;
+use coldwire::store::ColdStore;
+use coldwire::values::ordered;
 use common::{admin_call, cluster, connect_direct, create_db, Proxy};
 use tokio_postgres::Client;
 

@@ -11,7 +11,7 @@ use arrow::array::AsArray;
 use arrow::datatypes::Float64Type;
 use arrow::record_batch::RecordBatch;
 use bytes::{Bytes, BytesMut};
-use coldwire::cold::{
+use coldwire::values::{
     encode_batch, encode_header, encode_trailer, encode_value, ColdColumn, ColdError, ColdType,
     ColumnEncoder, CopyDecoder, ValueError,
 };
@@ -308,7 +308,7 @@ fn insert_rows(table: &str) -> String {
 async fn cold_columns(
     client: &Client,
     table: &str,
-) -> Vec<Result<ColdColumn, coldwire::cold::UnsupportedType>> {
+) -> Vec<Result<ColdColumn, coldwire::values::UnsupportedType>> {
     let rows = client
         .query(
             "SELECT attname::text, atttypid::oid, atttypmod, format_type(atttypid, atttypmod) FROM pg_attribute \
@@ -559,7 +559,7 @@ async fn every_type_round_trips_byte_identically_through_arrow_and_parquet() {
         .get(0);
     let mut array = BytesMut::new();
     let all = arrow::compute::concat_batches(&read[0].schema(), &read).unwrap();
-    coldwire::cold::record::encode_record_array(&columns, row_type, &all, &mut array).unwrap();
+    coldwire::values::record::encode_record_array(&columns, row_type, &all, &mut array).unwrap();
     client
         .batch_execute("CREATE TABLE t3 (LIKE t INCLUDING ALL)")
         .await
@@ -580,7 +580,7 @@ async fn every_type_round_trips_byte_identically_through_arrow_and_parquet() {
     .concat();
     assert_eq!(t, t3, "rows bound as t[] differ");
     let mut empty = BytesMut::new();
-    coldwire::cold::record::encode_record_array(&columns, row_type, &all.slice(0, 0), &mut empty)
+    coldwire::values::record::encode_record_array(&columns, row_type, &all.slice(0, 0), &mut empty)
         .unwrap();
     let none: i64 = client
         .query_one(

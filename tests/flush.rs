@@ -170,7 +170,7 @@ async fn assert_manifest_lists_the_active_segments(direct: &Client, store: &Path
     let mut listed = BTreeSet::new();
     for shard in root["shards"].as_array().unwrap() {
         let bytes = std::fs::read(store.join(shard["key"].as_str().unwrap())).unwrap();
-        let sha = coldwire::flush::store::hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+        let sha = coldwire::store::hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes));
         assert_eq!(shard["sha256"], sha.as_str());
         assert!(
             shard["key"].as_str().unwrap().contains(&sha[..16]),

@@ -6,14 +6,14 @@
 
 mod common;
 
-use coldwire::cold::record::encode_record_array;
 use coldwire::cold::scan::{scan, ColdTable};
-use coldwire::cold::ColdColumn;
-use coldwire::flush::backend::StoreOptions;
-use coldwire::flush::store::ColdStore;
 use coldwire::sql::params::BoundParams;
 use coldwire::sql::predicates::{extract, to_prune};
 use coldwire::sql::rewrite::{rewrite, TieredTable};
+use coldwire::store::backend::StoreOptions;
+use coldwire::store::ColdStore;
+use coldwire::values::record::encode_record_array;
+use coldwire::values::ColdColumn;
 use common::{admin_call, cluster, connect_direct, create_db, Proxy, RawBinary};
 use tokio_postgres::Client;
 

@@ -5,15 +5,7 @@ use serde_json::Value;
 
 use super::call::{oid, AdminCall, ArgValue};
 use super::AdminError;
-
-/// The table an admin call names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TableRef {
-    /// Text, resolved like a `regclass` literal (search_path, quoting).
-    Name(String),
-    /// A `regclass` sent in binary: the OID.
-    Oid(u32),
-}
+pub use crate::catalog::inspect::TableRef;
 
 /// One argument, typed.
 #[derive(Debug, Clone, PartialEq)]

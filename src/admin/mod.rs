@@ -4,13 +4,12 @@
 pub mod args;
 pub mod call;
 pub mod executor;
-pub mod policy;
 pub mod tiering;
 pub mod untier;
 
+pub use crate::catalog::policy::{self, Policy};
 pub use call::{mentions_coldwire, recognize, AdminCall, AdminFunction, ArgValue};
 pub use executor::{AdminExecutor, AdminRequest, Disabled};
-pub use policy::Policy;
 pub use tiering::Tiering;
 
 /// An admin call coldwire refuses, or could not carry out.

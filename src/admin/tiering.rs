@@ -10,8 +10,8 @@ use super::{AdminError, AdminFunction, Policy};
 use crate::catalog::capture::CaptureSpec;
 use crate::catalog::inspect::{self, TableFacts};
 use crate::catalog::{self, CatalogError};
-use crate::flush::segment::SegmentColumn;
-use crate::flush::store::ColdStore;
+use crate::segment::writer::SegmentColumn;
+use crate::store::ColdStore;
 
 /// How long `tier_table` waits for the table lock its triggers need (writers and readers
 /// of the table queue behind a waiting lock, so do not wait long).

@@ -16,13 +16,14 @@ use tokio_postgres::Client;
 use super::executor::AdminRequest;
 use super::tiering::{check_may_manage, pg_error, service_error, table_arg};
 use super::AdminError;
-use crate::catalog::capture::{pk_equal, CaptureSpec};
+use crate::catalog::capture::CaptureSpec;
+use crate::catalog::locks::TABLE_LOCK_CLASS;
 use crate::catalog::{inspect, reconcile};
-use crate::cold::record::encode_record_array;
 use crate::cold::scan::{ColdTable, LiveRows, ScanError};
-use crate::cold::ColdColumn;
-use crate::flush::run::TABLE_LOCK_CLASS;
-use crate::flush::store::ColdStore;
+use crate::sql::quote::pk_equal;
+use crate::store::ColdStore;
+use crate::values::record::encode_record_array;
+use crate::values::ColdColumn;
 
 /// How long untier waits for the table's lock (transactions reading or writing the table
 /// through coldwire hold it shared until they end).

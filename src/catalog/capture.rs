@@ -13,15 +13,8 @@ pub struct CaptureSpec {
     pub pk: Vec<(String, String)>,
 }
 
-/// Op codes of mirror rows.
-pub mod op {
-    /// The key's row is in the heap.
-    pub const LIVE: i16 = 1;
-    /// The key was deleted.
-    pub const DELETED: i16 = 3;
-    /// The row was brought back from cold to the heap (DESIGN §7).
-    pub const REHYDRATED: i16 = 4;
-}
+pub use crate::segment::op;
+use crate::sql::quote::{column_list, pk_equal, quote_ident, sql_literal};
 
 /// Names of the capture triggers, one per event (transition tables allow one event each).
 pub const TRIGGERS: [&str; 4] = [
@@ -30,29 +23,6 @@ pub const TRIGGERS: [&str; 4] = [
     "coldwire_capture_delete",
     "coldwire_capture_truncate",
 ];
-
-/// `"name"`, with embedded quotes doubled: safe for any identifier.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// `p."a", p."b"` (with `prefix` = `p.`; empty for bare names): a list of columns, quoted.
-pub fn column_list<'a>(columns: impl IntoIterator<Item = &'a str>, prefix: &str) -> String {
-    columns
-        .into_iter()
-        .map(|n| format!("{prefix}{}", quote_ident(n)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// `l."a" = r."a" AND l."b" = r."b"` over the key columns `pk`: the join condition
-/// between two relations holding the same key.
-pub fn pk_equal<'a>(pk: impl IntoIterator<Item = &'a str>, left: &str, right: &str) -> String {
-    pk.into_iter()
-        .map(|n| format!("{left}.{q} = {right}.{q}", q = quote_ident(n)))
-        .collect::<Vec<_>>()
-        .join(" AND ")
-}
 
 impl CaptureSpec {
     /// `"schema"."table"`.
@@ -367,7 +337,7 @@ impl CaptureSpec {
              USING ERRCODE = '54000', HINT = 'Write the rows in smaller statements.'; \
              ELSIF flagged_n > 0 THEN \
              RAISE EXCEPTION '{prefix} % may exist in the cold tier', {name} \
-             USING ERRCODE = '55000', DETAIL = jsonb_build_object('table', {id}, 'keys', flagged)::text, \
+             USING ERRCODE = '55000', CONSTRAINT = '{may_be_cold}', DETAIL = jsonb_build_object('table', {id}, 'keys', flagged)::text, \
              HINT = 'coldwire brings such keys back and runs the statement again when it runs in autocommit through coldwire. In a transaction block, name the keys in INSERT … VALUES, or write them outside the block.'; \
              END IF; END IF;",
             object = object.join(", "),
@@ -376,6 +346,7 @@ impl CaptureSpec {
             limit = MAY_BE_COLD_LIMIT,
             over = MAY_BE_COLD_LIMIT + 1,
             prefix = MAY_BE_COLD_MESSAGE,
+            may_be_cold = super::conditions::KEYS_MAY_BE_COLD,
             id = self.id,
         )
     }
@@ -455,11 +426,6 @@ pub const MAY_BE_COLD_LIMIT: usize = 10_000;
 
 /// How the capture check's error message starts.
 pub const MAY_BE_COLD_MESSAGE: &str = "coldwire: keys written to";
-
-/// `'text'`, with embedded quotes doubled.
-pub(crate) fn sql_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
 
 #[cfg(test)]
 mod tests {

@@ -4,8 +4,16 @@
 use tokio_postgres::Client;
 
 use super::CatalogError;
-use crate::admin::args::TableRef;
-use crate::cold::ColdType;
+use crate::values::ColdType;
+
+/// A table as an admin call names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableRef {
+    /// Text, resolved like a `regclass` literal (search_path, quoting).
+    Name(String),
+    /// A `regclass` sent in binary: the OID.
+    Oid(u32),
+}
 
 /// One column of a table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,7 +292,7 @@ fn display_ident(name: &str) -> String {
     if plain {
         name.to_owned()
     } else {
-        super::capture::quote_ident(name)
+        crate::sql::quote::quote_ident(name)
     }
 }
 

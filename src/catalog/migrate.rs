@@ -6,10 +6,7 @@ use tokio_postgres::{Client, IsolationLevel, Transaction};
 
 use super::error::CatalogError;
 
-/// Key of the transaction-level advisory lock that serializes migrations within one
-/// database: the ASCII bytes of `coldwire` read as a big-endian i64. Other coldwire locks
-/// must not use the single-bigint form with this value.
-pub const MIGRATION_LOCK_KEY: i64 = i64::from_be_bytes(*b"coldwire");
+pub use super::locks::MIGRATION_LOCK_KEY;
 
 /// The role whose members may manage any tiered table (DESIGN §8).
 pub const ADMIN_ROLE: &str = "coldwire_admin";
@@ -72,7 +69,39 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/v007_write_net.sql"),
         upgrade_capture: true,
     },
+    Migration {
+        version: 8,
+        name: "conditions",
+        sql: include_str!("sql/v008_conditions.sql"),
+        upgrade_capture: true,
+    },
 ];
+
+/// The placeholders of the migrations' SQL and what they stand for: constants the Rust
+/// side uses too, written into the SQL as it runs.
+fn placeholders() -> [(&'static str, String); 2] {
+    [
+        (
+            "{{table_lock_class}}",
+            super::locks::TABLE_LOCK_CLASS.to_string(),
+        ),
+        (
+            "{{cold_tier_changed}}",
+            super::conditions::COLD_TIER_CHANGED.to_owned(),
+        ),
+    ]
+}
+
+impl Migration {
+    /// The statements with their placeholders filled in.
+    pub fn text(&self) -> String {
+        placeholders()
+            .iter()
+            .fold(self.sql.to_owned(), |sql, (mark, value)| {
+                sql.replace(mark, value)
+            })
+    }
+}
 
 /// The catalog version this binary creates.
 pub fn latest_version() -> i32 {
@@ -155,7 +184,7 @@ pub async fn migrate(client: &mut Client) -> Result<MigrationReport, CatalogErro
     let mut applied = Vec::new();
     for m in MIGRATIONS.iter().filter(|m| m.version > from_version) {
         let step = async {
-            tx.batch_execute(m.sql).await?;
+            tx.batch_execute(&m.text()).await?;
             if m.upgrade_capture {
                 upgrade_capture(&tx).await?;
             }
@@ -325,6 +354,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn every_placeholder_is_filled_and_the_lock_class_kept_its_value() {
+        for m in MIGRATIONS {
+            assert!(
+                !m.text().contains("{{"),
+                "migration {} has an unknown placeholder",
+                m.name
+            );
+        }
+        // Migrations applied before the placeholders existed hold the number itself.
+        assert_eq!(super::super::locks::TABLE_LOCK_CLASS, 1_668_743_169);
+        assert!(MIGRATIONS[3]
+            .text()
+            .contains("pg_advisory_xact_lock_shared(1668743169, id::integer)"));
     }
 
     #[test]

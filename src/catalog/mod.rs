@@ -2,9 +2,12 @@
 //! migrations, and the service connection they run on.
 
 pub mod capture;
+pub mod conditions;
 mod error;
 pub mod inspect;
+pub mod locks;
 mod migrate;
+pub mod policy;
 pub mod reconcile;
 mod service;
 
@@ -14,4 +17,5 @@ pub use migrate::{
     latest_version, migrate, AdminRole, Migration, MigrationReport, ADMIN_ROLE, MIGRATIONS,
     MIGRATION_LOCK_KEY,
 };
+pub use policy::Policy;
 pub use service::{connect, describe, service_database};

@@ -28,8 +28,8 @@ use std::time::Duration;
 use tokio_postgres::{Client, GenericClient};
 
 use super::capture::{drop_capture_objects, CaptureSpec};
-use crate::flush::segment::SegmentColumn;
-use crate::flush::store::{ColdStore, StoreError};
+use crate::segment::writer::SegmentColumn;
+use crate::store::{ColdStore, StoreError};
 
 /// The payload of the `coldwire_catalog` notification that DDL was followed: proxies read
 /// their list of tiered tables again.
@@ -133,7 +133,7 @@ pub async fn reconcile(client: &mut Client) -> Result<Reconciled, tokio_postgres
             let (type_oid, typmod): (u32, i32) = (row.get(4), row.get(5));
             let missing: Option<String> = row.get(6);
             let has_default: bool = row.get(7);
-            if let Err(e) = crate::cold::ColdType::for_column(type_oid, typmod) {
+            if let Err(e) = crate::values::ColdType::for_column(type_oid, typmod) {
                 tracing::error!(table_id = id, column = %name, error = %e, "a column added to a tiered table has a type coldwire cannot store cold: its reads and flushes fail until the column is dropped");
                 entries.clear();
                 break;

@@ -1,26 +1,5 @@
-//! Cold values: the exact conversion between Postgres values (binary format, binary COPY
-//! streams) and Arrow arrays, which the flush writes to Parquet and cold reads bind back.
-//! Sans-IO; docs/architecture.md ("Cold values") has the type mapping and exactness rules.
+//! Cold reads: the rows of a tiered table's cold tier that a statement needs, newest
+//! version first, from the segments the catalog lists (DESIGN §6.3). It takes the catalog's
+//! facts as values and reads segments through [`crate::segment`] and [`crate::store`].
 
-pub mod copy_decode;
-pub mod copy_encode;
-mod decode_value;
-pub mod encode_value;
-pub mod error;
-pub mod numeric;
-pub mod ordered;
-pub mod page_cache;
-pub mod prune;
-pub mod record;
 pub mod scan;
-pub mod segment_file;
-pub mod temporal;
-pub mod types;
-
-pub use copy_decode::CopyDecoder;
-pub use copy_encode::{encode_batch, encode_header, encode_trailer};
-pub use encode_value::{encode_value, ColumnEncoder};
-pub use error::{ColdError, ValueError};
-pub use types::{
-    arrow_schema, ColdColumn, ColdType, NumericRepr, ScalarType, TextKind, UnsupportedType,
-};

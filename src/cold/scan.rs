@@ -26,13 +26,13 @@ use parquet::file::metadata::ParquetMetaData;
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use tokio_postgres::Client;
 
-use super::ordered::{self, Cell};
-use super::page_cache;
-use super::prune::{ColumnStats, Predicate, SegmentMeta};
-use super::segment_file::{footer, SegmentFile, SegmentReadError};
-use super::{arrow_schema, ColdColumn, ColdType, CopyDecoder, ScalarType};
-use crate::flush::segment::SegmentColumn;
-use crate::flush::store::ColdStore;
+use crate::segment::file::{footer, SegmentFile, SegmentReadError};
+use crate::segment::page_cache;
+use crate::segment::prune::{ColumnStats, Predicate, SegmentMeta};
+use crate::segment::writer::SegmentColumn;
+use crate::store::ColdStore;
+use crate::values::ordered::{self, Cell};
+use crate::values::{arrow_schema, ColdColumn, ColdType, CopyDecoder, ScalarType};
 
 /// Bloom filters of pk columns kept in memory, by (segment path, row group, leaf column);
 /// segments are immutable. The cache starts over when full (a filter is ~100 KiB).
@@ -42,8 +42,6 @@ const BLOOM_CACHE_ENTRIES: usize = 2048;
 
 /// Rows per decoded batch while scanning.
 const SCAN_BATCH_ROWS: usize = 8192;
-/// Op code of a tombstone (DESIGN §3).
-const OP_DELETED: i16 = 3;
 
 /// Why a cold scan failed.
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +55,7 @@ pub enum ScanError {
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
     #[error(transparent)]
-    Cold(#[from] super::ColdError),
+    Cold(#[from] crate::values::ColdError),
     #[error("table {0} is not an active tiered table")]
     NotTiered(i64),
     #[error("the query would read more than {cap} cold rows of table {table}")]
@@ -115,7 +113,7 @@ impl ColdTable {
             return Err(ScanError::NotTiered(table_id));
         }
         let columns = SegmentColumn::from_catalog(&row.get::<_, serde_json::Value>(2))
-            .map_err(|e| ScanError::Cold(super::ColdError::Schema(e.to_string())))?;
+            .map_err(|e| ScanError::Cold(crate::values::ColdError::Schema(e.to_string())))?;
         let pk_attnums: Vec<i16> = row.get(3);
         let pk_positions: Vec<usize> = pk_attnums
             .iter()
@@ -181,11 +179,11 @@ impl ColdTable {
             .map(|c| ColdColumn::new(c.name.clone(), c.ty))
             .collect();
         columns.push(ColdColumn::new(
-            crate::flush::run::SEQ_COLUMN,
+            crate::segment::SEQ_COLUMN,
             ColdType::Scalar(ScalarType::Int8),
         ));
         columns.push(ColdColumn::new(
-            crate::flush::run::OP_COLUMN,
+            crate::segment::OP_COLUMN,
             ColdType::Scalar(ScalarType::Int2),
         ));
         Arc::new(arrow_schema(&columns))
@@ -219,21 +217,9 @@ impl ColdTable {
     }
 }
 
-/// How many table columns segment file `metadata` holds: every top-level field but seq
-/// and op (files written before a column was added hold fewer than the table has).
-pub fn file_columns(metadata: &ParquetMetaData) -> usize {
-    metadata
-        .file_metadata()
-        .schema_descr()
-        .root_schema()
-        .get_fields()
-        .len()
-        .saturating_sub(2)
-}
-
 /// How many of `table`'s columns segment file `metadata` holds.
 pub fn columns_held(metadata: &ParquetMetaData, table: &ColdTable) -> usize {
-    file_columns(metadata).min(table.columns.len())
+    crate::segment::file_columns(metadata).min(table.columns.len())
 }
 
 /// Per column of `columns`, the value rows written before it was added read: the
@@ -252,7 +238,7 @@ async fn load_missing(
         };
         let mut decoder =
             CopyDecoder::new(vec![ColdColumn::new(column.name.clone(), column.ty)], 1)?;
-        let literal = crate::catalog::capture::sql_literal(text);
+        let literal = crate::sql::quote::sql_literal(text);
         // `ty` is format_type's output, recorded by coldwire from pg_attribute.
         let stream = tx
             .copy_out(&format!(
@@ -295,8 +281,7 @@ async fn load_overrides(
         .iter()
         .map(|&p| ColdColumn::new(columns[p].name.clone(), columns[p].ty))
         .collect();
-    let pk_list =
-        crate::catalog::capture::column_list(cold_columns.iter().map(|c| c.name.as_str()), "");
+    let pk_list = crate::sql::quote::column_list(cold_columns.iter().map(|c| c.name.as_str()), "");
     cold_columns.push(ColdColumn::new("seq", ColdType::Scalar(ScalarType::Int8)));
     let mut decoder = CopyDecoder::new(cold_columns, SCAN_BATCH_ROWS)?;
     // The generation is an integer of the catalog's, not client data.
@@ -449,7 +434,8 @@ pub async fn scan(
     let mut picks: Vec<(usize, usize)> = newest
         .iter()
         .filter(|(key, (seq, op, ..))| {
-            *op != OP_DELETED && table.overrides.get(*key).is_none_or(|newer| newer <= seq)
+            *op != crate::segment::op::DELETED
+                && table.overrides.get(*key).is_none_or(|newer| newer <= seq)
         })
         .map(|(_, (_, _, batch, row))| (*batch, *row))
         .collect();
@@ -604,7 +590,7 @@ impl<'a> LiveRows<'a> {
                             .get(&key)
                             .is_none_or(|newer| *newer <= seqs.value(row))
                     });
-                    Some(newest && ops.value(row) != OP_DELETED)
+                    Some(newest && ops.value(row) != crate::segment::op::DELETED)
                 })
                 .collect();
             let live =
@@ -655,7 +641,7 @@ fn page_selection(
             };
             let keep = match bounds[i] {
                 Some((min, max)) => on_pk.iter().all(|p| {
-                    p.may_match(&super::prune::RangeStats {
+                    p.may_match(&crate::segment::prune::RangeStats {
                         rows: (end - first) as i64,
                         nulls: 0,
                         unordered: 0,

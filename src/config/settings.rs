@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::upstream::Upstream;
 use super::ConfigError;
-use crate::flush::store::StoreOptions;
+use crate::store::StoreOptions;
 
 /// Every setting of `coldwire serve`. Field docs name the default; see
 /// `config/coldwire.example.toml` for a commented file.

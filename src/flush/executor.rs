@@ -11,9 +11,9 @@ use tracing::Instrument;
 use super::jobs;
 use super::run::{self, FlushError};
 use super::select::rows_to_flush;
-use super::store::ColdStore;
-use crate::admin::Policy;
 use crate::catalog::reconcile::{self, RECONCILE_INTERVAL};
+use crate::catalog::Policy;
+use crate::store::ColdStore;
 
 /// How often an idle executor looks for work.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);

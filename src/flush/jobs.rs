@@ -4,9 +4,7 @@
 
 use tokio_postgres::{Client, Row};
 
-/// Advisory-lock class (first int4 key) held by the executor running a table's job, so
-/// two executors never work on one table at once, even after a reclaim.
-pub const FLUSH_LOCK_CLASS: i32 = 0x6377_0002;
+pub use crate::catalog::locks::FLUSH_LOCK_CLASS;
 
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio_postgres::Client;
 
-use super::store::{hex, ColdStore, StoreError};
+use crate::store::{hex, ColdStore, StoreError};
 
 /// Format name and version written in every root.
 pub const FORMAT: &str = "coldwire-manifest";

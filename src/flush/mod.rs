@@ -1,12 +1,9 @@
-//! The flush (DESIGN §5): how many rows to take, and the durable job queue that runs it.
+//! The flush (DESIGN §5): how many rows to take, the durable job queue that runs it, and
+//! the run itself (copy out, write segments, publish, prune the heap).
 
-pub mod backend;
 pub mod executor;
-pub mod failpoint;
 pub mod jobs;
 pub mod manifest;
 pub mod probe;
 pub mod run;
-pub mod segment;
 pub mod select;
-pub mod store;

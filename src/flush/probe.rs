@@ -14,7 +14,7 @@ use parquet::bloom_filter::Sbbf;
 use tokio_postgres::Client;
 
 use super::run::FlushError;
-use super::store::ColdStore;
+use crate::store::ColdStore;
 
 /// An active segment the flushed keys may collide with.
 struct Candidate {
@@ -90,7 +90,7 @@ impl ColdKeyProbe {
             self.key.clear();
             let key = &mut self.key;
             if !pk_positions.iter().all(|&p| {
-                crate::cold::ordered::push_key_component(key, batch.column(p).as_ref(), row)
+                crate::values::ordered::push_key_component(key, batch.column(p).as_ref(), row)
             }) {
                 continue;
             }
@@ -132,7 +132,7 @@ async fn load_blooms(
     path: &str,
     pk_names: &[String],
 ) -> Result<Vec<Vec<Option<Sbbf>>>, FlushError> {
-    let metadata = crate::cold::segment_file::footer(store, path).await?;
+    let metadata = crate::segment::file::footer(store, path).await?;
     let mut groups = Vec::new();
     for rg in metadata.row_groups() {
         let mut columns = Vec::new();

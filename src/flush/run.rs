@@ -3,20 +3,17 @@
 //! Parquet segments, record them pending, then finalize in one transaction.
 
 use futures_util::{pin_mut, TryStreamExt};
-use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::file::metadata::SortingColumn;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::schema::types::ColumnPath;
 use tokio_postgres::Client;
 
 use super::jobs::{self, Job};
 use super::probe::ColdKeyProbe;
-use super::segment::{SegmentColumn, SegmentFacts, SegmentWriter};
 use super::select::rows_to_flush;
-use super::store::ColdStore;
-use crate::admin::Policy;
-use crate::catalog::capture::{column_list, pk_equal, quote_ident};
-use crate::cold::{
+use crate::catalog::Policy;
+use crate::segment::writer::{SegmentColumn, SegmentFacts, SegmentWriter};
+use crate::segment::{writer_properties, OP_COLUMN, SEQ_COLUMN};
+use crate::sql::quote::{column_list, pk_equal, quote_ident};
+use crate::store::ColdStore;
+use crate::values::{
     arrow_schema, encode_batch, encode_header, encode_trailer, ColdColumn, ColdType, CopyDecoder,
     ScalarType,
 };
@@ -29,30 +26,13 @@ use futures_util::SinkExt;
 /// the flush of bench/flush peaked at 302 MiB RSS, with 16,384 at 225 MiB, and flushed
 /// no slower.
 const BATCH_ROWS: usize = 16_384;
-/// Rows per Parquet row group (at most; a segment may be smaller).
-const ROW_GROUP_ROWS: usize = 131_072;
-/// Rows per data page at most: a cold lookup reads and decodes one page of each column
-/// (the page index says which), and the page cache keeps whole pages, so pages are kept
-/// small. Each page is compressed on its own: 4,096 rows write 8% fewer bytes than 1,024,
-/// but cold lookups ran 25% slower (fewer pages fit the cache, each costs more to
-/// decode): bench/README.md, "Cold bytes and flush memory".
-const PAGE_ROWS: usize = 1024;
-/// zstd level of the pages. Decompression costs about the same at any level; on the
-/// events table of bench/flush, 9 writes 6% fewer bytes than 3, for a little more flush
-/// CPU and encoder memory.
-const ZSTD_LEVEL: i32 = 9;
-/// Largest dictionary page: every lookup in a column chunk reads and decodes its
-/// dictionary, so a column with many distinct values falls back to plain encoding early
-/// (its values then compress with zstd alone); columns with few values keep theirs.
-const DICTIONARY_PAGE_BYTES: usize = 16 * 1024;
 /// Segments per folder of the table's prefix.
 const SEGMENTS_PER_FOLDER: i64 = 100;
-/// Advisory-lock class of a tiered table: writers hold it shared, finalize exclusive (§7).
-pub const TABLE_LOCK_CLASS: i32 = 0x6377_0001;
+pub use crate::catalog::locks::TABLE_LOCK_CLASS;
 /// The first rows of a table go cold no sooner than this after it was tiered: proxies that
 /// have not yet seen the table as tiered relay its reads unchanged (hot rows only), and
 /// each re-reads its list of tiered tables at least every
-/// [`crate::session::reads::REGISTRY_TTL`].
+/// `REGISTRY_TTL` of the read path (`session::reads`), a second.
 pub const FIRST_FINALIZE_DELAY: std::time::Duration = std::time::Duration::from_secs(3);
 /// Finalize waits this long for writers to let go before giving up (the job is retried).
 const FINALIZE_LOCK_TIMEOUT: &str = "2s";
@@ -64,9 +44,6 @@ const FINALIZE_TRIES: u32 = 5;
 const PRUNE_CHUNK_ROWS: i64 = 5_000;
 /// Pause before the first finalize retry; doubles each time.
 const FINALIZE_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
-/// The cold columns coldwire adds to each segment.
-pub const SEQ_COLUMN: &str = "_cw_seq";
-pub const OP_COLUMN: &str = "_cw_op";
 
 /// Why a flush failed (the job is marked failed, or left to be reclaimed).
 #[derive(Debug, thiserror::Error)]
@@ -74,15 +51,15 @@ pub enum FlushError {
     #[error("{}", crate::catalog::postgres_text(.0))]
     Postgres(#[from] tokio_postgres::Error),
     #[error(transparent)]
-    Cold(#[from] crate::cold::ColdError),
+    Cold(#[from] crate::values::ColdError),
     #[error(transparent)]
-    SegmentRead(#[from] crate::cold::segment_file::SegmentReadError),
+    SegmentRead(#[from] crate::segment::file::SegmentReadError),
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
     #[error("parquet: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),
     #[error(transparent)]
-    Store(#[from] super::store::StoreError),
+    Store(#[from] crate::store::StoreError),
     #[error("manifest export: {0}")]
     Manifest(#[from] super::manifest::ManifestError),
     #[error("table {0} cannot be flushed: {1}")]
@@ -253,7 +230,7 @@ pub async fn run(
     ));
     let schema = std::sync::Arc::new(arrow_schema(&cold_columns));
     let mut decoder = CopyDecoder::new(cold_columns, BATCH_ROWS)?;
-    let props = writer_properties(&table, &schema)?;
+    let props = writer_properties(&table.pk, &schema)?;
     let max_rows = usize::try_from(table.policy.max_rows_per_file)
         .unwrap_or(usize::MAX)
         .max(1);
@@ -362,7 +339,7 @@ pub async fn run(
         generation + 1,
     )
     .await?;
-    super::failpoint::hit("after_manifest").await;
+    crate::failpoint::hit("after_manifest").await;
 
     finalize(client, job, &table, total, segments, overrides).await?;
     Ok(FlushOutcome {
@@ -425,60 +402,6 @@ async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
     })
 }
 
-/// zstd, page-level statistics (so a page index), bloom filters on the pk columns, rows
-/// sorted by pk and declared so, and the encoding each column falls back to when its
-/// dictionary fills ([`fallback_encoding`]).
-fn writer_properties(
-    table: &Tiered,
-    schema: &arrow::datatypes::Schema,
-) -> Result<WriterProperties, FlushError> {
-    let mut builder = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL)?))
-        .set_statistics_enabled(EnabledStatistics::Page)
-        .set_data_page_row_count_limit(PAGE_ROWS)
-        .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
-    for field in schema.fields() {
-        if let Some(encoding) = fallback_encoding(field.data_type()) {
-            builder =
-                builder.set_column_encoding(ColumnPath::from(field.name().as_str()), encoding);
-        }
-    }
-    let mut sorting = Vec::new();
-    for pk in &table.pk {
-        if let Ok(index) = schema.index_of(pk) {
-            sorting.push(SortingColumn {
-                column_idx: index as i32,
-                descending: false,
-                nulls_first: false,
-            });
-        }
-        // Sized for one row group of distinct keys.
-        builder = builder
-            .set_column_bloom_filter_enabled(ColumnPath::from(pk.as_str()), true)
-            .set_column_bloom_filter_max_ndv(ColumnPath::from(pk.as_str()), ROW_GROUP_ROWS as u64);
-    }
-    Ok(builder.set_sorting_columns(Some(sorting)).build())
-}
-
-/// The encoding a column of `data_type` uses once its dictionary is full (columns with
-/// few distinct values keep the dictionary): integers and times as deltas, which take
-/// keys, sequences and clock readings of sorted rows down to a few bits a value.
-/// Everything else stays plain (floats split into byte streams came out larger for
-/// decimal fractions such as coordinates: bench/README.md, "Cold bytes and flush memory").
-fn fallback_encoding(data_type: &arrow::datatypes::DataType) -> Option<Encoding> {
-    use arrow::datatypes::DataType;
-    match data_type {
-        DataType::Int16
-        | DataType::Int32
-        | DataType::Int64
-        | DataType::Date32
-        | DataType::Time64(_)
-        | DataType::Timestamp(_, _) => Some(Encoding::DELTA_BINARY_PACKED),
-        _ => None,
-    }
-}
-
 /// Closes a segment, publishes it create-if-absent, and records it pending with its stats.
 async fn publish(
     client: &Client,
@@ -498,9 +421,9 @@ async fn publish(
         &segment_id.simple().to_string()[..8]
     );
     let published = store.publish(&key, bytes).await?;
-    super::failpoint::hit("after_publish").await;
+    crate::failpoint::hit("after_publish").await;
     record_pending(client, job, table, segment_id, &key, &published, &facts).await?;
-    super::failpoint::hit("after_pending_insert").await;
+    crate::failpoint::hit("after_pending_insert").await;
     Ok(())
 }
 
@@ -512,7 +435,7 @@ async fn record_pending(
     table: &Tiered,
     segment_id: uuid::Uuid,
     key: &str,
-    published: &super::store::Published,
+    published: &crate::store::Published,
     facts: &SegmentFacts,
 ) -> Result<(), FlushError> {
     client.batch_execute("BEGIN").await?;
@@ -626,7 +549,7 @@ async fn finalize(
     segments: i32,
     overrides: bool,
 ) -> Result<(), FlushError> {
-    super::failpoint::hit("before_finalize").await;
+    crate::failpoint::hit("before_finalize").await;
     let wait_ms: f64 = client
         .query_one(
             "SELECT greatest(0, extract(epoch FROM t.tiered_at + make_interval(secs => $2) - clock_timestamp()) * 1000)::float8 \
@@ -660,7 +583,7 @@ async fn finalize(
             done => break done?,
         }
     }
-    super::failpoint::hit("after_activation").await;
+    crate::failpoint::hit("after_activation").await;
     prune_flushed(client, job, table, rows, segments).await
 }
 
@@ -695,7 +618,7 @@ async fn prune_flushed(
             }
         }
         from = to;
-        super::failpoint::hit("after_prune_chunk").await;
+        crate::failpoint::hit("after_prune_chunk").await;
         if !jobs::heartbeat(client, job, rows).await? {
             return Err(FlushError::Fenced(job.id, job.attempt));
         }
@@ -833,8 +756,8 @@ async fn pairs_from_segments(
         ))
         .await?;
     for path in paths {
-        let metadata = crate::cold::segment_file::footer(store, path).await?;
-        let held = crate::cold::scan::file_columns(&metadata);
+        let metadata = crate::segment::file::footer(store, path).await?;
+        let held = crate::segment::file_columns(&metadata);
         // Columns come out in file order: the pk columns by position, then seq.
         let mut roots: Vec<usize> = table
             .pk
@@ -861,11 +784,8 @@ async fn pairs_from_segments(
             }),
             "",
         );
-        let file = crate::cold::segment_file::SegmentFile::new(
-            store.clone(),
-            path.clone(),
-            metadata.clone(),
-        );
+        let file =
+            crate::segment::file::SegmentFile::new(store.clone(), path.clone(), metadata.clone());
         let reader = ArrowReaderMetadata::try_new(metadata.clone(), ArrowReaderOptions::new())?;
         let mask = ProjectionMask::roots(metadata.file_metadata().schema_descr(), roots);
         let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader)
@@ -1008,7 +928,7 @@ async fn finalize_once(
     ))
     .await?;
     tx.batch_execute("DELETE FROM coldwire.maintenance WHERE xid = pg_current_xact_id(); NOTIFY coldwire_catalog;").await?;
-    super::failpoint::hit("before_finalize_commit").await;
+    crate::failpoint::hit("before_finalize_commit").await;
     tx.commit().await?;
     Ok(())
 }

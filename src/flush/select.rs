@@ -1,7 +1,7 @@
 //! How many mirror rows a flush takes (DESIGN §5): the excess over `hot_row_limit`, in whole
 //! `min_flush_rows` chunks, a remainder of at least half a chunk counting as one more.
 
-use crate::admin::Policy;
+use crate::catalog::Policy;
 
 /// How many of the `pending` mirror rows (oldest first) to flush now; 0 when none is due.
 pub fn rows_to_flush(pending: i64, policy: &Policy, drain: bool) -> i64 {

@@ -11,9 +11,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::catalog::{self, CatalogError};
 use crate::config::{Config, ConfigError};
-use crate::flush::store::{ColdStore, StoreError};
 use crate::session::databases::Databases;
 use crate::session::{self, SessionContext};
+use crate::store::{ColdStore, StoreError};
 use crate::wire::cancel::CancelRegistry;
 use crate::wire::tls::{self, TlsError};
 
@@ -83,7 +83,7 @@ impl Server {
             }
             None => None,
         };
-        crate::cold::page_cache::set_budget(config.cold_cache_mb.saturating_mul(1 << 20));
+        crate::segment::page_cache::set_budget(config.cold_cache_mb.saturating_mul(1 << 20));
         let databases = match &flush {
             Some((service, store)) => {
                 let databases = Arc::new(Databases::new(

@@ -16,7 +16,7 @@ use super::reads::ReadPath;
 use crate::admin::executor::{AdminExecutor, AdminFuture, AdminRequest};
 use crate::admin::{AdminError, AdminFunction, Tiering};
 use crate::catalog::{self, CatalogError};
-use crate::flush::store::ColdStore;
+use crate::store::ColdStore;
 
 /// How often a proxy looks for databases other proxies started serving.
 const WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);

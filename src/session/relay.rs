@@ -17,6 +17,7 @@ use super::rewritten::{self, read_stop, GroupShape, QueryRead, Stop};
 use super::state::{CopyOut, OwnPrefix, Phase, Retry, RewrittenGroup, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
+use crate::catalog::conditions;
 use crate::metrics::BYTES_RELAYED_TOTAL;
 use crate::wire::cancel::CancelRegistration;
 use crate::wire::extended as ext;
@@ -799,9 +800,9 @@ fn held_back(
         msg::ERROR_RESPONSE
             if group.retry.is_some() && retry_possible && !streamed.load(Ordering::Relaxed) =>
         {
-            match retry_cause(frame) {
-                Some(RetryCause::Guard) => {}
-                Some(RetryCause::MayBeCold(table, keys)) => {
+            match conditions::retry(frame) {
+                Some(conditions::Retry::ColdTierChanged) => {}
+                Some(conditions::Retry::KeysMayBeCold { table, keys }) => {
                     state
                         .write_candidates
                         .entry(table)
@@ -948,33 +949,6 @@ fn copy_out(
         (msg::DATA_ROW | msg::COMMAND_COMPLETE, None) => Ok(Some(out)),
         _ => Ok(None),
     }
-}
-
-/// Why coldwire may run a statement again unseen.
-enum RetryCause {
-    /// `coldwire.guard` or `coldwire.rehydrate` reported that the cold tier changed.
-    Guard,
-    /// The capture check refused keys of this table that may be cold (DESIGN §7).
-    MayBeCold(i64, Vec<serde_json::Value>),
-}
-
-/// What an ErrorResponse says about retrying, if it is one of coldwire's own.
-fn retry_cause(frame: &[u8]) -> Option<RetryCause> {
-    let e = msg::ErrorFields::decode(frame).ok()?;
-    if e.code == "40001" && e.message.starts_with("coldwire: the cold tier") {
-        return Some(RetryCause::Guard);
-    }
-    if e.code != "55000"
-        || !e
-            .message
-            .starts_with(crate::catalog::capture::MAY_BE_COLD_MESSAGE)
-    {
-        return None;
-    }
-    let detail: serde_json::Value = serde_json::from_str(e.detail.as_deref()?).ok()?;
-    let table = detail.get("table")?.as_i64()?;
-    let keys = detail.get("keys")?.as_array()?.clone();
-    Some(RetryCause::MayBeCold(table, keys))
 }
 
 async fn read_more<R: AsyncRead + Unpin>(

@@ -10,7 +10,7 @@ use bytes::{BufMut, BytesMut};
 use pg_query::protobuf::node::Node as N;
 use pg_query::protobuf::{CopyStmt, Node};
 
-use crate::catalog::capture::quote_ident;
+use crate::sql::quote::quote_ident;
 
 /// The binary COPY signature (11 bytes), then flags and header extension length.
 const BINARY_SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
@@ -121,7 +121,7 @@ impl CopyTo {
                 let list = if columns.is_empty() {
                     "*".to_owned()
                 } else {
-                    crate::catalog::capture::column_list(columns.iter().map(String::as_str), "")
+                    crate::sql::quote::column_list(columns.iter().map(String::as_str), "")
                 };
                 let table = match schema {
                     Some(s) => format!("{}.{}", quote_ident(s), quote_ident(name)),

@@ -190,7 +190,7 @@ fn added_column(def: &pg_query::protobuf::ColumnDef) -> Result<String, &'static 
         .names
         .iter()
         .filter_map(|n| match n.node.as_ref() {
-            Some(NodeEnum::String(s)) => Some(crate::catalog::capture::quote_ident(&s.sval)),
+            Some(NodeEnum::String(s)) => Some(crate::sql::quote::quote_ident(&s.sval)),
             _ => None,
         })
         .collect();

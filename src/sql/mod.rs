@@ -7,6 +7,7 @@ pub mod copy_to;
 pub mod ddl;
 pub mod params;
 pub mod predicates;
+pub mod quote;
 pub mod rewrite;
 pub mod tree;
 pub mod writes;

@@ -5,7 +5,7 @@
 //! prunes less (invariant 7).
 
 use super::predicates::Constant;
-use crate::cold::{ScalarType, TextKind};
+use crate::values::{ScalarType, TextKind};
 
 /// Type OIDs a parameter may be declared with.
 pub(crate) mod oid {

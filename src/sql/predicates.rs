@@ -20,10 +20,10 @@ use pg_query::protobuf::{
 use pg_query::NodeRef;
 
 use super::params::BoundParams;
-use crate::cold::ordered;
-use crate::cold::prune::Predicate;
-use crate::cold::{ColdType, ScalarType, TextKind};
-use crate::flush::segment::SegmentColumn;
+use crate::segment::prune::Predicate;
+use crate::segment::writer::SegmentColumn;
+use crate::values::ordered;
+use crate::values::{ColdType, ScalarType, TextKind};
 
 /// A constant as written in the statement.
 #[derive(Debug, Clone, PartialEq, Eq)]

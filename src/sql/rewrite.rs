@@ -20,7 +20,7 @@
 
 use pg_query::protobuf::Token;
 
-use crate::catalog::capture::{column_list, pk_equal, quote_ident};
+use crate::sql::quote::{column_list, pk_equal, quote_ident};
 
 /// A tiered table as the rewrite needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]

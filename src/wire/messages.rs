@@ -263,6 +263,23 @@ pub fn sasl_without_channel_binding(frame: &[u8]) -> Option<BytesMut> {
 }
 
 /// The body of a whole frame whose tag is `tag`.
+/// One field of an ErrorResponse frame (`tag`: `b'C'` code, `b'n'` constraint name, …), or
+/// `None` when the frame is no well-formed ErrorResponse or lacks the field.
+pub fn error_field(frame: &[u8], tag: u8) -> Option<&str> {
+    let mut rest = body(frame, ERROR_RESPONSE)?;
+    loop {
+        let (&t, after) = rest.split_first()?;
+        if t == 0 {
+            return None;
+        }
+        let (value, after) = split_cstr(after)?;
+        if t == tag {
+            return Some(value);
+        }
+        rest = after;
+    }
+}
+
 fn body(frame: &[u8], tag: u8) -> Option<&[u8]> {
     let (&t, rest) = frame.split_first()?;
     let (len, body) = rest.split_first_chunk::<4>()?;

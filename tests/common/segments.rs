@@ -42,7 +42,7 @@ pub fn texts(bytes: &Bytes, name: &str) -> Vec<Option<String>> {
 
 /// Lower-case hex sha256 of `bytes`, as `coldwire.segments.sha256` records it.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    coldwire::flush::store::hex(&<sha2::Sha256 as sha2::Digest>::digest(bytes))
+    coldwire::store::hex(&<sha2::Sha256 as sha2::Digest>::digest(bytes))
 }
 
 fn column<T: Clone + 'static>(batch: &RecordBatch, name: &str) -> T {

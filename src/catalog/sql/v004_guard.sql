@@ -49,12 +49,12 @@ GRANT EXECUTE ON FUNCTION coldwire.guard(bigint, jsonb, text) TO PUBLIC;
 -- finalized since the snapshot). Under READ COMMITTED every statement takes a new
 -- snapshot, so the tables' locks are taken shared first (finalize takes them exclusively):
 -- no flush of these tables finalizes until the transaction ends, and every later statement
--- of it sees the generation returned here. The class is flush::run::TABLE_LOCK_CLASS.
+-- of it sees the generation returned here. The class is catalog::locks::TABLE_LOCK_CLASS.
 CREATE OR REPLACE FUNCTION coldwire.read_lock(table_ids bigint[])
 RETURNS TABLE (table_id bigint, generation bigint) LANGUAGE plpgsql VOLATILE AS $coldwire$
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(1668743169, id::integer)
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared({{table_lock_class}}, id::integer)
         FROM pg_catalog.unnest(table_ids) AS id ORDER BY id;
     END IF;
     RETURN QUERY SELECT t.id, t.generation FROM coldwire.tables t WHERE t.id = ANY (table_ids);

@@ -42,7 +42,7 @@ BEGIN
         RAISE EXCEPTION 'permission denied to bring cold rows of % back into the heap', t.relid::pg_catalog.regclass
             USING ERRCODE = '42501', HINT = 'Writing rows of a tiered table that are cold needs INSERT privilege on it.';
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1668743169, table_id::integer);
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared({{table_lock_class}}, table_id::integer);
     SELECT x.generation INTO found_generation FROM coldwire.tables x WHERE x.id = table_id;
     IF found_generation IS DISTINCT FROM planned THEN
         RAISE EXCEPTION 'coldwire: the cold tier of % changed as the statement started', t.relid::pg_catalog.regclass

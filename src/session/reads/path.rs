@@ -16,10 +16,7 @@ use bytes::{BufMut, BytesMut};
 
 use super::catalog::{CatalogCache, Registry};
 use crate::catalog::postgres_text;
-use crate::cold::record::encode_record_array;
 use crate::cold::scan::{scan, ColdTable, ScanError};
-use crate::cold::ColdColumn;
-use crate::flush::store::ColdStore;
 use crate::session::state::OwnPrefix;
 use crate::sql::classify::{
     contains_ignore_ascii_case, executed, kinds_of, prepared_body, ExecuteArg, Kind,
@@ -29,6 +26,9 @@ use crate::sql::params::BoundParams;
 use crate::sql::predicates::{candidate_scan, extract, pinned_keys, to_prune, ColumnPredicate};
 use crate::sql::rewrite::{expand_views, rewrite_parsed};
 use crate::sql::writes::{classify, Touched};
+use crate::store::ColdStore;
+use crate::values::record::encode_record_array;
+use crate::values::ColdColumn;
 use pg_query::protobuf::{node::Node as N, ObjectType};
 
 /// Views over views expanded at most this deep.
@@ -343,8 +343,8 @@ impl ReadPath {
                     .ok_or(PlanError::Catalog("table vanished".into()))?;
                 let qualified = format!(
                     "{}.{}",
-                    crate::catalog::capture::quote_ident(&w.table.schema),
-                    crate::catalog::capture::quote_ident(&w.table.name)
+                    crate::sql::quote::quote_ident(&w.table.schema),
+                    crate::sql::quote::quote_ident(&w.table.name)
                 );
                 Some(Arc::new(PreparedWrite {
                     statement: sql.to_owned(),
@@ -591,7 +591,7 @@ impl ReadPath {
                 for ty in types {
                     // A type that does not exist is Postgres's to refuse.
                     if let Some(oid) = self.catalog.type_oid(&ty).await? {
-                        if let Err(e) = crate::cold::ColdType::for_column(oid, -1) {
+                        if let Err(e) = crate::values::ColdType::for_column(oid, -1) {
                             return Err(PlanError::Refused(error(
                                 "0A000",
                                 format!("coldwire cannot add this column to a tiered table: {}", e.with_type_name(ty)),
@@ -1086,7 +1086,7 @@ fn jsonb(value: &serde_json::Value) -> BytesMut {
 /// The `after_read_plan` failpoint (tests widen the window between planning a read and
 /// running it, so that flushes finalize in between and the guard fires).
 pub async fn after_plan() {
-    crate::flush::failpoint::hit("after_read_plan").await;
+    crate::failpoint::hit("after_read_plan").await;
 }
 
 /// Why a read could not be planned.

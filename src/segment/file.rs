@@ -14,7 +14,7 @@ use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
-use crate::flush::store::{ColdStore, StoreError};
+use crate::store::{ColdStore, StoreError};
 
 /// Parquet's footer tail: metadata length (4 bytes LE) and the magic `PAR1`.
 const FOOTER_TAIL: u64 = 8;

@@ -13,7 +13,7 @@ use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreScheme, RetryConfig};
 
-use super::store::StoreError;
+use super::StoreError;
 
 /// Retries of one failing request before its error surfaces (within `retry_timeout`).
 const MAX_RETRIES: usize = 10;

@@ -1,4 +1,4 @@
-//! The cold store: where segments go (object_store by URL, see [`super::backend`]), with
+//! The cold store: where segments go (object_store by URL, see [`backend`]), with
 //! create-if-absent publishing verified by size and sha256.
 
 use std::sync::Arc;
@@ -9,7 +9,9 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use sha2::{Digest, Sha256};
 
-pub use super::backend::StoreOptions;
+pub mod backend;
+
+pub use backend::StoreOptions;
 
 /// Why the cold store could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +82,7 @@ impl ColdStore {
     /// A malformed URL, an unsupported scheme, settings that do not fit the scheme, a
     /// provider builder that lacks what it needs, a directory that cannot be created.
     pub fn open(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
-        let (store, location) = super::backend::build(url, options, None)?;
+        let (store, location) = backend::build(url, options, None)?;
         Ok(Self { store, location })
     }
 
@@ -97,7 +99,7 @@ impl ColdStore {
         timeout: Duration,
     ) -> Result<Self, StoreError> {
         let opened = Self::open(url, options)?;
-        let (probe, location) = super::backend::build(url, options, Some(0))?;
+        let (probe, location) = backend::build(url, options, Some(0))?;
         match tokio::time::timeout(timeout, probe.list_with_delimiter(None)).await {
             Ok(Ok(_)) => Ok(opened),
             Ok(Err(source)) => Err(StoreError::Unreachable {
@@ -397,7 +399,7 @@ mod tests {
     #[tokio::test]
     async fn keys_are_rooted_under_the_url_prefix() {
         let inner: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-        let store = ColdStore::from_store(super::super::backend::rooted(
+        let store = ColdStore::from_store(super::backend::rooted(
             inner.clone(),
             &Path::from("some/prefix"),
         ));

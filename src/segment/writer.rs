@@ -6,7 +6,7 @@
 //! conservative ones); null, NaN and numeric-special counts from the Arrow arrays as they
 //! are written, attributed to row groups by row offset (the writer cuts row groups every
 //! `row_group_rows` rows) and checked against the footer's row-group row counts. Values
-//! are in the order-preserving encoding of [`crate::cold::ordered`].
+//! are in the order-preserving encoding of [`crate::values::ordered`].
 
 use std::sync::Arc;
 
@@ -18,10 +18,10 @@ use parquet::file::metadata::ParquetMetaData;
 use parquet::file::properties::WriterProperties;
 use parquet::file::statistics::Statistics;
 
-use crate::cold::ordered;
-pub use crate::cold::prune::ColumnStats;
-use crate::cold::types::NUMERIC_VALUE;
-use crate::cold::{ColdType, NumericRepr, ScalarType};
+pub use crate::segment::prune::ColumnStats;
+use crate::values::ordered;
+use crate::values::types::NUMERIC_VALUE;
+use crate::values::{ColdType, NumericRepr, ScalarType};
 
 /// A table column as the segment writer sees it.
 #[derive(Debug, Clone)]
@@ -53,7 +53,7 @@ impl SegmentColumn {
     /// knew more types, or edited by hand).
     pub fn from_catalog(
         columns: &serde_json::Value,
-    ) -> Result<Vec<Self>, crate::cold::UnsupportedType> {
+    ) -> Result<Vec<Self>, crate::values::UnsupportedType> {
         let mut out = Vec::new();
         for c in columns.as_array().into_iter().flatten() {
             let ty = ColdType::for_column(

@@ -1,6 +1,6 @@
 //! Cold pruning (DESIGN §6.3), sans-IO: which segments and row groups may hold rows that
 //! satisfy a conjunction of simple predicates, judged by the stats the flush recorded
-//! (`coldwire.segment_stats`, in the order-preserving encoding of [`super::ordered`]).
+//! (`coldwire.segment_stats`, in the order-preserving encoding of [`crate::values::ordered`]).
 //!
 //! Pruning only ever over-selects (invariant 7): a predicate coldwire cannot judge keeps
 //! everything, and Postgres re-applies the whole query to the rows that come back. The
@@ -181,8 +181,8 @@ impl SegmentMeta {
 
 #[cfg(test)]
 mod tests {
-    use super::super::ordered::int;
     use super::*;
+    use crate::values::ordered::int;
 
     fn stats<'a>(min: &'a [u8], max: &'a [u8]) -> RangeStats<'a> {
         RangeStats {

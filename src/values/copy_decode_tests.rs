@@ -5,9 +5,9 @@ use arrow::datatypes::Int32Type;
 use bytes::BytesMut;
 
 use super::*;
-use crate::cold::copy_encode::{encode_batch, encode_header, encode_trailer};
-use crate::cold::error::ValueError;
-use crate::cold::types::{ColdType, NumericRepr, ScalarType, TextKind};
+use crate::values::copy_encode::{encode_batch, encode_header, encode_trailer};
+use crate::values::error::ValueError;
+use crate::values::types::{ColdType, NumericRepr, ScalarType, TextKind};
 
 fn columns() -> Vec<ColdColumn> {
     vec![

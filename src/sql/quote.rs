@@ -1,0 +1,46 @@
+//! Quoting for the SQL coldwire builds: identifiers always quoted, literals with their
+//! quotes doubled. Built from catalog identifiers and values only, never spliced raw.
+
+/// `"name"`, with embedded quotes doubled: safe for any identifier.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `p."a", p."b"` (with `prefix` = `p.`; empty for bare names): a list of columns, quoted.
+pub fn column_list<'a>(columns: impl IntoIterator<Item = &'a str>, prefix: &str) -> String {
+    columns
+        .into_iter()
+        .map(|n| format!("{prefix}{}", quote_ident(n)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `l."a" = r."a" AND l."b" = r."b"` over the key columns `pk`: the join condition
+/// between two relations holding the same key.
+pub fn pk_equal<'a>(pk: impl IntoIterator<Item = &'a str>, left: &str, right: &str) -> String {
+    pk.into_iter()
+        .map(|n| format!("{left}.{q} = {right}.{q}", q = quote_ident(n)))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+/// `'text'`, with embedded quotes doubled.
+pub fn sql_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_are_doubled() {
+        assert_eq!(quote_ident(r#"Odd "name""#), r#""Odd ""name""""#);
+        assert_eq!(sql_literal("it's"), "'it''s'");
+        assert_eq!(column_list(["a", "b"], "p."), r#"p."a", p."b""#);
+        assert_eq!(
+            pk_equal(["a", "b"], "l", "r"),
+            r#"l."a" = r."a" AND l."b" = r."b""#
+        );
+    }
+}
