@@ -6,6 +6,7 @@ mod answer;
 mod context;
 pub mod databases;
 mod handshake;
+mod protocol;
 pub mod reads;
 mod relay;
 mod rewritten;

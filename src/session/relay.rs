@@ -9,15 +9,14 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{Mutex as AsyncMutex, Notify};
 
-use super::admin::{AdminSession, Disposition};
 use super::answer::{answer_admin, wait_until_answered};
 use super::databases::Tier;
+use super::protocol::{self, ClientAction, ClientSide, ServerAction, UPSTREAM_INSPECTED};
 use super::reads::{Plan, ReadPath};
-use super::rewritten::{self, read_stop, GroupShape, QueryRead, Stop};
+use super::rewritten::{self, QueryRead, Stop};
 use super::state::{CopyOut, OwnPrefix, Phase, Retry, RewrittenGroup, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
-use crate::catalog::conditions;
 use crate::metrics::BYTES_RELAYED_TOTAL;
 use crate::wire::cancel::CancelRegistration;
 use crate::wire::extended as ext;
@@ -45,20 +44,6 @@ const CLIENT_INSPECTED: &[u8] = &[
     msg::QUERY,
     msg::FUNCTION_CALL,
     msg::TERMINATE,
-];
-/// Server frames the session tracks or rewrites.
-const UPSTREAM_INSPECTED: &[u8] = &[
-    msg::AUTHENTICATION,
-    msg::BACKEND_KEY_DATA,
-    msg::PARAMETER_STATUS,
-    msg::READY_FOR_QUERY,
-    msg::PARSE_COMPLETE,
-    msg::BIND_COMPLETE,
-    msg::CLOSE_COMPLETE,
-    msg::PARAMETER_DESCRIPTION,
-    msg::ROW_DESCRIPTION,
-    msg::NO_DATA,
-    msg::ERROR_RESPONSE,
 ];
 /// Terminate, sent upstream when a client vanishes without one.
 const TERMINATE_FRAME: [u8; 5] = [msg::TERMINATE, 0, 0, 0, 4];
@@ -132,6 +117,11 @@ pub struct Shared<'a> {
 const MAX_READ_RETRIES: u8 = 10;
 
 impl Shared<'_> {
+    /// The session's state, locked (never across an await).
+    pub fn locked(&self) -> std::sync::MutexGuard<'_, SessionState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The read path that plans this session's statements: that of the session's
     /// database when coldwire serves it (DESIGN §3), else none, and the session is
     /// relayed untouched. Looked up again whenever coldwire starts serving a database.
@@ -226,12 +216,10 @@ async fn client_to_upstream(
     retries: &mut tokio::sync::mpsc::UnboundedReceiver<(RewrittenGroup, u8)>,
 ) -> Result<End, SessionError> {
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
-    let mut admin = AdminSession::default();
-    let mut group = GroupShape::default();
+    let mut side = ClientSide::default();
     // Whether anything went upstream since the client's last Sync: streamed frames set
-    // the scanner's flag, inspected ones `sent_since_sync`.
+    // the scanner's flag, inspected ones `side.sent_since_sync`.
     let streamed = dir.scanner.streamed_flag();
-    let mut sent_since_sync = false;
     let mut c = ClientDirection {
         tx,
         dir,
@@ -243,70 +231,67 @@ async fn client_to_upstream(
         let mut terminated = false;
         // `out` ends with the Sync of a group that may be retried.
         let mut ends_retryable = false;
+        let reads = shared.reads();
         let stop = c
             .dir
             .scanner
             .drain_until(&mut input, &mut out, |tag, frame, out| {
-                let dirty = sent_since_sync || streamed.load(Ordering::Relaxed);
-                match admin.on_frame(tag, frame, dirty)? {
-                    Disposition::Forward => {}
-                    Disposition::Drop => return Ok(None),
-                    Disposition::Answer(answer) => return Ok(Some(Stop::Admin(answer))),
+                let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+                match side.on_client_frame(&mut state, reads.as_deref(), tag, frame, &streamed)? {
+                    ClientAction::Pass { ends_retryable: e } => {
+                        ends_retryable = e;
+                        terminated |= tag == msg::TERMINATE;
+                        out.extend_from_slice(frame);
+                        Ok::<_, SessionError>(None)
+                    }
+                    ClientAction::Drop => Ok(None),
+                    ClientAction::Stop(stop) => Ok(Some(stop)),
                 }
-                if let Some(stop) = read_stop(tag, frame, shared)? {
-                    return Ok(Some(stop));
-                }
-                ends_retryable = forwarded(tag, frame, false, &mut group, &streamed, shared)?;
-                sent_since_sync = !matches!(tag, msg::SYNC | msg::QUERY | msg::FUNCTION_CALL);
-                terminated |= tag == msg::TERMINATE;
-                out.extend_from_slice(frame);
-                Ok::<_, SessionError>(None)
             })?;
         c.send(&mut out, ends_retryable).await?;
         match stop {
             Some(Stop::Admin(answer)) => {
-                answer_admin(answer, &mut admin, shared).await?;
+                answer_admin(answer, &mut side.admin, shared).await?;
                 continue;
             }
             Some(Stop::Read(query)) => {
-                let boundary = !sent_since_sync && !streamed.load(Ordering::Relaxed);
-                sent_since_sync = false;
+                let boundary = side.at_boundary(&streamed);
+                side.sent_since_sync = false;
                 streamed.store(false, Ordering::Relaxed);
-                group.reset();
+                side.group.reset();
                 c.run_read(query, 0, 0, boundary).await?;
                 continue;
             }
             Some(Stop::Prepare(frame)) => {
-                let boundary = !sent_since_sync && !streamed.load(Ordering::Relaxed);
+                let boundary = side.at_boundary(&streamed);
                 let rewrite = rewritten::prepare(&frame, shared).await?;
                 if let rewritten::ParseRewrite::Read(read) = &rewrite {
                     c.transaction_generations(&read.table_ids(), boundary)
                         .await?;
                 }
                 let mut parse = rewritten::parse_to_send(&frame, rewrite, shared)?;
-                forwarded(msg::PARSE, &frame, true, &mut group, &streamed, shared)?;
-                sent_since_sync = true;
+                side.forwarded(&mut shared.locked(), msg::PARSE, &frame, true, &streamed)?;
+                side.sent_since_sync = true;
                 c.send(&mut parse, false).await?;
                 continue;
             }
             Some(Stop::Bind(frame)) => {
-                let boundary = !sent_since_sync && !streamed.load(Ordering::Relaxed);
+                let boundary = side.at_boundary(&streamed);
                 let tables = rewritten::bound_tables(&frame, shared);
                 let at = c.transaction_generations(&tables, boundary).await?;
                 let mut bound = rewritten::bind(&frame, &at, false, shared).await?;
                 super::reads::after_plan().await;
-                if let Some(left) = bound.own_completions {
-                    shared
-                        .state
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .own_messages_sent(OwnPrefix {
-                            before: group.take_completions(),
+                {
+                    let mut state = shared.locked();
+                    if let Some(left) = bound.own_completions {
+                        state.own_messages_sent(OwnPrefix {
+                            before: side.group.take_completions(),
                             left,
                         });
+                    }
+                    side.forwarded(&mut state, msg::BIND, &frame, true, &streamed)?;
                 }
-                forwarded(msg::BIND, &frame, true, &mut group, &streamed, shared)?;
-                sent_since_sync = true;
+                side.sent_since_sync = true;
                 c.send(&mut bound.frames, false).await?;
                 continue;
             }
@@ -324,50 +309,6 @@ async fn client_to_upstream(
             Some((retry, attempt)) = c.retries.recv() => c.run_retry(retry, attempt).await?,
         }
     }
-}
-
-/// Bookkeeping for a client frame going upstream as it is (or, with `tracked`, whose
-/// rewrite the caller already recorded): statement names, sync points, the shape of the
-/// extended group. Whether the frame is the Sync of a group that may be retried.
-fn forwarded(
-    tag: u8,
-    frame: &[u8],
-    tracked: bool,
-    group: &mut GroupShape,
-    streamed: &std::sync::atomic::AtomicBool,
-    shared: &Shared<'_>,
-) -> Result<bool, WireError> {
-    let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut retryable = false;
-    match tag {
-        msg::SYNC => {
-            let retry = group.finish(streamed.swap(false, Ordering::Relaxed));
-            retryable = retry.is_some();
-            match retry {
-                Some(retry) => state.rewritten_group_sent(RewrittenGroup {
-                    retry: Some(retry),
-                    ..RewrittenGroup::default()
-                }),
-                None => state.sync_sent(),
-            }
-        }
-        msg::QUERY | msg::FUNCTION_CALL => {
-            group.reset();
-            streamed.store(false, Ordering::Relaxed);
-            if tag == msg::QUERY {
-                state.query_sent();
-            } else {
-                state.sync_sent();
-            }
-        }
-        _ => {
-            group.on_frame(tag, frame, tracked && tag == msg::BIND, &state);
-            if !tracked {
-                track_client_frame(tag, frame, &mut state)?;
-            }
-        }
-    }
-    Ok(retryable)
 }
 
 impl ClientDirection<'_, '_> {
@@ -634,31 +575,26 @@ async fn upstream_to_client(
         dir.scanner
             .drain(&mut input, &mut out, |tag, frame, out| {
                 ready |= tag == msg::READY_FOR_QUERY;
-                if own_response(tag, frame, shared)? {
-                    // coldwire's own statement: see `own_response`.
-                } else if tag == msg::BACKEND_KEY_DATA {
-                    let (pid, secret) = msg::backend_key_data(frame)
-                        .ok_or(WireError::Malformed("BackendKeyData"))?;
-                    let issued = ctx
-                        .cancel_keys
-                        .register(secret.len(), CancelKey { pid, secret });
-                    out.extend_from_slice(&msg::encode_backend_key_data(
-                        issued.key().pid,
-                        &issued.key().secret,
-                    ));
-                    *registration = Some(issued);
-                } else if let Some(held) = held_back(tag, frame, shared, &streamed)? {
-                    // coldwire's own business: see `held_back`.
-                    out.extend_from_slice(&held);
-                } else if !UPSTREAM_INSPECTED.contains(&tag) {
-                    // Held whole only while coldwire needed every frame.
-                    streamed.store(true, Ordering::Relaxed);
-                    out.extend_from_slice(frame);
-                } else if let Some(rewritten) = msg::sasl_without_channel_binding(frame) {
-                    out.extend_from_slice(&rewritten);
-                } else {
-                    track_upstream_frame(tag, frame, state)?;
-                    out.extend_from_slice(frame);
+                let action = {
+                    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+                    protocol::on_server_frame(&mut state, tag, frame, &streamed)?
+                };
+                match action {
+                    ServerAction::Pass => out.extend_from_slice(frame),
+                    ServerAction::Drop => {}
+                    ServerAction::Replace(bytes) => out.extend_from_slice(&bytes),
+                    ServerAction::Answered(own) => own.finish(),
+                    ServerAction::CancelKey { pid, secret } => {
+                        let issued = ctx
+                            .cancel_keys
+                            .register(secret.len(), CancelKey { pid, secret });
+                        out.extend_from_slice(&msg::encode_backend_key_data(
+                            issued.key().pid,
+                            &issued.key().secret,
+                        ));
+                        *registration = Some(issued);
+                    }
+                    ServerAction::Retry { group, attempt } => retry(group, attempt, shared),
                 }
                 Ok::<(), WireError>(())
             })
@@ -689,268 +625,6 @@ async fn upstream_to_client(
     }
 }
 
-/// Whether the upstream frame answers coldwire's own group and is consumed by it: its
-/// rows and error are collected, notices dropped, and at its ReadyForQuery the result goes
-/// to whoever sent the group. ParameterStatus and notifications still reach the client.
-fn own_response(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<bool, WireError> {
-    let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-    let Some(own) = state.answering_own() else {
-        return Ok(false);
-    };
-    match tag {
-        msg::PARAMETER_STATUS | msg::NOTIFICATION_RESPONSE => Ok(false),
-        msg::DATA_ROW => {
-            own.rows.push(msg::data_row_values(frame)?);
-            Ok(true)
-        }
-        msg::ERROR_RESPONSE => {
-            own.error = Some(msg::ErrorFields::decode(frame)?);
-            Ok(true)
-        }
-        msg::READY_FOR_QUERY => {
-            let status =
-                msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?;
-            let answered = state.own_group_answered(status);
-            drop(state);
-            if let Some(own) = answered {
-                own.finish();
-            }
-            Ok(true)
-        }
-        _ => Ok(true),
-    }
-}
-
-/// What coldwire does with an upstream frame that answers a rewritten read, instead of
-/// relaying it: `Some(bytes)` to send in its place (often nothing). Held back are the
-/// ParseComplete and BindComplete answering coldwire's own Parse and Bind; the
-/// RowDescription of a retry (the client has it from the first attempt); a
-/// ParameterDescription of a rewritten statement, trimmed to the client's parameters; and
-/// a guard failure (DESIGN §6.4) that can still be retried — nothing of the statement has
-/// reached the client but its descriptions, the group is the only one outstanding and
-/// nothing followed it — together with its ReadyForQuery, which then hands the group back
-/// to the client direction to plan and send again.
-fn held_back(
-    tag: u8,
-    frame: &[u8],
-    shared: &Shared<'_>,
-    streamed: &std::sync::atomic::AtomicBool,
-) -> Result<Option<BytesMut>, WireError> {
-    let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-    if tag == msg::PARAMETER_DESCRIPTION {
-        return Ok(match state.parameter_description_received() {
-            Some(client_params) => {
-                let types = ext::parameter_types(frame)?;
-                let mut out = BytesMut::new();
-                ext::parameter_description(&mut out, &types[..client_params.min(types.len())]);
-                Some(out)
-            }
-            None => None,
-        });
-    }
-    let retry_possible = state.outstanding_syncs() == 1 && state.quiet_since_sync;
-    let Some(group) = state.answering_rewritten() else {
-        if tag == msg::READY_FOR_QUERY {
-            streamed.store(false, Ordering::Relaxed);
-        }
-        return Ok(None);
-    };
-    let dropped = || Some(BytesMut::new());
-    if let Some(own) = group.own.front_mut() {
-        match own_prefix_step(tag, own) {
-            OwnStep::Drop => return Ok(dropped()),
-            OwnStep::DropLast => {
-                group.own.pop_front();
-                return Ok(dropped());
-            }
-            // After an error Postgres skips the rest of the group, own parts included.
-            OwnStep::Done => group.own.clear(),
-            OwnStep::Pass => {}
-        }
-    }
-    if let Some(copy) = &mut group.copy {
-        let seen = group.skip_row_descriptions > 0;
-        if let Some(out) = copy_out(tag, frame, copy, seen, streamed)? {
-            if tag == msg::ROW_DESCRIPTION {
-                if seen {
-                    group.skip_row_descriptions -= 1;
-                } else {
-                    group.client_row_descriptions += 1;
-                }
-            }
-            return Ok(Some(out));
-        }
-    }
-    match tag {
-        msg::PARSE_COMPLETE if group.drop_parse_complete => Ok(dropped()),
-        msg::BIND_COMPLETE if group.drop_bind_complete => Ok(dropped()),
-        msg::BIND_COMPLETE => {
-            group.bind_completed = true;
-            Ok(None)
-        }
-        msg::ROW_DESCRIPTION if group.skip_row_descriptions > 0 => {
-            group.skip_row_descriptions -= 1;
-            Ok(dropped())
-        }
-        msg::ROW_DESCRIPTION => {
-            group.client_row_descriptions += 1;
-            Ok(None)
-        }
-        msg::NO_DATA if group.drop_no_data => Ok(dropped()),
-        msg::ERROR_RESPONSE
-            if group.retry.is_some() && retry_possible && !streamed.load(Ordering::Relaxed) =>
-        {
-            match conditions::retry(frame) {
-                Some(conditions::Retry::ColdTierChanged) => {}
-                Some(conditions::Retry::KeysMayBeCold { table, keys }) => {
-                    state
-                        .write_candidates
-                        .entry(table)
-                        .or_default()
-                        .extend(keys);
-                }
-                None => return Ok(None),
-            }
-            let group = state
-                .answering_rewritten()
-                .expect("the group answered above");
-            group.retrying = true;
-            state.retry_pending = true;
-            Ok(dropped())
-        }
-        msg::READY_FOR_QUERY => {
-            streamed.store(false, Ordering::Relaxed);
-            if !group.retrying {
-                state.write_candidates.clear();
-                return Ok(None);
-            }
-            let group = state.take_answered_group().unwrap_or_default();
-            state.ready_for_query(
-                msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?,
-            );
-            metrics::counter!(crate::metrics::READ_RETRIES_TOTAL).increment(1);
-            tracing::info!(
-                attempt = group.attempt + 1,
-                "cold segment set changed: running the read again"
-            );
-            let attempt = group.attempt + 1;
-            if shared.retries.send((group, attempt)).is_err() {
-                state.retry_pending = false;
-                state.write_candidates.clear();
-            }
-            Ok(dropped())
-        }
-        _ => Ok(None),
-    }
-}
-
-/// What becomes of a frame while coldwire's own messages in a group are being answered.
-enum OwnStep {
-    /// The client's: handled as usual.
-    Pass,
-    /// coldwire's: dropped.
-    Drop,
-    /// coldwire's last completion: dropped, and the part is over.
-    DropLast,
-    /// The end of coldwire's part (its last completion, dropped too, or an error, which
-    /// the client gets as its own statement's and after which Postgres skips the rest of
-    /// the group): handled as usual from here.
-    Done,
-}
-
-/// Whether `tag` completes a message: ParseComplete, BindComplete, CloseComplete, the
-/// RowDescription or NoData that ends a Describe, CommandComplete, EmptyQueryResponse,
-/// PortalSuspended.
-fn completes(tag: u8) -> bool {
-    matches!(
-        tag,
-        msg::PARSE_COMPLETE
-            | msg::BIND_COMPLETE
-            | msg::CLOSE_COMPLETE
-            | msg::ROW_DESCRIPTION
-            | msg::NO_DATA
-            | msg::COMMAND_COMPLETE
-            | msg::EMPTY_QUERY_RESPONSE
-            | msg::PORTAL_SUSPENDED
-    )
-}
-
-fn own_prefix_step(tag: u8, own: &mut OwnPrefix) -> OwnStep {
-    match tag {
-        // Errors end the part (the server skips until Sync); asynchronous messages and
-        // ReadyForQuery are everybody's.
-        msg::ERROR_RESPONSE | msg::READY_FOR_QUERY => OwnStep::Done,
-        msg::PARAMETER_STATUS | msg::NOTIFICATION_RESPONSE => OwnStep::Pass,
-        _ if own.before > 0 => {
-            if completes(tag) {
-                own.before -= 1;
-            }
-            OwnStep::Pass
-        }
-        _ => {
-            if completes(tag) {
-                own.left = own.left.saturating_sub(1);
-                if own.left == 0 {
-                    return OwnStep::DropLast;
-                }
-            }
-            OwnStep::Drop
-        }
-    }
-}
-
-/// A response to the query of a `COPY … TO STDOUT` coldwire serves, re-encoded: its
-/// RowDescription becomes CopyOutResponse (and the header), each DataRow a CopyData, its
-/// CommandComplete the trailer, CopyDone and `COPY n`. `None` for what passes unchanged
-/// (errors, notices, ReadyForQuery). `seen` means the client already has the
-/// CopyOutResponse (from the attempt a guard failure stopped).
-fn copy_out(
-    tag: u8,
-    frame: &[u8],
-    copy: &mut CopyOut,
-    seen: bool,
-    streamed: &std::sync::atomic::AtomicBool,
-) -> Result<Option<BytesMut>, WireError> {
-    let mut out = BytesMut::new();
-    match (tag, &mut copy.encoder) {
-        (msg::ROW_DESCRIPTION, _) => {
-            let names = ext::row_description_names(frame)?;
-            match crate::sql::copy_to::CopyEncoder::new(&copy.options, &names) {
-                Ok(encoder) => {
-                    if !seen {
-                        encoder.start(&names, &mut out);
-                    }
-                    copy.encoder = Some(encoder);
-                }
-                Err(e) => {
-                    out = msg::ErrorFields {
-                        severity: msg::Severity::Error,
-                        code: e.code.to_owned(),
-                        message: e.message,
-                        detail: None,
-                        hint: None,
-                    }
-                    .encode();
-                }
-            }
-            Ok(Some(out))
-        }
-        (msg::DATA_ROW, Some(encoder)) => {
-            streamed.store(true, Ordering::Relaxed);
-            encoder.row(&msg::data_row_values(frame)?, &mut out);
-            Ok(Some(out))
-        }
-        (msg::COMMAND_COMPLETE, Some(encoder)) => {
-            encoder.finish(&mut out);
-            copy.encoder = None;
-            Ok(Some(out))
-        }
-        // After a refused FORCE_QUOTE: nothing of the query reaches the client.
-        (msg::DATA_ROW | msg::COMMAND_COMPLETE, None) => Ok(Some(out)),
-        _ => Ok(None),
-    }
-}
-
 async fn read_more<R: AsyncRead + Unpin>(
     rx: &mut R,
     input: &mut BytesMut,
@@ -959,47 +633,13 @@ async fn read_more<R: AsyncRead + Unpin>(
     rx.read_buf(input).await
 }
 
-fn track_client_frame(tag: u8, frame: &[u8], state: &mut SessionState) -> Result<(), WireError> {
-    match tag {
-        msg::PARSE => {
-            let (name, _) = ext::Parse::decode_raw(frame)?;
-            state.parse_sent(name);
-            state.statement_parsed(name, None);
-        }
-        msg::CLOSE => match ext::target(frame, msg::CLOSE)? {
-            ext::Target::Statement(name) => state.close_sent(Some(name)),
-            ext::Target::Portal(_) => state.close_sent(None),
-        },
-        msg::DESCRIBE => {
-            if let ext::Target::Statement(name) = ext::target(frame, msg::DESCRIBE)? {
-                state.describe_statement_sent(name);
-            }
-        }
-        msg::SYNC | msg::FUNCTION_CALL => state.sync_sent(),
-        msg::QUERY => state.query_sent(),
-        _ => {}
+/// Hands a group whose failure was held back to the client direction, to run again.
+fn retry(group: RewrittenGroup, attempt: u8, shared: &Shared<'_>) {
+    metrics::counter!(crate::metrics::READ_RETRIES_TOTAL).increment(1);
+    tracing::info!(attempt, "cold segment set changed: running the read again");
+    if shared.retries.send((group, attempt)).is_err() {
+        let mut state = shared.locked();
+        state.retry_pending = false;
+        state.write_candidates.clear();
     }
-    Ok(())
-}
-
-fn track_upstream_frame(
-    tag: u8,
-    frame: &[u8],
-    state: &Mutex<SessionState>,
-) -> Result<(), WireError> {
-    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-    match tag {
-        msg::READY_FOR_QUERY => state.ready_for_query(
-            msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?,
-        ),
-        msg::PARAMETER_STATUS => {
-            let (name, value) =
-                msg::parameter_status(frame).ok_or(WireError::Malformed("ParameterStatus"))?;
-            state.parameter_status(name, value);
-        }
-        msg::PARSE_COMPLETE => state.parse_completed(),
-        msg::CLOSE_COMPLETE => state.close_completed(),
-        _ => {}
-    }
-    Ok(())
 }

@@ -31,6 +31,7 @@ use crate::wire::messages::{ErrorFields, Severity};
 use crate::wire::WireError;
 
 /// Where the client direction stops draining to do something asynchronous.
+#[derive(Debug)]
 pub enum Stop {
     /// Answer an admin call.
     Admin(Answer),
@@ -46,14 +47,16 @@ pub enum Stop {
 ///
 /// # Errors
 /// A malformed Parse or Bind.
-pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<Stop>, WireError> {
-    let Some(reads) = shared.reads() else {
-        return Ok(None);
-    };
+pub fn read_stop(
+    tag: u8,
+    frame: &[u8],
+    reads: &ReadPath,
+    state: &SessionState,
+) -> Result<Option<Stop>, WireError> {
     Ok(match tag {
         msg::QUERY => {
             let stop = match query_text(frame) {
-                Some(sql) => may_plan(sql, &reads, shared),
+                Some(sql) => may_plan(sql, reads, state),
                 // Not UTF-8 (another client_encoding): refused if it may name a tiered
                 // table, since coldwire cannot plan it.
                 None => reads.may_name_tiered_bytes(frame.get(5..).unwrap_or_default()),
@@ -62,7 +65,7 @@ pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<St
         }
         msg::PARSE => {
             let stop = match Parse::decode(frame) {
-                Ok(parse) => may_plan(parse.query, &reads, shared),
+                Ok(parse) => may_plan(parse.query, reads, state),
                 Err(e) => match Parse::decode_raw(frame) {
                     Ok((_, query)) => reads.may_name_tiered_bytes(query),
                     Err(_) => return Err(e),
@@ -71,7 +74,6 @@ pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<St
             stop.then(|| Stop::Prepare(BytesMut::from(frame)))
         }
         msg::BIND => {
-            let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
             if !state.has_rewritten_statements() {
                 return Ok(None);
             }
@@ -87,12 +89,8 @@ pub fn read_stop(tag: u8, frame: &[u8], shared: &Shared<'_>) -> Result<Option<St
 
 /// Whether coldwire may have to plan `sql`: it may name a tiered table, or use a write
 /// the session prepared with SQL-level PREPARE.
-fn may_plan(sql: &str, reads: &ReadPath, shared: &Shared<'_>) -> bool {
-    reads.may_name_tiered(sql)
-        || may_use_sql_prepared(
-            sql,
-            &shared.state.lock().unwrap_or_else(PoisonError::into_inner),
-        )
+fn may_plan(sql: &str, reads: &ReadPath, state: &SessionState) -> bool {
+    reads.may_name_tiered(sql) || may_use_sql_prepared(sql, state)
 }
 
 /// The SQL text of a Query frame.

@@ -1,0 +1,502 @@
+//! The session's protocol decisions, sans-IO: for every frame the relay reads, what becomes
+//! of it. [`ClientSide::on_client_frame`] decides for client frames (relay, drop, or stop
+//! to plan or answer something first) and [`on_server_frame`] for server frames (relay,
+//! drop, replace, hand coldwire's own statement its answer, or run a group again). Both
+//! keep [`SessionState`] current on the way; the relay (`relay.rs`) only reads, writes and
+//! carries out the actions. The state of each outstanding group is the `Group` of
+//! `state.rs`: the client's, a rewritten read's or write's, or coldwire's own.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::BytesMut;
+
+use super::admin::{AdminSession, Disposition};
+use super::reads::ReadPath;
+use super::rewritten::{read_stop, GroupShape, Stop};
+use super::state::{CopyOut, OwnGroup, OwnPrefix, RewrittenGroup, SessionState};
+use super::SessionError;
+use crate::catalog::conditions;
+use crate::wire::extended as ext;
+use crate::wire::messages as msg;
+use crate::wire::WireError;
+
+/// Server frames the session tracks or rewrites; the others pass without a look unless
+/// coldwire needs every frame (its own statement is being answered).
+pub const UPSTREAM_INSPECTED: &[u8] = &[
+    msg::AUTHENTICATION,
+    msg::BACKEND_KEY_DATA,
+    msg::PARAMETER_STATUS,
+    msg::READY_FOR_QUERY,
+    msg::PARSE_COMPLETE,
+    msg::BIND_COMPLETE,
+    msg::CLOSE_COMPLETE,
+    msg::PARAMETER_DESCRIPTION,
+    msg::ROW_DESCRIPTION,
+    msg::NO_DATA,
+    msg::ERROR_RESPONSE,
+];
+
+/// What the relay does with a server frame.
+#[derive(Debug)]
+pub enum ServerAction {
+    /// Relay it to the client unchanged.
+    Pass,
+    /// Relay nothing: it answers something coldwire sent itself.
+    Drop,
+    /// Relay these bytes instead.
+    Replace(BytesMut),
+    /// Relay nothing, and hand coldwire's own statement, now answered, its result.
+    Answered(OwnGroup),
+    /// The server's cancel key: relay one coldwire issues in its place (DESIGN §9).
+    CancelKey { pid: i32, secret: bytes::Bytes },
+    /// Relay nothing: the answered group failed in a way coldwire retries unseen, and is
+    /// to be sent again as retry number `attempt`.
+    Retry { group: RewrittenGroup, attempt: u8 },
+}
+
+/// What the relay does with a client frame.
+#[derive(Debug)]
+pub enum ClientAction {
+    /// Relay it upstream unchanged. `ends_retryable`: it is the Sync of a group that may
+    /// be retried.
+    Pass { ends_retryable: bool },
+    /// Relay nothing (the rest of a group after an admin call failed).
+    Drop,
+    /// Stop relaying and do this first; the frame is part of it.
+    Stop(Stop),
+}
+
+/// The client direction's protocol state besides [`SessionState`]: admin calls in
+/// extended groups, the shape of the group being sent, and whether anything went
+/// upstream since the last Sync.
+#[derive(Default)]
+pub struct ClientSide {
+    pub admin: AdminSession,
+    pub group: GroupShape,
+    /// A frame other than Sync, Query or FunctionCall went upstream since the last one of
+    /// those (frames streamed past the scanner set its flag instead).
+    pub sent_since_sync: bool,
+}
+
+impl ClientSide {
+    /// Decides what becomes of a client frame. `streamed`: the scanner's flag, set when a
+    /// frame went upstream without being inspected; `reads`: the session's read path, if
+    /// coldwire serves its database.
+    ///
+    /// # Errors
+    /// A malformed frame.
+    pub fn on_client_frame(
+        &mut self,
+        state: &mut SessionState,
+        reads: Option<&ReadPath>,
+        tag: u8,
+        frame: &[u8],
+        streamed: &AtomicBool,
+    ) -> Result<ClientAction, SessionError> {
+        let dirty = self.sent_since_sync || streamed.load(Ordering::Relaxed);
+        match self.admin.on_frame(tag, frame, dirty)? {
+            Disposition::Forward => {}
+            Disposition::Drop => return Ok(ClientAction::Drop),
+            Disposition::Answer(answer) => return Ok(ClientAction::Stop(Stop::Admin(answer))),
+        }
+        if let Some(reads) = reads {
+            if let Some(stop) = read_stop(tag, frame, reads, state)? {
+                return Ok(ClientAction::Stop(stop));
+            }
+        }
+        let ends_retryable = self.forwarded(state, tag, frame, false, streamed)?;
+        self.sent_since_sync = !matches!(tag, msg::SYNC | msg::QUERY | msg::FUNCTION_CALL);
+        Ok(ClientAction::Pass { ends_retryable })
+    }
+
+    /// Whether nothing of an extended-protocol group went upstream since the last Sync.
+    pub fn at_boundary(&self, streamed: &AtomicBool) -> bool {
+        !self.sent_since_sync && !streamed.load(Ordering::Relaxed)
+    }
+
+    /// Bookkeeping for a client frame going upstream as it is (or, with `tracked`, whose
+    /// rewrite the caller already recorded): statement names, sync points, the shape of
+    /// the extended group. Whether the frame is the Sync of a group that may be retried.
+    ///
+    /// # Errors
+    /// A malformed Parse, Close or Describe.
+    pub fn forwarded(
+        &mut self,
+        state: &mut SessionState,
+        tag: u8,
+        frame: &[u8],
+        tracked: bool,
+        streamed: &AtomicBool,
+    ) -> Result<bool, WireError> {
+        let mut retryable = false;
+        match tag {
+            msg::SYNC => {
+                let retry = self.group.finish(streamed.swap(false, Ordering::Relaxed));
+                retryable = retry.is_some();
+                match retry {
+                    Some(retry) => state.rewritten_group_sent(RewrittenGroup {
+                        retry: Some(retry),
+                        ..RewrittenGroup::default()
+                    }),
+                    None => state.sync_sent(),
+                }
+            }
+            msg::QUERY | msg::FUNCTION_CALL => {
+                self.group.reset();
+                streamed.store(false, Ordering::Relaxed);
+                if tag == msg::QUERY {
+                    state.query_sent();
+                } else {
+                    state.sync_sent();
+                }
+            }
+            _ => {
+                self.group
+                    .on_frame(tag, frame, tracked && tag == msg::BIND, state);
+                if !tracked {
+                    track_client_frame(tag, frame, state)?;
+                }
+            }
+        }
+        Ok(retryable)
+    }
+}
+
+fn track_client_frame(tag: u8, frame: &[u8], state: &mut SessionState) -> Result<(), WireError> {
+    match tag {
+        msg::PARSE => {
+            let (name, _) = ext::Parse::decode_raw(frame)?;
+            state.parse_sent(name);
+            state.statement_parsed(name, None);
+        }
+        msg::CLOSE => match ext::target(frame, msg::CLOSE)? {
+            ext::Target::Statement(name) => state.close_sent(Some(name)),
+            ext::Target::Portal(_) => state.close_sent(None),
+        },
+        msg::DESCRIBE => {
+            if let ext::Target::Statement(name) = ext::target(frame, msg::DESCRIBE)? {
+                state.describe_statement_sent(name);
+            }
+        }
+        msg::SYNC | msg::FUNCTION_CALL => state.sync_sent(),
+        msg::QUERY => state.query_sent(),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Decides what becomes of a server frame. `streamed`: the flag saying a frame of the
+/// current group reached the client (set here for frames relayed without a look, and by
+/// the scanner for frames streamed past it); a group that streamed anything cannot be
+/// retried unseen.
+///
+/// # Errors
+/// A malformed frame of a type coldwire reads.
+pub fn on_server_frame(
+    state: &mut SessionState,
+    tag: u8,
+    frame: &[u8],
+    streamed: &AtomicBool,
+) -> Result<ServerAction, WireError> {
+    if let Some(action) = own_response(state, tag, frame)? {
+        return Ok(action);
+    }
+    if tag == msg::BACKEND_KEY_DATA {
+        let (pid, secret) =
+            msg::backend_key_data(frame).ok_or(WireError::Malformed("BackendKeyData"))?;
+        return Ok(ServerAction::CancelKey { pid, secret });
+    }
+    if let Some(action) = held_back(state, tag, frame, streamed)? {
+        return Ok(action);
+    }
+    if !UPSTREAM_INSPECTED.contains(&tag) {
+        // Looked at only while coldwire needed every frame.
+        streamed.store(true, Ordering::Relaxed);
+        return Ok(ServerAction::Pass);
+    }
+    if let Some(rewritten) = msg::sasl_without_channel_binding(frame) {
+        return Ok(ServerAction::Replace(rewritten));
+    }
+    track_server_frame(state, tag, frame)?;
+    Ok(ServerAction::Pass)
+}
+
+/// What becomes of the server frame when it answers coldwire's own group: its rows and
+/// error are collected, notices dropped, and at its ReadyForQuery the result goes to
+/// whoever sent the group. ParameterStatus and notifications still reach the client.
+/// `None` when the frame is not coldwire's.
+fn own_response(
+    state: &mut SessionState,
+    tag: u8,
+    frame: &[u8],
+) -> Result<Option<ServerAction>, WireError> {
+    let Some(own) = state.answering_own() else {
+        return Ok(None);
+    };
+    match tag {
+        msg::PARAMETER_STATUS | msg::NOTIFICATION_RESPONSE => Ok(None),
+        msg::DATA_ROW => {
+            own.rows.push(msg::data_row_values(frame)?);
+            Ok(Some(ServerAction::Drop))
+        }
+        msg::ERROR_RESPONSE => {
+            own.error = Some(msg::ErrorFields::decode(frame)?);
+            Ok(Some(ServerAction::Drop))
+        }
+        msg::READY_FOR_QUERY => {
+            let status =
+                msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?;
+            Ok(Some(match state.own_group_answered(status) {
+                Some(own) => ServerAction::Answered(own),
+                None => ServerAction::Drop,
+            }))
+        }
+        _ => Ok(Some(ServerAction::Drop)),
+    }
+}
+
+/// What coldwire does with a server frame that answers a rewritten group, instead of
+/// relaying it. Held back are the ParseComplete and BindComplete answering coldwire's
+/// own Parse and Bind; the RowDescription of a retry (the client has it from the first
+/// attempt); a ParameterDescription of a rewritten statement, trimmed to the client's
+/// parameters; and a guard failure (DESIGN §6.4) that can still be retried — nothing of
+/// the statement has reached the client but its descriptions, the group is the only one
+/// outstanding and nothing followed it — together with its ReadyForQuery, which then
+/// hands the group back to the client direction to plan and send again. `None`: the
+/// frame is handled as any other.
+fn held_back(
+    state: &mut SessionState,
+    tag: u8,
+    frame: &[u8],
+    streamed: &AtomicBool,
+) -> Result<Option<ServerAction>, WireError> {
+    if tag == msg::PARAMETER_DESCRIPTION {
+        return Ok(match state.parameter_description_received() {
+            Some(client_params) => {
+                let types = ext::parameter_types(frame)?;
+                let mut out = BytesMut::new();
+                ext::parameter_description(&mut out, &types[..client_params.min(types.len())]);
+                Some(ServerAction::Replace(out))
+            }
+            None => None,
+        });
+    }
+    let retry_possible = state.outstanding_syncs() == 1 && state.quiet_since_sync;
+    let Some(group) = state.answering_rewritten() else {
+        if tag == msg::READY_FOR_QUERY {
+            streamed.store(false, Ordering::Relaxed);
+        }
+        return Ok(None);
+    };
+    let dropped = Some(ServerAction::Drop);
+    if let Some(own) = group.own.front_mut() {
+        match own_prefix_step(tag, own) {
+            OwnStep::Drop => return Ok(dropped),
+            OwnStep::DropLast => {
+                group.own.pop_front();
+                return Ok(dropped);
+            }
+            // After an error Postgres skips the rest of the group, own parts included.
+            OwnStep::Done => group.own.clear(),
+            OwnStep::Pass => {}
+        }
+    }
+    if let Some(copy) = &mut group.copy {
+        let seen = group.skip_row_descriptions > 0;
+        if let Some(out) = copy_out(tag, frame, copy, seen, streamed)? {
+            if tag == msg::ROW_DESCRIPTION {
+                if seen {
+                    group.skip_row_descriptions -= 1;
+                } else {
+                    group.client_row_descriptions += 1;
+                }
+            }
+            return Ok(Some(if out.is_empty() {
+                ServerAction::Drop
+            } else {
+                ServerAction::Replace(out)
+            }));
+        }
+    }
+    match tag {
+        msg::PARSE_COMPLETE if group.drop_parse_complete => Ok(dropped),
+        msg::BIND_COMPLETE if group.drop_bind_complete => Ok(dropped),
+        msg::BIND_COMPLETE => {
+            group.bind_completed = true;
+            Ok(None)
+        }
+        msg::ROW_DESCRIPTION if group.skip_row_descriptions > 0 => {
+            group.skip_row_descriptions -= 1;
+            Ok(dropped)
+        }
+        msg::ROW_DESCRIPTION => {
+            group.client_row_descriptions += 1;
+            Ok(None)
+        }
+        msg::NO_DATA if group.drop_no_data => Ok(dropped),
+        msg::ERROR_RESPONSE
+            if group.retry.is_some() && retry_possible && !streamed.load(Ordering::Relaxed) =>
+        {
+            match conditions::retry(frame) {
+                Some(conditions::Retry::ColdTierChanged) => {}
+                Some(conditions::Retry::KeysMayBeCold { table, keys }) => {
+                    state
+                        .write_candidates
+                        .entry(table)
+                        .or_default()
+                        .extend(keys);
+                }
+                None => return Ok(None),
+            }
+            let group = state
+                .answering_rewritten()
+                .expect("the group answered above");
+            group.retrying = true;
+            state.retry_pending = true;
+            Ok(dropped)
+        }
+        msg::READY_FOR_QUERY => {
+            streamed.store(false, Ordering::Relaxed);
+            if !group.retrying {
+                state.write_candidates.clear();
+                return Ok(None);
+            }
+            let group = state.take_answered_group().unwrap_or_default();
+            state.ready_for_query(
+                msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?,
+            );
+            let attempt = group.attempt + 1;
+            Ok(Some(ServerAction::Retry { group, attempt }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// What becomes of a frame while coldwire's own messages in a group are being answered.
+enum OwnStep {
+    /// The client's: handled as usual.
+    Pass,
+    /// coldwire's: dropped.
+    Drop,
+    /// coldwire's last completion: dropped, and the part is over.
+    DropLast,
+    /// The end of coldwire's part (its last completion, dropped too, or an error, which
+    /// the client gets as its own statement's and after which Postgres skips the rest of
+    /// the group): handled as usual from here.
+    Done,
+}
+
+/// Whether `tag` completes a message: ParseComplete, BindComplete, CloseComplete, the
+/// RowDescription or NoData that ends a Describe, CommandComplete, EmptyQueryResponse,
+/// PortalSuspended.
+fn completes(tag: u8) -> bool {
+    matches!(
+        tag,
+        msg::PARSE_COMPLETE
+            | msg::BIND_COMPLETE
+            | msg::CLOSE_COMPLETE
+            | msg::ROW_DESCRIPTION
+            | msg::NO_DATA
+            | msg::COMMAND_COMPLETE
+            | msg::EMPTY_QUERY_RESPONSE
+            | msg::PORTAL_SUSPENDED
+    )
+}
+
+fn own_prefix_step(tag: u8, own: &mut OwnPrefix) -> OwnStep {
+    match tag {
+        // Errors end the part (the server skips until Sync); asynchronous messages and
+        // ReadyForQuery are everybody's.
+        msg::ERROR_RESPONSE | msg::READY_FOR_QUERY => OwnStep::Done,
+        msg::PARAMETER_STATUS | msg::NOTIFICATION_RESPONSE => OwnStep::Pass,
+        _ if own.before > 0 => {
+            if completes(tag) {
+                own.before -= 1;
+            }
+            OwnStep::Pass
+        }
+        _ => {
+            if completes(tag) {
+                own.left = own.left.saturating_sub(1);
+                if own.left == 0 {
+                    return OwnStep::DropLast;
+                }
+            }
+            OwnStep::Drop
+        }
+    }
+}
+
+/// A response to the query of a `COPY … TO STDOUT` coldwire serves, re-encoded: its
+/// RowDescription becomes CopyOutResponse (and the header), each DataRow a CopyData, its
+/// CommandComplete the trailer, CopyDone and `COPY n`. `None` for what passes unchanged
+/// (errors, notices, ReadyForQuery). `seen` means the client already has the
+/// CopyOutResponse (from the attempt a guard failure stopped).
+fn copy_out(
+    tag: u8,
+    frame: &[u8],
+    copy: &mut CopyOut,
+    seen: bool,
+    streamed: &AtomicBool,
+) -> Result<Option<BytesMut>, WireError> {
+    let mut out = BytesMut::new();
+    match (tag, &mut copy.encoder) {
+        (msg::ROW_DESCRIPTION, _) => {
+            let names = ext::row_description_names(frame)?;
+            match crate::sql::copy_to::CopyEncoder::new(&copy.options, &names) {
+                Ok(encoder) => {
+                    if !seen {
+                        encoder.start(&names, &mut out);
+                    }
+                    copy.encoder = Some(encoder);
+                }
+                Err(e) => {
+                    out = msg::ErrorFields {
+                        severity: msg::Severity::Error,
+                        code: e.code.to_owned(),
+                        message: e.message,
+                        detail: None,
+                        hint: None,
+                    }
+                    .encode();
+                }
+            }
+            Ok(Some(out))
+        }
+        (msg::DATA_ROW, Some(encoder)) => {
+            streamed.store(true, Ordering::Relaxed);
+            encoder.row(&msg::data_row_values(frame)?, &mut out);
+            Ok(Some(out))
+        }
+        (msg::COMMAND_COMPLETE, Some(encoder)) => {
+            encoder.finish(&mut out);
+            copy.encoder = None;
+            Ok(Some(out))
+        }
+        // After a refused FORCE_QUOTE: nothing of the query reaches the client.
+        (msg::DATA_ROW | msg::COMMAND_COMPLETE, None) => Ok(Some(out)),
+        _ => Ok(None),
+    }
+}
+
+/// What the session learns from a server frame relayed as it is.
+fn track_server_frame(state: &mut SessionState, tag: u8, frame: &[u8]) -> Result<(), WireError> {
+    match tag {
+        msg::READY_FOR_QUERY => state.ready_for_query(
+            msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?,
+        ),
+        msg::PARAMETER_STATUS => {
+            let (name, value) =
+                msg::parameter_status(frame).ok_or(WireError::Malformed("ParameterStatus"))?;
+            state.parameter_status(name, value);
+        }
+        msg::PARSE_COMPLETE => state.parse_completed(),
+        msg::CLOSE_COMPLETE => state.close_completed(),
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "protocol_tests.rs"]
+mod tests;
