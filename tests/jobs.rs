@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use coldwire::flush::jobs;
+use coldwire::catalog::jobs;
 use common::{cluster, create_db};
 use tokio_postgres::{Client, NoTls};
 

@@ -257,12 +257,12 @@ async fn flush_table(client: &mut Client, request: &AdminRequest) -> Result<Valu
             table: facts.display_name(),
         });
     };
-    let mut job = crate::flush::jobs::enqueue_flush(client, id, drain)
+    let mut job = crate::catalog::jobs::enqueue_flush(client, id, drain)
         .await
         .map_err(pg_error)?;
     while wait && matches!(job.state.as_str(), "pending" | "running") {
         tokio::time::sleep(FLUSH_POLL).await;
-        job = crate::flush::jobs::get(client, job.id)
+        job = crate::catalog::jobs::get(client, job.id)
             .await
             .map_err(pg_error)?;
     }

@@ -103,7 +103,7 @@ pub async fn untier_table(
         .map_err(service_error)?;
     let cold = ColdTable::load(&mut reader, id, None)
         .await
-        .map_err(scan_error)?;
+        .map_err(|e| scan_error(e.into()))?;
     drop(reader);
     if cold.generation + 1 != generation {
         return Err(AdminError::Postgres {

@@ -5,10 +5,14 @@ pub mod capture;
 pub mod conditions;
 mod error;
 pub mod inspect;
+pub mod jobs;
 pub mod locks;
 mod migrate;
 pub mod policy;
+pub mod pool;
 pub mod reconcile;
+pub mod registry;
+pub mod segments;
 mod service;
 
 pub(crate) use error::postgres_text;

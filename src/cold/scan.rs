@@ -24,15 +24,15 @@ use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
-use tokio_postgres::Client;
 
+use crate::catalog::segments::ColdStateError;
+pub use crate::catalog::segments::ColdTable;
 use crate::segment::file::{footer, SegmentFile, SegmentReadError};
 use crate::segment::page_cache;
-use crate::segment::prune::{ColumnStats, Predicate, SegmentMeta};
-use crate::segment::writer::SegmentColumn;
+use crate::segment::prune::Predicate;
 use crate::store::ColdStore;
 use crate::values::ordered::{self, Cell};
-use crate::values::{arrow_schema, ColdColumn, ColdType, CopyDecoder, ScalarType};
+use crate::values::{arrow_schema, ColdColumn, ColdType, ScalarType};
 
 /// Bloom filters of pk columns kept in memory, by (segment path, row group, leaf column);
 /// segments are immutable. The cache starts over when full (a filter is ~100 KiB).
@@ -62,115 +62,7 @@ pub enum ScanError {
     TooManyRows { table: String, cap: usize },
 }
 
-/// A tiered table's cold state at one generation: what a scan needs from the catalog.
-#[derive(Debug, Clone)]
-pub struct ColdTable {
-    pub id: i64,
-    /// `schema.table` as last seen by coldwire, for messages.
-    pub name: String,
-    pub generation: i64,
-    pub columns: Vec<SegmentColumn>,
-    /// Positions in `columns` of the pk, in key order.
-    pub pk_positions: Vec<usize>,
-    pub segments: Vec<SegmentMeta>,
-    /// Keys (composite-key encoding) with more than one cold version: the newest cold seq.
-    pub overrides: HashMap<Vec<u8>, i64>,
-    /// Per column, what rows of segments written before the column was added read: the
-    /// default Postgres gave existing rows (a one-row array), or NULL (`None`).
-    pub missing: Vec<Option<ArrayRef>>,
-}
-
 impl ColdTable {
-    /// Reads the table's segments, their stats and its overrides as of generation `at`
-    /// (`None`: the current one), in one snapshot. A past generation's segments are those
-    /// activated by then and not yet retired then; its overrides those recorded by then.
-    ///
-    /// # Errors
-    /// Catalog failures; [`ScanError::NotTiered`], also for a generation the table has not
-    /// reached.
-    pub async fn load(
-        client: &mut Client,
-        table_id: i64,
-        at: Option<i64>,
-    ) -> Result<Self, ScanError> {
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?;
-        let row = tx
-            .query_opt(
-                "SELECT schema_name || '.' || table_name, generation, columns, pk_attnums FROM coldwire.tables \
-                 WHERE id = $1 AND state = 'active'",
-                &[&table_id],
-            )
-            .await?
-            .ok_or(ScanError::NotTiered(table_id))?;
-        let latest: i64 = row.get(1);
-        let generation = at.unwrap_or(latest);
-        if generation > latest {
-            return Err(ScanError::NotTiered(table_id));
-        }
-        let columns = SegmentColumn::from_catalog(&row.get::<_, serde_json::Value>(2))
-            .map_err(|e| ScanError::Cold(crate::values::ColdError::Schema(e.to_string())))?;
-        let pk_attnums: Vec<i16> = row.get(3);
-        let pk_positions: Vec<usize> = pk_attnums
-            .iter()
-            .filter_map(|a| columns.iter().position(|c| c.attnum == *a))
-            .collect();
-
-        let mut segments: Vec<SegmentMeta> = Vec::new();
-        for s in tx
-            .query(
-                &format!("SELECT segment_id, path, row_count FROM coldwire.segments g WHERE {AS_OF} ORDER BY path"),
-                &[&table_id, &generation],
-            )
-            .await?
-        {
-            segments.push(SegmentMeta { segment_id: s.get(0), path: s.get(1), rows: s.get(2), columns: Vec::new() });
-        }
-        for s in tx
-            .query(
-                &format!("SELECT s.segment_id, s.attnum, s.min_value, s.max_value, s.null_count, s.nan_count, \
-                        s.rg_min, s.rg_max, s.rg_null_count, s.rg_nan_count \
-                 FROM coldwire.segment_stats s JOIN coldwire.segments g USING (segment_id) \
-                 WHERE {AS_OF}"),
-                &[&table_id, &generation],
-            )
-            .await?
-        {
-            let id: uuid::Uuid = s.get(0);
-            if let Some(segment) = segments.iter_mut().find(|g| g.segment_id == id) {
-                segment.columns.push(ColumnStats {
-                    attnum: s.get(1),
-                    min: s.get(2),
-                    max: s.get(3),
-                    null_count: s.get::<_, Option<i64>>(4).unwrap_or(0),
-                    nan_count: s.get::<_, Option<i64>>(5).unwrap_or(0),
-                    rg_min: s.get::<_, Option<Vec<Option<Vec<u8>>>>>(6).unwrap_or_default(),
-                    rg_max: s.get::<_, Option<Vec<Option<Vec<u8>>>>>(7).unwrap_or_default(),
-                    rg_null_count: s.get::<_, Option<Vec<i64>>>(8).unwrap_or_default(),
-                    rg_nan_count: s.get::<_, Option<Vec<i64>>>(9).unwrap_or_default(),
-                });
-            }
-        }
-
-        let overrides = load_overrides(&tx, table_id, generation, &columns, &pk_positions).await?;
-        let missing = load_missing(&tx, &row.get::<_, serde_json::Value>(2), &columns).await?;
-        tx.commit().await?;
-        Ok(Self {
-            id: table_id,
-            name: row.get(0),
-            generation,
-            columns,
-            pk_positions,
-            segments,
-            overrides,
-            missing,
-        })
-    }
-
     /// The Arrow schema of a segment file holding the first `held` of the table's columns
     /// (files written before later columns were added hold fewer), then seq and op.
     pub fn file_schema(&self, held: usize) -> SchemaRef {
@@ -217,107 +109,27 @@ impl ColdTable {
     }
 }
 
+impl From<ColdStateError> for ScanError {
+    fn from(e: ColdStateError) -> Self {
+        match e {
+            ColdStateError::Postgres(e) => ScanError::Postgres(e),
+            ColdStateError::Cold(e) => ScanError::Cold(e),
+            ColdStateError::NotTiered(id) => ScanError::NotTiered(id),
+        }
+    }
+}
+
 /// How many of `table`'s columns segment file `metadata` holds.
 pub fn columns_held(metadata: &ParquetMetaData, table: &ColdTable) -> usize {
     crate::segment::file_columns(metadata).min(table.columns.len())
 }
 
-/// Per column of `columns`, the value rows written before it was added read: the
-/// catalog's `missing` text (Postgres's `attmissingval`), converted by Postgres to the
-/// column's type and read back in binary.
-async fn load_missing(
-    tx: &tokio_postgres::Transaction<'_>,
-    catalog: &serde_json::Value,
-    columns: &[SegmentColumn],
-) -> Result<Vec<Option<ArrayRef>>, ScanError> {
-    let mut out = Vec::with_capacity(columns.len());
-    for (column, entry) in columns.iter().zip(catalog.as_array().into_iter().flatten()) {
-        let (Some(text), Some(ty)) = (entry["missing"].as_str(), entry["type"].as_str()) else {
-            out.push(None);
-            continue;
-        };
-        let mut decoder =
-            CopyDecoder::new(vec![ColdColumn::new(column.name.clone(), column.ty)], 1)?;
-        let literal = crate::sql::quote::sql_literal(text);
-        // `ty` is format_type's output, recorded by coldwire from pg_attribute.
-        let stream = tx
-            .copy_out(&format!(
-                "COPY (SELECT {literal}::{ty}) TO STDOUT (FORMAT binary)"
-            ))
-            .await?;
-        pin_mut!(stream);
-        while let Some(chunk) = stream.try_next().await? {
-            decoder.decode(&chunk)?;
-        }
-        decoder.finish()?;
-        out.push(decoder.next_batch().map(|b| b.column(0).clone()));
-    }
-    out.resize(columns.len(), None);
-    Ok(out)
-}
-
-/// Segments `g` of table `$1` that were active at generation `$2`.
-const AS_OF: &str = "g.table_id = $1 AND g.activated_generation <= $2 \
-     AND (g.status = 'active' OR (g.status = 'retired' AND g.retired_generation > $2))";
-
 impl ColdTable {
     /// The composite-key encoding of row `row` of `rows` (the table's columns); empty for
     /// a NULL key component (never: keys are NOT NULL).
     pub fn key_of(&self, rows: &RecordBatch, row: usize) -> Vec<u8> {
-        encode_key(rows, &self.pk_positions, row).unwrap_or_default()
+        ordered::encode_key(rows, &self.pk_positions, row).unwrap_or_default()
     }
-}
-
-/// `coldwire.overrides_<id>` as of `generation`, as a map from encoded key to seq, read by
-/// binary COPY.
-async fn load_overrides(
-    tx: &tokio_postgres::Transaction<'_>,
-    table_id: i64,
-    generation: i64,
-    columns: &[SegmentColumn],
-    pk_positions: &[usize],
-) -> Result<HashMap<Vec<u8>, i64>, ScanError> {
-    let mut cold_columns: Vec<ColdColumn> = pk_positions
-        .iter()
-        .map(|&p| ColdColumn::new(columns[p].name.clone(), columns[p].ty))
-        .collect();
-    let pk_list = crate::sql::quote::column_list(cold_columns.iter().map(|c| c.name.as_str()), "");
-    cold_columns.push(ColdColumn::new("seq", ColdType::Scalar(ScalarType::Int8)));
-    let mut decoder = CopyDecoder::new(cold_columns, SCAN_BATCH_ROWS)?;
-    // The generation is an integer of the catalog's, not client data.
-    let stream = tx.copy_out(&format!("COPY (SELECT {pk_list}, max(seq) FROM coldwire.overrides_{table_id} WHERE generation <= {generation} GROUP BY {pk_list}) TO STDOUT (FORMAT binary)")).await?;
-    pin_mut!(stream);
-    let mut out = HashMap::new();
-    let mut collect = |decoder: &mut CopyDecoder| {
-        while let Some(batch) = decoder.next_batch() {
-            let seq_position = batch.num_columns() - 1;
-            let seqs = batch
-                .column(seq_position)
-                .as_primitive::<Int64Type>()
-                .clone();
-            let positions: Vec<usize> = (0..seq_position).collect();
-            for row in 0..batch.num_rows() {
-                if let Some(key) = encode_key(&batch, &positions, row) {
-                    out.insert(key, seqs.value(row));
-                }
-            }
-        }
-    };
-    while let Some(chunk) = stream.try_next().await? {
-        decoder.decode(&chunk)?;
-        collect(&mut decoder);
-    }
-    decoder.finish()?;
-    collect(&mut decoder);
-    Ok(out)
-}
-
-fn encode_key(batch: &RecordBatch, positions: &[usize], row: usize) -> Option<Vec<u8>> {
-    let mut key = Vec::new();
-    positions
-        .iter()
-        .all(|&p| ordered::push_key_component(&mut key, batch.column(p).as_ref(), row))
-        .then_some(key)
 }
 
 /// What a scan read and skipped.
@@ -500,7 +312,7 @@ impl Versions<'_> {
         let ops = batch.column(width + 1).as_primitive::<Int16Type>();
         let index = self.kept.len();
         for row in 0..batch.num_rows() {
-            let Some(key) = encode_key(&batch, &self.table.pk_positions, row) else {
+            let Some(key) = ordered::encode_key(&batch, &self.table.pk_positions, row) else {
                 continue;
             };
             let version = (seqs.value(row), ops.value(row), index, row);
@@ -584,12 +396,13 @@ impl<'a> LiveRows<'a> {
             let ops = batch.column(width + 1).as_primitive::<Int16Type>();
             let mask: BooleanArray = (0..batch.num_rows())
                 .map(|row| {
-                    let newest = encode_key(&batch, &table.pk_positions, row).is_some_and(|key| {
-                        table
-                            .overrides
-                            .get(&key)
-                            .is_none_or(|newer| *newer <= seqs.value(row))
-                    });
+                    let newest =
+                        ordered::encode_key(&batch, &table.pk_positions, row).is_some_and(|key| {
+                            table
+                                .overrides
+                                .get(&key)
+                                .is_none_or(|newer| *newer <= seqs.value(row))
+                        });
                     Some(newest && ops.value(row) != crate::segment::op::DELETED)
                 })
                 .collect();

@@ -8,9 +8,9 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::jobs;
 use super::run::{self, FlushError};
 use super::select::rows_to_flush;
+use crate::catalog::jobs;
 use crate::catalog::reconcile::{self, RECONCILE_INTERVAL};
 use crate::catalog::Policy;
 use crate::store::ColdStore;

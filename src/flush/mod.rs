@@ -2,7 +2,6 @@
 //! the run itself (copy out, write segments, publish, prune the heap).
 
 pub mod executor;
-pub mod jobs;
 pub mod manifest;
 pub mod probe;
 pub mod run;

@@ -5,9 +5,9 @@
 use futures_util::{pin_mut, TryStreamExt};
 use tokio_postgres::Client;
 
-use super::jobs::{self, Job};
 use super::probe::ColdKeyProbe;
 use super::select::rows_to_flush;
+use crate::catalog::jobs::{self, Job};
 use crate::catalog::Policy;
 use crate::segment::writer::{SegmentColumn, SegmentFacts, SegmentWriter};
 use crate::segment::{writer_properties, OP_COLUMN, SEQ_COLUMN};
@@ -28,11 +28,11 @@ use futures_util::SinkExt;
 const BATCH_ROWS: usize = 16_384;
 /// Segments per folder of the table's prefix.
 const SEGMENTS_PER_FOLDER: i64 = 100;
-pub use crate::catalog::locks::TABLE_LOCK_CLASS;
+use crate::catalog::locks::TABLE_LOCK_CLASS;
 /// The first rows of a table go cold no sooner than this after it was tiered: proxies that
 /// have not yet seen the table as tiered relay its reads unchanged (hot rows only), and
 /// each re-reads its list of tiered tables at least every
-/// `REGISTRY_TTL` of the read path (`session::reads`), a second.
+/// [`crate::catalog::registry::REGISTRY_TTL`].
 pub const FIRST_FINALIZE_DELAY: std::time::Duration = std::time::Duration::from_secs(3);
 /// Finalize waits this long for writers to let go before giving up (the job is retried).
 const FINALIZE_LOCK_TIMEOUT: &str = "2s";

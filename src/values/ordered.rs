@@ -19,7 +19,7 @@
 //! components; variable-length components are escaped (0x00 → 0x00 0xFF) and terminated by
 //! 0x00 0x01, so no component is a prefix of another and the order stays column by column.
 
-use arrow::array::{Array, AsArray};
+use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{
     DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
     Int64Type, Time64MicrosecondType, TimeUnit, TimestampMicrosecondType,
@@ -175,6 +175,16 @@ pub fn cell(array: &dyn Array, row: usize) -> Cell {
         }
         _ => Cell::Unknown,
     }
+}
+
+/// The composite-key encoding of row `row` of `batch` over the key columns at `positions`
+/// (each component as [`push_key_component`] writes it); `None` when a component is NULL.
+pub fn encode_key(batch: &RecordBatch, positions: &[usize], row: usize) -> Option<Vec<u8>> {
+    let mut key = Vec::new();
+    positions
+        .iter()
+        .all(|&p| push_key_component(&mut key, batch.column(p).as_ref(), row))
+        .then_some(key)
 }
 
 #[cfg(test)]

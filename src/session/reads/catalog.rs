@@ -15,97 +15,19 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use tokio::sync::Mutex as AsyncMutex;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::{AsyncMessage, NoTls};
 
+use crate::catalog::pool::{CatalogPool, Pooled};
+use crate::catalog::registry::{self, Registry, CATALOG_CHANNEL, REGISTRY_TTL};
 use crate::cold::scan::ColdTable;
-use crate::sql::rewrite::{TieredTable, ViewDef};
 
 use super::path::PlanError;
 
-/// How long the list of tiered tables is trusted before it is read again. A proxy that
-/// has not seen a table as tiered relays its reads unchanged, so the first flush of a
-/// table waits until every proxy's list is newer than the table
-/// (`flush::run::FIRST_FINALIZE_DELAY`, a multiple of this).
-pub const REGISTRY_TTL: Duration = Duration::from_secs(1);
 /// Pause before the catalog listener connects again after losing its connection.
 const LISTEN_RETRY_DELAY: Duration = Duration::from_secs(1);
-/// The channel finalize and TRUNCATE notify.
-const CATALOG_CHANNEL: &str = "coldwire_catalog";
 /// Cold states of past generations kept for REPEATABLE READ transactions; the cache starts
 /// over when full.
 const PAST_STATES: usize = 32;
-
-/// Views and materialized views that read tiered tables, directly or through other views
-/// (the rewrite rules that depend on them, transitively).
-const VIEWS: &str = "WITH RECURSIVE dep(view) AS ( \
-       SELECT r.ev_class FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid \
-       WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
-         AND d.refobjid IN (SELECT relid FROM coldwire.tables WHERE state = 'active') AND r.ev_class <> d.refobjid \
-     UNION \
-       SELECT r.ev_class FROM dep JOIN pg_depend d ON d.refobjid = dep.view \
-         AND d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
-       JOIN pg_rewrite r ON r.oid = d.objid WHERE r.ev_class <> dep.view) \
-     SELECT n.nspname::text, c.relname::text, c.relkind::text, pg_get_viewdef(c.oid), \
-            coalesce(c.reloptions, '{}') @> ARRAY['security_barrier=true'] \
-     FROM (SELECT DISTINCT view FROM dep) v JOIN pg_class c ON c.oid = v.view \
-     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('v', 'm') ORDER BY 1, 2";
-
-/// A tiered table as sessions see it.
-#[derive(Debug, Clone)]
-pub struct Tiered {
-    pub table: TieredTable,
-    /// `pg_class.reltype`: the row type cold rows are bound as.
-    pub row_type: u32,
-}
-
-/// A view or materialized view that reads a tiered table (directly or through views).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TieredView {
-    pub schema: String,
-    pub name: String,
-    pub materialized: bool,
-    pub view: ViewDef,
-}
-
-/// The list of tiered tables, with a version that moves whenever its content does.
-#[derive(Debug, Default)]
-pub struct Registry {
-    pub tables: Vec<Tiered>,
-    pub views: Vec<TieredView>,
-    /// Lower-case names, for the cheap test of every statement.
-    pub names: Vec<String>,
-    pub version: u64,
-}
-
-impl Registry {
-    /// The one tiered table `schema.name` (as written; any schema when unqualified) names.
-    pub fn unique(&self, schema: Option<&str>, name: &str) -> Option<&Tiered> {
-        let mut candidates = self
-            .tables
-            .iter()
-            .filter(|t| t.table.name == name && schema.is_none_or(|s| t.table.schema == s));
-        match (candidates.next(), candidates.next()) {
-            (Some(only), None) => Some(only),
-            _ => None,
-        }
-    }
-
-    /// The one view over tiered tables `schema.name` (as written) names.
-    pub fn view(&self, schema: Option<&str>, name: &str) -> Option<&TieredView> {
-        let mut candidates = self
-            .views
-            .iter()
-            .filter(|v| v.name == name && schema.is_none_or(|s| v.schema == s));
-        match (candidates.next(), candidates.next()) {
-            (Some(only), None) => Some(only),
-            _ => None,
-        }
-    }
-
-    pub fn by_id(&self, id: i64) -> Option<&Tiered> {
-        self.tables.iter().find(|t| t.table.table_id == id)
-    }
-}
 
 /// The shared catalog cache.
 pub struct CatalogCache {
@@ -127,13 +49,16 @@ pub struct CatalogCache {
     /// Whether the listener is connected, so that an unmoved epoch means "unchanged".
     listening: Arc<AtomicBool>,
     listener_started: AtomicBool,
-    /// The service connection for catalog reads, and the lock that serializes them.
-    client: AsyncMutex<Option<Client>>,
+    /// Service connections for catalog reads.
+    pool: CatalogPool,
+    /// Held while the registry is read, so one session reads it and the others wait.
+    refreshing: AsyncMutex<()>,
 }
 
 impl CatalogCache {
     pub fn new(service: tokio_postgres::Config) -> Self {
         Self {
+            pool: CatalogPool::new(service.clone()),
             service,
             registry: RwLock::new(None),
             cold: RwLock::new(HashMap::new()),
@@ -143,7 +68,7 @@ impl CatalogCache {
             follow_ddl: AtomicBool::new(false),
             listening: Arc::new(AtomicBool::new(false)),
             listener_started: AtomicBool::new(false),
-            client: AsyncMutex::new(None),
+            refreshing: AsyncMutex::new(()),
         }
     }
 
@@ -183,12 +108,12 @@ impl CatalogCache {
         if let Some(r) = self.current_registry() {
             return Ok(r);
         }
-        let mut client = self.client.lock().await;
+        let _refreshing = self.refreshing.lock().await;
         if let Some(r) = self.current_registry() {
             return Ok(r);
         }
         let ddl = self.ddl_epoch.load(Ordering::Acquire);
-        let client = self.connected(&mut client).await?;
+        let client = &mut *self.connected().await?;
         // DDL a session of this proxy ran, followed before the list is read (DDL
         // elsewhere is followed by the flush executors, which notify).
         if self.follow_ddl.swap(false, Ordering::AcqRel) {
@@ -196,54 +121,7 @@ impl CatalogCache {
                 tracing::warn!(error = %crate::catalog::postgres_text(&e), "following DDL on tiered tables failed");
             }
         }
-        let rows = client
-            .query(
-                "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums \
-                 FROM coldwire.tables t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE t.state = 'active' ORDER BY t.id",
-                &[],
-            )
-            .await?;
-        let mut tables = Vec::new();
-        for row in rows {
-            let columns: serde_json::Value = row.get(4);
-            let pk_attnums: Vec<i16> = row.get(5);
-            let list = columns.as_array().cloned().unwrap_or_default();
-            let name_of = |attnum: i16| {
-                list.iter()
-                    .find(|c| c["attnum"].as_i64() == Some(attnum.into()))
-                    .and_then(|c| c["name"].as_str())
-                    .map(str::to_owned)
-            };
-            tables.push(Tiered {
-                table: TieredTable {
-                    table_id: row.get(0),
-                    schema: row.get(2),
-                    name: row.get(3),
-                    columns: list
-                        .iter()
-                        .filter_map(|c| c["name"].as_str().map(str::to_owned))
-                        .collect(),
-                    pk: pk_attnums.iter().filter_map(|a| name_of(*a)).collect(),
-                    guarded: true,
-                },
-                row_type: row.get(1),
-            });
-        }
-        let mut views = Vec::new();
-        if !tables.is_empty() {
-            for row in client.query(VIEWS, &[]).await? {
-                views.push(TieredView {
-                    schema: row.get(0),
-                    name: row.get(1),
-                    materialized: row.get::<_, String>(2) == "m",
-                    view: ViewDef {
-                        definition: row.get(3),
-                        security_barrier: row.get(4),
-                    },
-                });
-            }
-        }
+        let (tables, views) = registry::read(client).await?;
         let mut slot = self
             .registry
             .write()
@@ -293,8 +171,7 @@ impl CatalogCache {
                 return Ok(table.clone());
             }
         }
-        let mut client = self.client.lock().await;
-        let client = self.connected(&mut client).await?;
+        let client = &mut *self.connected().await?;
         let generation: Option<i64> = client
             .query_opt(
                 "SELECT generation FROM coldwire.tables WHERE id = $1 AND state = 'active'",
@@ -340,8 +217,7 @@ impl CatalogCache {
         {
             return Ok(t.clone());
         }
-        let mut client = self.client.lock().await;
-        let client = self.connected(&mut client).await?;
+        let client = &mut *self.connected().await?;
         let table = Arc::new(ColdTable::load(client, id, Some(generation)).await?);
         let mut past = self.past.write().unwrap_or_else(PoisonError::into_inner);
         if past.len() >= PAST_STATES {
@@ -351,22 +227,8 @@ impl CatalogCache {
         Ok(table)
     }
 
-    async fn connected<'a>(
-        &self,
-        client: &'a mut Option<Client>,
-    ) -> Result<&'a mut Client, PlanError> {
-        if client.as_ref().is_none_or(Client::is_closed) {
-            let fresh = crate::catalog::connect(&self.service)
-                .await
-                .map_err(|e| PlanError::Catalog(e.to_string()))?;
-            // Every name in coldwire's queries is qualified; view definitions then come
-            // out schema-qualified too.
-            fresh
-                .batch_execute("SET search_path = pg_catalog, pg_temp")
-                .await?;
-            *client = Some(fresh);
-        }
-        Ok(client.as_mut().expect("connected above"))
+    async fn connected(&self) -> Result<Pooled, PlanError> {
+        self.pool.get().await.map_err(PlanError::Catalog)
     }
 
     /// The oid of type `name` (as written in SQL), if it exists.
@@ -374,8 +236,7 @@ impl CatalogCache {
     /// # Errors
     /// The catalog could not be read.
     pub async fn type_oid(&self, name: &str) -> Result<Option<u32>, PlanError> {
-        let mut client = self.client.lock().await;
-        let client = self.connected(&mut client).await?;
+        let client = &mut *self.connected().await?;
         let row = client
             .query_one("SELECT pg_catalog.to_regtype($1)::oid", &[&name])
             .await;

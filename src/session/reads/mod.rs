@@ -4,7 +4,6 @@
 mod catalog;
 mod path;
 
-pub use catalog::REGISTRY_TTL;
 pub use path::{
     after_plan, own_frames, OwnCall, Part, Plan, PlanError, PreparedRead, PreparedWrite, ReadPath,
     OWN_COMPLETIONS,

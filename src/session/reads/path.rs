@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{BufMut, BytesMut};
 
-use super::catalog::{CatalogCache, Registry};
+use super::catalog::CatalogCache;
 use crate::catalog::postgres_text;
+use crate::catalog::registry::Registry;
 use crate::cold::scan::{scan, ColdTable, ScanError};
 use crate::session::state::OwnPrefix;
 use crate::sql::classify::{
@@ -1102,6 +1103,12 @@ pub enum PlanError {
     Encoding,
     #[error("{}", .0.message)]
     Refused(ErrorFields),
+}
+
+impl From<crate::catalog::segments::ColdStateError> for PlanError {
+    fn from(e: crate::catalog::segments::ColdStateError) -> Self {
+        PlanError::Scan(e.into())
+    }
 }
 
 impl PlanError {

@@ -4,7 +4,7 @@
 
 use tokio_postgres::{Client, Row};
 
-pub use crate::catalog::locks::FLUSH_LOCK_CLASS;
+use super::locks::FLUSH_LOCK_CLASS;
 
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

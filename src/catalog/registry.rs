@@ -1,0 +1,145 @@
+//! The registry: which tables are tiered and which views read them, as sessions see them
+//! (DESIGN §6.1), read from the catalog in one place.
+
+use std::time::Duration;
+
+use tokio_postgres::Client;
+
+use crate::sql::rewrite::{TieredTable, ViewDef};
+
+/// How long the list of tiered tables is trusted before it is read again. A proxy that
+/// has not seen a table as tiered relays its reads unchanged, so the first flush of a
+/// table waits until every proxy's list is newer than the table
+/// (`flush::run::FIRST_FINALIZE_DELAY`, a multiple of this).
+pub const REGISTRY_TTL: Duration = Duration::from_secs(1);
+/// The channel finalize and TRUNCATE notify.
+pub const CATALOG_CHANNEL: &str = "coldwire_catalog";
+/// Views and materialized views that read tiered tables, directly or through other views
+/// (the rewrite rules that depend on them, transitively).
+const VIEWS: &str = "WITH RECURSIVE dep(view) AS ( \
+       SELECT r.ev_class FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid \
+       WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
+         AND d.refobjid IN (SELECT relid FROM coldwire.tables WHERE state = 'active') AND r.ev_class <> d.refobjid \
+     UNION \
+       SELECT r.ev_class FROM dep JOIN pg_depend d ON d.refobjid = dep.view \
+         AND d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
+       JOIN pg_rewrite r ON r.oid = d.objid WHERE r.ev_class <> dep.view) \
+     SELECT n.nspname::text, c.relname::text, c.relkind::text, pg_get_viewdef(c.oid), \
+            coalesce(c.reloptions, '{}') @> ARRAY['security_barrier=true'] \
+     FROM (SELECT DISTINCT view FROM dep) v JOIN pg_class c ON c.oid = v.view \
+     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('v', 'm') ORDER BY 1, 2";
+
+/// A tiered table as sessions see it.
+#[derive(Debug, Clone)]
+pub struct Tiered {
+    pub table: TieredTable,
+    /// `pg_class.reltype`: the row type cold rows are bound as.
+    pub row_type: u32,
+}
+
+/// A view or materialized view that reads a tiered table (directly or through views).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TieredView {
+    pub schema: String,
+    pub name: String,
+    pub materialized: bool,
+    pub view: ViewDef,
+}
+
+/// The list of tiered tables, with a version that moves whenever its content does.
+#[derive(Debug, Default)]
+pub struct Registry {
+    pub tables: Vec<Tiered>,
+    pub views: Vec<TieredView>,
+    /// Lower-case names, for the cheap test of every statement.
+    pub names: Vec<String>,
+    pub version: u64,
+}
+
+impl Registry {
+    /// The one tiered table `schema.name` (as written; any schema when unqualified) names.
+    pub fn unique(&self, schema: Option<&str>, name: &str) -> Option<&Tiered> {
+        let mut candidates = self
+            .tables
+            .iter()
+            .filter(|t| t.table.name == name && schema.is_none_or(|s| t.table.schema == s));
+        match (candidates.next(), candidates.next()) {
+            (Some(only), None) => Some(only),
+            _ => None,
+        }
+    }
+
+    /// The one view over tiered tables `schema.name` (as written) names.
+    pub fn view(&self, schema: Option<&str>, name: &str) -> Option<&TieredView> {
+        let mut candidates = self
+            .views
+            .iter()
+            .filter(|v| v.name == name && schema.is_none_or(|s| v.schema == s));
+        match (candidates.next(), candidates.next()) {
+            (Some(only), None) => Some(only),
+            _ => None,
+        }
+    }
+
+    pub fn by_id(&self, id: i64) -> Option<&Tiered> {
+        self.tables.iter().find(|t| t.table.table_id == id)
+    }
+}
+
+/// The tiered tables and the views over them, as the catalog has them now.
+///
+/// # Errors
+/// The catalog could not be read.
+pub async fn read(
+    client: &Client,
+) -> Result<(Vec<Tiered>, Vec<TieredView>), tokio_postgres::Error> {
+    let rows = client
+            .query(
+                "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums \
+                 FROM coldwire.tables t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE t.state = 'active' ORDER BY t.id",
+                &[],
+            )
+            .await?;
+    let mut tables = Vec::new();
+    for row in rows {
+        let columns: serde_json::Value = row.get(4);
+        let pk_attnums: Vec<i16> = row.get(5);
+        let list = columns.as_array().cloned().unwrap_or_default();
+        let name_of = |attnum: i16| {
+            list.iter()
+                .find(|c| c["attnum"].as_i64() == Some(attnum.into()))
+                .and_then(|c| c["name"].as_str())
+                .map(str::to_owned)
+        };
+        tables.push(Tiered {
+            table: TieredTable {
+                table_id: row.get(0),
+                schema: row.get(2),
+                name: row.get(3),
+                columns: list
+                    .iter()
+                    .filter_map(|c| c["name"].as_str().map(str::to_owned))
+                    .collect(),
+                pk: pk_attnums.iter().filter_map(|a| name_of(*a)).collect(),
+                guarded: true,
+            },
+            row_type: row.get(1),
+        });
+    }
+    let mut views = Vec::new();
+    if !tables.is_empty() {
+        for row in client.query(VIEWS, &[]).await? {
+            views.push(TieredView {
+                schema: row.get(0),
+                name: row.get(1),
+                materialized: row.get::<_, String>(2) == "m",
+                view: ViewDef {
+                    definition: row.get(3),
+                    security_barrier: row.get(4),
+                },
+            });
+        }
+    }
+    Ok((tables, views))
+}
