@@ -6,6 +6,7 @@
 use tokio_postgres::error::SqlState;
 
 use crate::admin::AdminError;
+use crate::cold::scan::ScanError;
 use crate::values::{ColdError, ValueError};
 use crate::wire::messages::{ErrorFields, Severity};
 use crate::wire::WireError;
@@ -60,6 +61,66 @@ impl SessionError {
             }
             SessionError::UpstreamIo(_) => "upstream_io",
         }
+    }
+}
+
+/// Why a read or write of a tiered table could not be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("{0}")]
+    Catalog(String),
+    #[error("{}", crate::catalog::postgres_text(.0))]
+    Postgres(#[from] tokio_postgres::Error),
+    #[error(transparent)]
+    Scan(#[from] ScanError),
+    #[error("cold rows can only be sent to sessions whose client_encoding is UTF8")]
+    Encoding,
+    #[error("{}", .0.message)]
+    Refused(ErrorFields),
+}
+
+impl From<crate::catalog::segments::ColdStateError> for PlanError {
+    fn from(e: crate::catalog::segments::ColdStateError) -> Self {
+        PlanError::Scan(e.into())
+    }
+}
+
+impl PlanError {
+    /// What the client is told (without store locations or catalog details).
+    pub fn client_error(&self) -> ErrorFields {
+        match self {
+            PlanError::Scan(ScanError::TooManyRows { table, cap }) => fields(
+                "54000",
+                format!("coldwire: the query would read more than {cap} cold rows of {table}"),
+                Some("Add a condition on the primary key, or raise max_cold_rows in coldwire's configuration.".into()),
+            ),
+            PlanError::Refused(fields) => fields.clone(),
+            PlanError::Encoding => fields(
+                "0A000",
+                "coldwire: cold rows of tiered tables are served only to sessions with client_encoding UTF8".into(),
+                Some("SET client_encoding = 'UTF8', or convert on the client.".into()),
+            ),
+            e => {
+                tracing::warn!(error = %e, "cold read failed");
+                fields(
+                    "58030",
+                    "coldwire could not read the cold tier".into(),
+                    Some("The proxy's log has the cause.".into()),
+                )
+            }
+        }
+    }
+}
+
+/// An ERROR with `code`, `message` and `hint`: how the read and write paths refuse what
+/// they cannot serve.
+pub fn fields(code: &str, message: String, hint: Option<String>) -> ErrorFields {
+    ErrorFields {
+        severity: Severity::Error,
+        code: code.to_owned(),
+        message,
+        detail: None,
+        hint,
     }
 }
 

@@ -1,30 +1,32 @@
 //! coldwire: a Postgres wire-protocol proxy that gives ordinary Postgres tables a cold tier.
 //!
-//! Clients connect to coldwire instead of Postgres. The layers, from the socket inwards:
+//! Clients connect to coldwire instead of Postgres. The modules form layers; each imports
+//! only from layers below it (`scripts/layers.sh` checks this). From the bottom:
 //!
 //! - [`wire`]: the protocol, sans-IO. [`wire::FrameScanner`] finds frame boundaries from
 //!   the five-byte header so the relay forwards bytes without decoding bodies; `startup`
-//!   and `messages` decode and encode the few packets coldwire reads or writes itself;
-//!   `tls` and `cancel` hold client TLS and the cancel-key map.
-//! - [`session`]: one client connection: the handshake (SSL/GSSENC negotiation, cancel,
-//!   startup), the upstream connection, the two-way relay, and the [`session::SessionState`]
-//!   (transaction phase, server parameters, prepared statement names) learnt on the way.
-//! - [`server`]: listeners, the accept loop, graceful shutdown.
-//! - [`cold`]: cold values, sans-IO: which column types can go cold ([`cold::ColdType`]),
-//!   a streaming decoder of binary COPY output into Arrow record batches
-//!   ([`cold::CopyDecoder`]) and the way back to binary COPY and binary parameters, exact
-//!   to the byte.
-//! - [`admin`]: the admin calls (`coldwire.tier_table(…)`, …) recognized in SQL text with
-//!   pg_query, and their policy validation.
-//! - [`catalog`]: the `coldwire` schema in Postgres (tiered tables, segments, jobs, the
-//!   `status` view, admin stubs) and its versioned migrations, run at start through the
-//!   service connection.
-//! - [`config`], [`metrics`], [`error`] (the single mapping from coldwire errors to SQLSTATEs).
-//! - [`demo`]: the embedded default, a throwaway local Postgres (also used by the tests).
+//!   and `messages` decode and encode the few packets coldwire reads or writes itself.
+//!   Beside it [`metrics`] (names) and [`failpoint`] (pause points for crash tests).
+//! - [`values`]: Postgres values as Arrow, exactly, both ways: which column types can go
+//!   cold ([`values::ColdType`]), binary COPY into record batches and back.
+//! - [`store`]: the cold store (object_store by URL, create-if-absent publishing).
+//! - [`segment`]: the one definition of a segment file: its columns, seq and op, writer
+//!   settings, the writer, footer and page reading, pruning by statistics, the page cache.
+//! - [`sql`]: statements read with pg_query: classification, the read and write rewrites,
+//!   predicates, quoting.
+//! - [`catalog`]: the `coldwire` schema in Postgres: migrations, capture DDL, typed access
+//!   (registry, segments, jobs), policies, lock classes, the conditions coldwire retries on,
+//!   a pool of catalog connections. [`config`] sits beside it.
+//! - [`cold`]: cold reads, from a table's cold state (a value) and the store.
+//! - [`flush`]: flush jobs, start to finish.
+//! - [`admin`]: the admin calls coldwire answers itself.
+//! - [`error`]: coldwire's errors as clients see them, the one mapping to SQLSTATEs.
+//! - [`session`]: one client connection: handshake, upstream, `protocol` (what becomes of
+//!   every frame, sans-IO), `relay` (the I/O), reads and writes of tiered tables.
+//! - [`server`]: listeners, the accept loop, graceful shutdown; [`demo`]: the embedded
+//!   default, a throwaway local Postgres (also used by the tests).
 //!
-//! [`cold`] converts Postgres values to Arrow and back exactly; [`flush`] holds the flush's
-//! selection, job queue and cold store. The read and write rewrites (`sql/`) build on
-//! these; see docs/architecture.md for what exists today.
+//! docs/architecture.md describes how the parts work together.
 
 pub mod admin;
 pub mod catalog;

@@ -2,7 +2,9 @@
 //! the run itself (copy out, write segments, publish, prune the heap).
 
 pub mod executor;
+mod finalize;
 pub mod manifest;
 pub mod probe;
 pub mod run;
 pub mod select;
+mod write;

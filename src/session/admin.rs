@@ -99,174 +99,195 @@ impl AdminSession {
         }
         let can_answer = self.in_group || !dirty;
         match tag {
-            msg::QUERY => {
-                let sql = frame
-                    .get(5..frame.len().saturating_sub(1))
-                    .unwrap_or_default();
-                if !mentions_coldwire(sql) || dirty {
-                    return Ok(Disposition::Forward);
-                }
-                // Text in another client_encoding holds no call coldwire can answer.
-                let Ok(sql) = std::str::from_utf8(sql) else {
-                    return Ok(Disposition::Forward);
-                };
-                Ok(match recognize(sql) {
-                    Ok(None) => Disposition::Forward,
-                    Ok(Some(call)) => match args::resolve(&call, &[]) {
-                        Ok(args) => Disposition::Answer(Answer::Run {
-                            call,
-                            args,
-                            binary: false,
-                            simple: true,
-                        }),
-                        Err(error) => Disposition::Answer(Answer::Fail {
-                            error,
-                            simple: true,
-                        }),
-                    },
-                    Err(error) => Disposition::Answer(Answer::Fail {
-                        error,
-                        simple: true,
-                    }),
-                })
-            }
-            msg::PARSE => {
-                let parse = match Parse::decode(frame) {
-                    Ok(parse) => parse,
-                    // A query in another client_encoding: no call coldwire can answer.
-                    Err(e) => {
-                        Parse::decode_raw(frame).map_err(|_| e)?;
-                        return Ok(Disposition::Forward);
-                    }
-                };
-                let recognized = if mentions_coldwire(parse.query.as_bytes()) {
-                    recognize(parse.query)
-                } else {
-                    Ok(None)
-                };
-                match recognized {
-                    Ok(Some(call)) if can_answer => {
-                        self.in_group = true;
-                        let param_types = parse.param_types.clone();
-                        self.statements
-                            .insert(parse.statement.to_owned(), Prepared { call, param_types });
-                        Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(
-                            &ext::empty(msg::PARSE_COMPLETE)[..],
-                        ))))
-                    }
-                    Err(error) if can_answer => Ok(self.fail(error)),
-                    _ => {
-                        // The client (re)defines this name with SQL Postgres will see.
-                        self.statements.remove(parse.statement);
-                        Ok(Disposition::Forward)
-                    }
-                }
-            }
-            msg::BIND if self.needs_extended_inspection() => {
-                let bind = Bind::decode(frame)?;
-                let Some(prepared) = self.statements.get(bind.statement) else {
-                    self.portals.remove(bind.portal);
-                    return Ok(Disposition::Forward);
-                };
-                if !can_answer {
-                    return Ok(Disposition::Forward);
-                }
-                let types = args::parameter_types(&prepared.call, &prepared.param_types);
-                let params: Vec<Param<'_>> = bind
-                    .params
-                    .iter()
-                    .enumerate()
-                    .map(|(i, value)| Param {
-                        value: *value,
-                        binary: bind.is_binary(i),
-                        type_oid: types.get(i).copied().unwrap_or(0),
-                    })
-                    .collect();
-                let bound = Bound {
-                    call: prepared.call.clone(),
-                    args: args::resolve(&prepared.call, &params),
-                    binary: bind.result_binary.first().copied().unwrap_or(false),
-                };
-                self.portals.insert(bind.portal.to_owned(), bound);
-                self.in_group = true;
-                Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(
-                    &ext::empty(msg::BIND_COMPLETE)[..],
-                ))))
-            }
+            msg::QUERY => self.on_query(frame, dirty),
+            msg::PARSE => self.on_parse(frame, can_answer),
+            msg::BIND if self.needs_extended_inspection() => self.on_bind(frame, can_answer),
             msg::DESCRIBE if self.needs_extended_inspection() => {
-                let mut out = BytesMut::new();
-                match ext::target(frame, msg::DESCRIBE)? {
-                    Target::Statement(name) => match self.statements.get(name) {
-                        Some(p) if can_answer => {
-                            ext::parameter_description(
-                                &mut out,
-                                &args::parameter_types(&p.call, &p.param_types),
-                            );
-                            ext::row_description(
-                                &mut out,
-                                &p.call.column,
-                                p.call.function.result_type(),
-                                false,
-                            );
-                        }
-                        _ => return Ok(Disposition::Forward),
-                    },
-                    Target::Portal(name) => match self.portals.get(name) {
-                        Some(b) if can_answer => ext::row_description(
-                            &mut out,
-                            &b.call.column,
-                            b.call.function.result_type(),
-                            b.binary,
-                        ),
-                        _ => return Ok(Disposition::Forward),
-                    },
-                }
-                self.in_group = true;
-                Ok(Disposition::Answer(Answer::Bytes(out)))
+                self.on_describe(frame, can_answer)
             }
-            msg::EXECUTE if self.needs_extended_inspection() => {
-                let portal = ext::execute_portal(frame)?;
-                match self.portals.get(portal) {
-                    Some(bound) if can_answer => {
-                        self.in_group = true;
-                        Ok(Disposition::Answer(match &bound.args {
-                            Ok(args) => Answer::Run {
-                                call: bound.call.clone(),
-                                args: args.clone(),
-                                binary: bound.binary,
-                                simple: false,
-                            },
-                            Err(error) => {
-                                self.skipping = true;
-                                Answer::Fail {
-                                    error: error.clone(),
-                                    simple: false,
-                                }
-                            }
-                        }))
-                    }
-                    _ => Ok(Disposition::Forward),
-                }
-            }
-            msg::CLOSE => {
-                let removed = match ext::target(frame, msg::CLOSE)? {
-                    Target::Statement(name) => self.statements.remove(name).is_some(),
-                    Target::Portal(name) => self.portals.remove(name).is_some(),
-                };
-                if removed && can_answer {
-                    self.in_group = true;
-                    Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(
-                        &ext::empty(msg::CLOSE_COMPLETE)[..],
-                    ))))
-                } else {
-                    Ok(Disposition::Forward)
-                }
-            }
+            msg::EXECUTE if self.needs_extended_inspection() => self.on_execute(frame, can_answer),
+            msg::CLOSE => self.on_close(frame, can_answer),
             msg::SYNC => {
                 self.end_group();
                 Ok(Disposition::Forward)
             }
             _ => Ok(Disposition::Forward),
+        }
+    }
+
+    /// A simple Query: answered when it is an admin call alone, before anything else of a
+    /// group went upstream.
+    fn on_query(&mut self, frame: &[u8], dirty: bool) -> Result<Disposition, WireError> {
+        let sql = frame
+            .get(5..frame.len().saturating_sub(1))
+            .unwrap_or_default();
+        if !mentions_coldwire(sql) || dirty {
+            return Ok(Disposition::Forward);
+        }
+        // Text in another client_encoding holds no call coldwire can answer.
+        let Ok(sql) = std::str::from_utf8(sql) else {
+            return Ok(Disposition::Forward);
+        };
+        Ok(match recognize(sql) {
+            Ok(None) => Disposition::Forward,
+            Ok(Some(call)) => match args::resolve(&call, &[]) {
+                Ok(args) => Disposition::Answer(Answer::Run {
+                    call,
+                    args,
+                    binary: false,
+                    simple: true,
+                }),
+                Err(error) => Disposition::Answer(Answer::Fail {
+                    error,
+                    simple: true,
+                }),
+            },
+            Err(error) => Disposition::Answer(Answer::Fail {
+                error,
+                simple: true,
+            }),
+        })
+    }
+
+    /// A Parse: an admin call's is answered (ParseComplete) and remembered by statement name.
+    fn on_parse(&mut self, frame: &[u8], can_answer: bool) -> Result<Disposition, WireError> {
+        let parse = match Parse::decode(frame) {
+            Ok(parse) => parse,
+            // A query in another client_encoding: no call coldwire can answer.
+            Err(e) => {
+                Parse::decode_raw(frame).map_err(|_| e)?;
+                return Ok(Disposition::Forward);
+            }
+        };
+        let recognized = if mentions_coldwire(parse.query.as_bytes()) {
+            recognize(parse.query)
+        } else {
+            Ok(None)
+        };
+        match recognized {
+            Ok(Some(call)) if can_answer => {
+                self.in_group = true;
+                let param_types = parse.param_types.clone();
+                self.statements
+                    .insert(parse.statement.to_owned(), Prepared { call, param_types });
+                Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(
+                    &ext::empty(msg::PARSE_COMPLETE)[..],
+                ))))
+            }
+            Err(error) if can_answer => Ok(self.fail(error)),
+            _ => {
+                // The client (re)defines this name with SQL Postgres will see.
+                self.statements.remove(parse.statement);
+                Ok(Disposition::Forward)
+            }
+        }
+    }
+
+    /// A Bind of an admin statement: its arguments resolved, the portal remembered.
+    fn on_bind(&mut self, frame: &[u8], can_answer: bool) -> Result<Disposition, WireError> {
+        let bind = Bind::decode(frame)?;
+        let Some(prepared) = self.statements.get(bind.statement) else {
+            self.portals.remove(bind.portal);
+            return Ok(Disposition::Forward);
+        };
+        if !can_answer {
+            return Ok(Disposition::Forward);
+        }
+        let types = args::parameter_types(&prepared.call, &prepared.param_types);
+        let params: Vec<Param<'_>> = bind
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, value)| Param {
+                value: *value,
+                binary: bind.is_binary(i),
+                type_oid: types.get(i).copied().unwrap_or(0),
+            })
+            .collect();
+        let bound = Bound {
+            call: prepared.call.clone(),
+            args: args::resolve(&prepared.call, &params),
+            binary: bind.result_binary.first().copied().unwrap_or(false),
+        };
+        self.portals.insert(bind.portal.to_owned(), bound);
+        self.in_group = true;
+        Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(
+            &ext::empty(msg::BIND_COMPLETE)[..],
+        ))))
+    }
+
+    /// A Describe of an admin statement or portal: its descriptions.
+    fn on_describe(&mut self, frame: &[u8], can_answer: bool) -> Result<Disposition, WireError> {
+        let mut out = BytesMut::new();
+        match ext::target(frame, msg::DESCRIBE)? {
+            Target::Statement(name) => match self.statements.get(name) {
+                Some(p) if can_answer => {
+                    ext::parameter_description(
+                        &mut out,
+                        &args::parameter_types(&p.call, &p.param_types),
+                    );
+                    ext::row_description(
+                        &mut out,
+                        &p.call.column,
+                        p.call.function.result_type(),
+                        false,
+                    );
+                }
+                _ => return Ok(Disposition::Forward),
+            },
+            Target::Portal(name) => match self.portals.get(name) {
+                Some(b) if can_answer => ext::row_description(
+                    &mut out,
+                    &b.call.column,
+                    b.call.function.result_type(),
+                    b.binary,
+                ),
+                _ => return Ok(Disposition::Forward),
+            },
+        }
+        self.in_group = true;
+        Ok(Disposition::Answer(Answer::Bytes(out)))
+    }
+
+    /// An Execute of an admin portal: the call is run (or its argument error reported).
+    fn on_execute(&mut self, frame: &[u8], can_answer: bool) -> Result<Disposition, WireError> {
+        let portal = ext::execute_portal(frame)?;
+        match self.portals.get(portal) {
+            Some(bound) if can_answer => {
+                self.in_group = true;
+                Ok(Disposition::Answer(match &bound.args {
+                    Ok(args) => Answer::Run {
+                        call: bound.call.clone(),
+                        args: args.clone(),
+                        binary: bound.binary,
+                        simple: false,
+                    },
+                    Err(error) => {
+                        self.skipping = true;
+                        Answer::Fail {
+                            error: error.clone(),
+                            simple: false,
+                        }
+                    }
+                }))
+            }
+            _ => Ok(Disposition::Forward),
+        }
+    }
+
+    /// A Close of an admin statement or portal: forgotten, and CloseComplete.
+    fn on_close(&mut self, frame: &[u8], can_answer: bool) -> Result<Disposition, WireError> {
+        let removed = match ext::target(frame, msg::CLOSE)? {
+            Target::Statement(name) => self.statements.remove(name).is_some(),
+            Target::Portal(name) => self.portals.remove(name).is_some(),
+        };
+        if removed && can_answer {
+            self.in_group = true;
+            Ok(Disposition::Answer(Answer::Bytes(BytesMut::from(
+                &ext::empty(msg::CLOSE_COMPLETE)[..],
+            ))))
+        } else {
+            Ok(Disposition::Forward)
         }
     }
 

@@ -12,11 +12,11 @@ use bytes::BytesMut;
 
 use super::admin::{AdminSession, Disposition};
 use super::reads::ReadPath;
-use super::rewritten::{read_stop, GroupShape, Stop};
-use super::state::{CopyOut, OwnGroup, OwnPrefix, RewrittenGroup, SessionState};
+use super::rewritten::{read_stop, Stop};
+use super::state::{CopyOut, OwnGroup, OwnPrefix, Phase, Retry, RewrittenGroup, SessionState};
 use super::SessionError;
 use crate::catalog::conditions;
-use crate::wire::extended as ext;
+use crate::wire::extended::{self as ext, Bind};
 use crate::wire::messages as msg;
 use crate::wire::WireError;
 
@@ -495,6 +495,84 @@ fn track_server_frame(state: &mut SessionState, tag: u8, frame: &[u8]) -> Result
         _ => {}
     }
     Ok(())
+}
+
+/// The shape of the extended-protocol group the client is sending, as far as retrying a
+/// guard failure goes: retried unseen only when the group started with nothing
+/// outstanding outside a transaction block and holds nothing but Parses, Describes, one
+/// Bind of a rewritten statement and one Execute of its portal — so running that Bind and
+/// Execute again repeats exactly what failed and nothing else.
+#[derive(Debug, Default)]
+pub struct GroupShape {
+    messages: usize,
+    /// Messages so far that Postgres answers with one completion each (Parse, Bind,
+    /// Describe, Execute, Close).
+    completions: u32,
+    started_quiet: bool,
+    bind: Option<(BytesMut, String)>,
+    execute: Option<BytesMut>,
+    other: bool,
+}
+
+impl GroupShape {
+    /// A client frame went upstream in this group; `rewritten_bind` is the client's own
+    /// Bind frame when coldwire rewrote it.
+    pub fn on_frame(&mut self, tag: u8, frame: &[u8], rewritten_bind: bool, state: &SessionState) {
+        if self.messages == 0 {
+            self.started_quiet = state.outstanding_syncs() == 0 && state.phase == Phase::Idle;
+        }
+        self.messages += 1;
+        if matches!(
+            tag,
+            msg::PARSE | msg::BIND | msg::DESCRIBE | msg::EXECUTE | msg::CLOSE
+        ) {
+            self.completions += 1;
+        }
+        match tag {
+            msg::PARSE if self.bind.is_none() => {}
+            msg::DESCRIBE => {}
+            msg::BIND if rewritten_bind && self.bind.is_none() => match Bind::decode(frame) {
+                Ok(b) => self.bind = Some((BytesMut::from(frame), b.portal.to_owned())),
+                Err(_) => self.other = true,
+            },
+            msg::EXECUTE if self.execute.is_none() => {
+                let ours = self.bind.as_ref().is_some_and(|(_, portal)| {
+                    ext::execute_portal(frame).is_ok_and(|p| p == portal.as_str())
+                });
+                if ours {
+                    self.execute = Some(BytesMut::from(frame));
+                } else {
+                    self.other = true;
+                }
+            }
+            _ => self.other = true,
+        }
+    }
+
+    /// The group ends with a Sync; `streamed` says whether frames coldwire did not look
+    /// at went upstream in it. What to send again if its guard fails, if anything.
+    pub fn finish(&mut self, streamed: bool) -> Option<Retry> {
+        let shape = std::mem::take(self);
+        match (shape.bind, shape.execute) {
+            (Some((bind, _)), Some(execute))
+                if shape.started_quiet && !shape.other && !streamed =>
+            {
+                Some(Retry::Bind { bind, execute })
+            }
+            _ => None,
+        }
+    }
+
+    /// Completions Postgres owes for the group's messages since coldwire last put its
+    /// own into it: where coldwire's own messages, sent now, are answered.
+    pub fn take_completions(&mut self) -> u32 {
+        std::mem::take(&mut self.completions)
+    }
+
+    /// A simple Query or FunctionCall ends whatever group was under way.
+    pub fn reset(&mut self) {
+        *self = GroupShape::default();
+    }
 }
 
 #[cfg(test)]

@@ -515,11 +515,11 @@ impl ClientDirection<'_, '_> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .own_group_sent(reply);
-        self.write_now(&mut rewritten::read_lock_frames(&missing))
+        self.write_now(&mut super::reads::read_lock_frames(&missing))
             .await?;
         match result.await {
             Ok(Ok(rows)) => {
-                let found = rewritten::read_lock_rows(&rows);
+                let found = super::reads::read_lock_rows(&rows);
                 self.shared
                     .state
                     .lock()

@@ -13,14 +13,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 
 use super::admin::Answer;
 use super::reads::{
     own_frames, Part, Plan, PreparedRead, PreparedWrite, ReadPath, OWN_COMPLETIONS,
 };
 use super::relay::Shared;
-use super::state::{OwnPrefix, Phase, Prepared, Retry, RewrittenStatement, SessionState};
+use super::state::{OwnPrefix, Phase, Prepared, RewrittenStatement, SessionState};
 use super::SessionError;
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
 use crate::sql::copy_to::{copy_to, CopyOptions};
@@ -629,130 +629,5 @@ pub async fn bind(
                 own_completions: Some(OWN_COMPLETIONS),
             })
         }
-    }
-}
-
-/// The statement name and portal of coldwire's own statements in a session.
-const OWN_STATEMENT: &str = "coldwire_own";
-
-/// coldwire's own group that asks `coldwire.read_lock` for `tables` (DESIGN §6.4):
-/// closes any leftover of an earlier one first (closing a name that does not exist is no
-/// error), never touches the client's unnamed statement or portal, ends with its own Sync
-/// (sent only inside a transaction block, where a Sync ends nothing).
-pub fn read_lock_frames(tables: &[i64]) -> BytesMut {
-    let mut ids = BytesMut::new();
-    ids.put_i32(1); // one dimension
-    ids.put_i32(0); // no NULLs
-    ids.put_u32(20); // int8
-    ids.put_i32(tables.len() as i32);
-    ids.put_i32(1);
-    for id in tables {
-        ids.put_i32(8);
-        ids.put_i64(*id);
-    }
-    let mut out = BytesMut::new();
-    ext::encode_close(&mut out, b'P', OWN_STATEMENT);
-    ext::encode_close(&mut out, b'S', OWN_STATEMENT);
-    ext::encode_parse(
-        &mut out,
-        OWN_STATEMENT,
-        "SELECT table_id, generation FROM coldwire.read_lock($1)",
-        &[1016],
-    );
-    ext::encode_bind(&mut out, OWN_STATEMENT, OWN_STATEMENT, &[Some(&ids)], true);
-    ext::encode_execute(&mut out, OWN_STATEMENT);
-    ext::encode_close(&mut out, b'P', OWN_STATEMENT);
-    ext::encode_close(&mut out, b'S', OWN_STATEMENT);
-    out.extend_from_slice(&ext::empty(msg::SYNC));
-    out
-}
-
-/// The (table, generation) pairs of `coldwire.read_lock`'s binary rows.
-pub fn read_lock_rows(rows: &[Vec<Option<Vec<u8>>>]) -> HashMap<i64, i64> {
-    let int8 = |v: &Option<Vec<u8>>| {
-        v.as_deref()
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map(i64::from_be_bytes)
-    };
-    rows.iter()
-        .filter_map(|r| Some((int8(r.first()?)?, int8(r.get(1)?)?)))
-        .collect()
-}
-
-/// The shape of the extended-protocol group the client is sending, as far as retrying a
-/// guard failure goes: retried unseen only when the group started with nothing
-/// outstanding outside a transaction block and holds nothing but Parses, Describes, one
-/// Bind of a rewritten statement and one Execute of its portal — so running that Bind and
-/// Execute again repeats exactly what failed and nothing else.
-#[derive(Debug, Default)]
-pub struct GroupShape {
-    messages: usize,
-    /// Messages so far that Postgres answers with one completion each (Parse, Bind,
-    /// Describe, Execute, Close).
-    completions: u32,
-    started_quiet: bool,
-    bind: Option<(BytesMut, String)>,
-    execute: Option<BytesMut>,
-    other: bool,
-}
-
-impl GroupShape {
-    /// A client frame went upstream in this group; `rewritten_bind` is the client's own
-    /// Bind frame when coldwire rewrote it.
-    pub fn on_frame(&mut self, tag: u8, frame: &[u8], rewritten_bind: bool, state: &SessionState) {
-        if self.messages == 0 {
-            self.started_quiet = state.outstanding_syncs() == 0 && state.phase == Phase::Idle;
-        }
-        self.messages += 1;
-        if matches!(
-            tag,
-            msg::PARSE | msg::BIND | msg::DESCRIBE | msg::EXECUTE | msg::CLOSE
-        ) {
-            self.completions += 1;
-        }
-        match tag {
-            msg::PARSE if self.bind.is_none() => {}
-            msg::DESCRIBE => {}
-            msg::BIND if rewritten_bind && self.bind.is_none() => match Bind::decode(frame) {
-                Ok(b) => self.bind = Some((BytesMut::from(frame), b.portal.to_owned())),
-                Err(_) => self.other = true,
-            },
-            msg::EXECUTE if self.execute.is_none() => {
-                let ours = self.bind.as_ref().is_some_and(|(_, portal)| {
-                    ext::execute_portal(frame).is_ok_and(|p| p == portal.as_str())
-                });
-                if ours {
-                    self.execute = Some(BytesMut::from(frame));
-                } else {
-                    self.other = true;
-                }
-            }
-            _ => self.other = true,
-        }
-    }
-
-    /// The group ends with a Sync; `streamed` says whether frames coldwire did not look
-    /// at went upstream in it. What to send again if its guard fails, if anything.
-    pub fn finish(&mut self, streamed: bool) -> Option<Retry> {
-        let shape = std::mem::take(self);
-        match (shape.bind, shape.execute) {
-            (Some((bind, _)), Some(execute))
-                if shape.started_quiet && !shape.other && !streamed =>
-            {
-                Some(Retry::Bind { bind, execute })
-            }
-            _ => None,
-        }
-    }
-
-    /// Completions Postgres owes for the group's messages since coldwire last put its
-    /// own into it: where coldwire's own messages, sent now, are answered.
-    pub fn take_completions(&mut self) -> u32 {
-        std::mem::take(&mut self.completions)
-    }
-
-    /// A simple Query or FunctionCall ends whatever group was under way.
-    pub fn reset(&mut self) {
-        *self = GroupShape::default();
     }
 }

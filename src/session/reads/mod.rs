@@ -2,9 +2,10 @@
 //! sessions, and the planning of statements that read tiered tables.
 
 mod catalog;
+mod own;
 mod path;
+mod writes;
 
-pub use path::{
-    after_plan, own_frames, OwnCall, Part, Plan, PlanError, PreparedRead, PreparedWrite, ReadPath,
-    OWN_COMPLETIONS,
-};
+pub use own::{own_frames, read_lock_frames, read_lock_rows, OwnCall, OWN_COMPLETIONS};
+pub use path::{after_plan, Part, Plan, PlanError, PreparedRead, ReadPath};
+pub use writes::PreparedWrite;

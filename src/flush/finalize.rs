@@ -1,0 +1,440 @@
+//! The end of a flush (DESIGN §5 steps 6 and 7): finalize activates the job's segments,
+//! records overrides and moves the table's generation in one transaction under the
+//! table's exclusive lock; then the flushed pairs are pruned from the mirror and the heap
+//! in chunks, each under that lock too.
+
+use arrow::array::RecordBatch;
+use futures_util::TryStreamExt;
+use tokio_postgres::Client;
+
+use super::run::{FlushError, Tiered};
+use super::write::copy_batches_in;
+use crate::catalog::jobs::{self, Job};
+use crate::catalog::locks::TABLE_LOCK_CLASS;
+use crate::flush::run::FIRST_FINALIZE_DELAY;
+use crate::segment::SEQ_COLUMN;
+use crate::sql::quote::column_list;
+use crate::sql::quote::quote_ident;
+use crate::store::ColdStore;
+use crate::values::ColdColumn;
+use crate::values::ColdType;
+use crate::values::ScalarType;
+
+/// Finalize waits this long for writers to let go before giving up (the job is retried).
+const FINALIZE_LOCK_TIMEOUT: &str = "2s";
+/// Finalize transactions tried before the job fails when its locks cannot be had (lock
+/// timeout, or chosen as a deadlock victim by writers locking heap then mirror rows).
+const FINALIZE_TRIES: u32 = 5;
+/// Flushed pairs pruned from the mirror and the heap per transaction (each under the
+/// table's exclusive lock, so writers wait for one such transaction at most).
+const PRUNE_CHUNK_ROWS: i64 = 5_000;
+/// Pause before the first finalize retry; doubles each time.
+const FINALIZE_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The finalize transaction: activate this attempt's segments, record overrides and
+/// widen the bounds (DESIGN §5 step 6), retried with backoff while its locks cannot be
+/// had (a rolled-back try changed nothing); then [`prune_flushed`] removes exactly the
+/// flushed (pk, seq) pairs from the mirror and their rows from the heap, in chunks.
+pub(super) async fn finalize(
+    client: &mut Client,
+    job: &Job,
+    table: &Tiered,
+    rows: i64,
+    segments: i32,
+    overrides: bool,
+) -> Result<(), FlushError> {
+    crate::failpoint::hit("before_finalize").await;
+    let wait_ms: f64 = client
+        .query_one(
+            "SELECT greatest(0, extract(epoch FROM t.tiered_at + make_interval(secs => $2) - clock_timestamp()) * 1000)::float8 \
+             FROM coldwire.tables t WHERE t.id = $1",
+            &[&table.id, &FIRST_FINALIZE_DELAY.as_secs_f64()],
+        )
+        .await?
+        .get(0);
+    if wait_ms > 0.0 {
+        tracing::info!(
+            wait_ms = wait_ms as u64,
+            "first flush of a newly tiered table: waiting until every proxy knows it is tiered"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(wait_ms as u64)).await;
+    }
+    // The lowest and highest first key column of the pairs, found before the lock is
+    // taken (the bounds widen by them).
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS pg_temp.cw_pair_bounds; \
+             CREATE TEMP TABLE cw_pair_bounds AS \
+             (SELECT {first} FROM pg_temp.cw_pairs ORDER BY 1 LIMIT 1) \
+             UNION ALL (SELECT {first} FROM pg_temp.cw_pairs ORDER BY 1 DESC LIMIT 1)",
+            first = quote_ident(&table.pk[0])
+        ))
+        .await?;
+    let mut tries = LockRetries::default();
+    loop {
+        match finalize_once(client, job, table, overrides).await {
+            Err(e) if tries.again(&e, "finalize").await => {}
+            done => break done?,
+        }
+    }
+    crate::failpoint::hit("after_activation").await;
+    prune_flushed(client, job, table, rows, segments).await
+}
+
+/// Prunes the flushed pairs (`pg_temp.cw_pairs`, numbered by `n`) from the mirror and
+/// their rows from the heap, [`PRUNE_CHUNK_ROWS`] pairs per transaction, each under the
+/// table's exclusive lock, then completes the job. The segments are active already; a
+/// key still in the mirror reads its hot version meanwhile, so every read and write sees
+/// each row once whichever chunks have committed, and writers wait for one chunk at most,
+/// not for the whole flush. A pair whose key was written since (a newer seq) stays.
+pub(super) async fn prune_flushed(
+    client: &mut Client,
+    job: &Job,
+    table: &Tiered,
+    rows: i64,
+    segments: i32,
+) -> Result<(), FlushError> {
+    let pairs: i64 = client
+        .query_one(
+            "SELECT coalesce(max(n), 0)::bigint FROM pg_temp.cw_pairs",
+            &[],
+        )
+        .await?
+        .get(0);
+    let mut from = 0i64;
+    while from < pairs {
+        let to = from + PRUNE_CHUNK_ROWS;
+        let mut tries = LockRetries::default();
+        loop {
+            match prune_chunk(client, job, table, from, to).await {
+                Err(e) if tries.again(&e, "pruning").await => {}
+                done => break done?,
+            }
+        }
+        from = to;
+        crate::failpoint::hit("after_prune_chunk").await;
+        if !jobs::heartbeat(client, job, rows).await? {
+            return Err(FlushError::Fenced(job.id, job.attempt));
+        }
+    }
+    let done = client
+        .execute(
+            "UPDATE coldwire.jobs SET state = 'completed', finished_at = now(), rows_done = $3, segments = $4, heartbeat_at = now() \
+             WHERE id = $1 AND attempt = $2 AND state = 'running'",
+            &[&job.id, &job.attempt, &rows, &segments],
+        )
+        .await?;
+    if done != 1 {
+        return Err(FlushError::Fenced(job.id, job.attempt));
+    }
+    client
+        .batch_execute(
+            "DROP TABLE IF EXISTS pg_temp.cw_pairs; DROP TABLE IF EXISTS pg_temp.cw_maybe_cold; \
+             DROP TABLE IF EXISTS pg_temp.cw_pair_bounds",
+        )
+        .await?;
+    Ok(())
+}
+
+/// One transaction of [`prune_flushed`]: pairs numbered in `(from, to]`.
+async fn prune_chunk(
+    client: &mut Client,
+    job: &Job,
+    table: &Tiered,
+    from: i64,
+    to: i64,
+) -> Result<(), FlushError> {
+    let returning = table.pk_list("m.");
+    let tx = locked_transaction(client, job, table).await?;
+    // The table by its current name: a rename after the activation must not leave the
+    // flushed rows in the heap (the prune does not depend on the columns).
+    let name = current_name(&tx, table).await?;
+    tx.execute(
+        &format!(
+            "WITH gone AS (DELETE FROM coldwire.m_{id} m USING pg_temp.cw_pairs p \
+                           WHERE p.n > $1 AND p.n <= $2 AND {m_p} AND m.seq = p.seq RETURNING {returning}) \
+             DELETE FROM ONLY {table} h USING gone WHERE {h_gone}",
+            id = table.id,
+            m_p = table.pk_equal("m", "p"),
+            table = name,
+            h_gone = table.pk_equal("h", "gone"),
+        ),
+        &[&from, &to],
+    )
+    .await?;
+    tx.batch_execute("DELETE FROM coldwire.maintenance WHERE xid = pg_current_xact_id()")
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The table's name now (schema-qualified, quoted), locked ROW EXCLUSIVE: looked up by
+/// relid, locked, and looked up again, so no rename can slip in between.
+async fn current_name(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &Tiered,
+) -> Result<String, FlushError> {
+    const BY_RELID: &str = "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) \
+         FROM coldwire.tables t JOIN pg_catalog.pg_class c ON c.oid = t.relid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE t.id = $1";
+    let gone = || FlushError::Table(table.id, "the table is gone".into());
+    let mut name: String = tx
+        .query_opt(BY_RELID, &[&table.id])
+        .await?
+        .ok_or_else(gone)?
+        .get(0);
+    loop {
+        tx.batch_execute(&format!("LOCK TABLE ONLY {name} IN ROW EXCLUSIVE MODE"))
+            .await?;
+        let again: String = tx
+            .query_opt(BY_RELID, &[&table.id])
+            .await?
+            .ok_or_else(gone)?
+            .get(0);
+        if again == name {
+            return Ok(name);
+        }
+        // Renamed before the lock was granted: lock it by the new name.
+        name = again;
+    }
+}
+
+/// Locks the table by the name the flush read it under and checks that the name still
+/// resolves to the table's relid, and that it has the columns the segments were written
+/// with (no rename or ALTER can commit while the lock is held, and the catalog is read
+/// afresh once it is).
+async fn check_table(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &Tiered,
+) -> Result<(), FlushError> {
+    tx.batch_execute(&format!(
+        "LOCK TABLE ONLY {} IN ROW EXCLUSIVE MODE",
+        table.qualified
+    ))
+    .await?;
+    let same: bool = tx
+        .query_one(
+            "SELECT pg_catalog.to_regclass($2)::oid = t.relid \
+                    AND (SELECT count(*) FROM pg_catalog.pg_attribute a \
+                         WHERE a.attrelid = t.relid AND a.attnum > 0 AND NOT a.attisdropped) = $3 \
+             FROM coldwire.tables t WHERE t.id = $1",
+            &[&table.id, &table.qualified, &(table.columns.len() as i64)],
+        )
+        .await?
+        .get(0);
+    if !same {
+        return Err(FlushError::Table(
+            table.id,
+            "it was renamed or its columns changed while the flush ran; the next flush reads it as it is now".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Loads into `pg_temp.cw_pairs` (numbered by `n`) the (pk, seq) pairs of `paths`, an
+/// earlier attempt's activated segments.
+pub(super) async fn pairs_from_segments(
+    client: &Client,
+    store: &ColdStore,
+    table: &Tiered,
+    paths: &[String],
+) -> Result<(), FlushError> {
+    use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+    use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+    let pk = table.pk_list("");
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS pg_temp.cw_pairs_in; DROP TABLE IF EXISTS pg_temp.cw_pairs; \
+             CREATE TEMP TABLE cw_pairs_in AS SELECT {pk}, seq FROM coldwire.m_{id} WITH NO DATA;",
+            id = table.id
+        ))
+        .await?;
+    for path in paths {
+        let metadata = crate::segment::file::footer(store, path).await?;
+        let held = crate::segment::file_columns(&metadata);
+        // Columns come out in file order: the pk columns by position, then seq.
+        let mut roots: Vec<usize> = table
+            .pk
+            .iter()
+            .filter_map(|k| table.columns.iter().position(|c| &c.name == k))
+            .collect();
+        roots.sort_unstable();
+        let mut columns: Vec<ColdColumn> = roots
+            .iter()
+            .map(|&i| ColdColumn::new(table.columns[i].name.clone(), table.columns[i].ty))
+            .collect();
+        columns.push(ColdColumn::new(
+            SEQ_COLUMN,
+            ColdType::Scalar(ScalarType::Int8),
+        ));
+        roots.push(held);
+        let names = column_list(
+            columns.iter().map(|c| {
+                if c.name == SEQ_COLUMN {
+                    "seq"
+                } else {
+                    c.name.as_str()
+                }
+            }),
+            "",
+        );
+        let file =
+            crate::segment::file::SegmentFile::new(store.clone(), path.clone(), metadata.clone());
+        let reader = ArrowReaderMetadata::try_new(metadata.clone(), ArrowReaderOptions::new())?;
+        let mask = ProjectionMask::roots(metadata.file_metadata().schema_descr(), roots);
+        let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader)
+            .with_projection(mask)
+            .build()?;
+        let batches: Vec<RecordBatch> = stream.try_collect().await?;
+        copy_batches_in(
+            client,
+            &format!("pg_temp.cw_pairs_in ({names})"),
+            &columns,
+            &batches,
+        )
+        .await?;
+    }
+    client
+        .batch_execute(
+            "CREATE TEMP TABLE cw_pairs AS SELECT *, row_number() OVER () AS n FROM pg_temp.cw_pairs_in; \
+             CREATE INDEX ON pg_temp.cw_pairs (n); DROP TABLE pg_temp.cw_pairs_in;",
+        )
+        .await?;
+    Ok(())
+}
+
+/// Lock timeout or deadlock victim: worth another try once the writers are through.
+fn is_lock_conflict(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code().is_some_and(|c| {
+        *c == SqlState::LOCK_NOT_AVAILABLE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    })
+}
+
+/// The tries of a transaction that takes the table's exclusive lock: up to
+/// [`FINALIZE_TRIES`], with a backoff from [`FINALIZE_RETRY_BACKOFF`] that doubles.
+struct LockRetries {
+    tried: u32,
+    backoff: std::time::Duration,
+}
+
+impl Default for LockRetries {
+    fn default() -> Self {
+        Self {
+            tried: 0,
+            backoff: FINALIZE_RETRY_BACKOFF,
+        }
+    }
+}
+
+impl LockRetries {
+    /// Whether the try that failed with `e` is worth another (its locks could not be
+    /// had, and tries are left); if so, after the backoff.
+    async fn again(&mut self, e: &FlushError, what: &str) -> bool {
+        self.tried += 1;
+        let FlushError::Postgres(pg) = e else {
+            return false;
+        };
+        if self.tried >= FINALIZE_TRIES || !is_lock_conflict(pg) {
+            return false;
+        }
+        tracing::info!(
+            tried = self.tried,
+            error = %crate::catalog::postgres_text(pg),
+            "{what} could not take its locks: retrying"
+        );
+        tokio::time::sleep(self.backoff).await;
+        self.backoff *= 2;
+        true
+    }
+}
+
+/// A transaction registered in `coldwire.maintenance` (capture skips its changes) that
+/// holds the table's exclusive lock (writers through coldwire hold it shared) and this
+/// attempt's job row, with the finalize's lock timeout.
+///
+/// # Errors
+/// The job was reclaimed ([`FlushError::Fenced`]); the lock timed out.
+async fn locked_transaction<'c>(
+    client: &'c mut Client,
+    job: &Job,
+    table: &Tiered,
+) -> Result<tokio_postgres::Transaction<'c>, FlushError> {
+    let tx = client.transaction().await?;
+    tx.batch_execute(&format!(
+        "SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'; \
+         INSERT INTO coldwire.maintenance (xid) VALUES (pg_current_xact_id());"
+    ))
+    .await?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, $2)",
+        &[&TABLE_LOCK_CLASS, &(table.id as i32)],
+    )
+    .await?;
+    let ours = tx
+        .query_opt(
+            "SELECT 1 FROM coldwire.jobs WHERE id = $1 AND attempt = $2 AND state = 'running' FOR UPDATE",
+            &[&job.id, &job.attempt],
+        )
+        .await?;
+    if ours.is_none() {
+        return Err(FlushError::Fenced(job.id, job.attempt));
+    }
+    Ok(tx)
+}
+
+async fn finalize_once(
+    client: &mut Client,
+    job: &Job,
+    table: &Tiered,
+    overrides: bool,
+) -> Result<(), FlushError> {
+    let tx = locked_transaction(client, job, table).await?;
+    check_table(&tx, table).await?;
+    let generation: i64 = tx
+        .query_one("UPDATE coldwire.tables SET generation = generation + 1 WHERE id = $1 RETURNING generation", &[&table.id])
+        .await?
+        .get(0);
+    tx.execute(
+        "UPDATE coldwire.segments SET status = 'active', activated_generation = $3 \
+         WHERE job_id = $1 AND attempt = $2 AND status = 'pending'",
+        &[&job.id, &job.attempt, &generation],
+    )
+    .await?;
+    if overrides {
+        // Every flushed key that may have an older cold version: its newest cold seq is now
+        // the one just flushed.
+        let pk = table.pk_list("");
+        tx.batch_execute(&format!(
+            "INSERT INTO coldwire.overrides_{id} AS o ({pk}, seq, generation) \
+             SELECT {p_pk}, p.seq, {generation} FROM pg_temp.cw_pairs p JOIN pg_temp.cw_maybe_cold c ON {p_c} \
+             ON CONFLICT ({pk}, generation) DO UPDATE SET seq = greatest(o.seq, EXCLUDED.seq)",
+            id = table.id,
+            p_pk = table.pk_list("p."),
+            p_c = table.pk_equal("p", "c"),
+        ))
+        .await?;
+    }
+    tx.batch_execute(&crate::catalog::capture::widen_bounds(
+        table.id,
+        &table.pk[0],
+        "pg_temp.cw_pair_bounds",
+    ))
+    .await?;
+    tx.batch_execute("DELETE FROM coldwire.maintenance WHERE xid = pg_current_xact_id(); NOTIFY coldwire_catalog;").await?;
+    crate::failpoint::hit("before_finalize_commit").await;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Completes a job that found nothing to flush.
+pub(super) async fn finalize_empty(client: &Client, job: &Job) -> Result<(), FlushError> {
+    client
+        .execute(
+            "UPDATE coldwire.jobs SET state = 'completed', finished_at = now(), rows_total = 0 \
+             WHERE id = $1 AND attempt = $2 AND state = 'running'",
+            &[&job.id, &job.attempt],
+        )
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! coldwire's own statements inside a client's session: the frames that run one without
+//! touching the client's statements or portals, and what the read lock answers.
+
+use std::collections::HashMap;
+
+use bytes::{BufMut, BytesMut};
+
+use crate::wire::extended as ext;
+use crate::wire::messages as msg;
+
+/// coldwire's own statement run just before a client's statement that writes a tiered
+/// table: its text and binary parameters (None: NULL).
+#[derive(Debug)]
+pub struct OwnCall {
+    pub sql: String,
+    pub params: Vec<Option<BytesMut>>,
+}
+
+impl OwnCall {
+    /// Its frames ([`own_frames`]).
+    pub fn frames(&self) -> BytesMut {
+        own_frames(&self.sql, &self.params)
+    }
+}
+
+/// Completions that answer [`own_frames`]: two CloseCompletes, ParseComplete,
+/// BindComplete, CommandComplete, two CloseCompletes.
+pub const OWN_COMPLETIONS: u32 = 7;
+
+/// coldwire's own statement `sql` with `params` (binary), run inside the client's group
+/// without touching its unnamed statement or portal: Close of portal and statement (a
+/// leftover of an earlier failure; closing a name that does not exist is no error), Parse,
+/// Bind, Execute of named statement and portal `coldwire_own`, Close of both (a named
+/// portal would otherwise live until the transaction ends).
+pub fn own_frames(sql: &str, params: &[Option<BytesMut>]) -> BytesMut {
+    let values: Vec<Option<&[u8]>> = params.iter().map(|p| p.as_deref()).collect();
+    let mut out = BytesMut::new();
+    ext::encode_close(&mut out, b'P', OWN_STATEMENT);
+    ext::encode_close(&mut out, b'S', OWN_STATEMENT);
+    ext::encode_parse(&mut out, OWN_STATEMENT, sql, &[]);
+    ext::encode_bind(&mut out, OWN_STATEMENT, OWN_STATEMENT, &values, true);
+    ext::encode_execute(&mut out, OWN_STATEMENT);
+    ext::encode_close(&mut out, b'P', OWN_STATEMENT);
+    ext::encode_close(&mut out, b'S', OWN_STATEMENT);
+    out
+}
+
+/// The statement and portal name of coldwire's own statements in a session.
+pub const OWN_STATEMENT: &str = "coldwire_own";
+
+/// coldwire's own group that asks `coldwire.read_lock` for `tables` (DESIGN §6.4), as
+/// [`own_frames`] (it never touches the client's unnamed statement or portal), with its
+/// own Sync (sent only inside a transaction block, where a Sync ends nothing).
+pub fn read_lock_frames(tables: &[i64]) -> BytesMut {
+    let mut ids = BytesMut::new();
+    ids.put_i32(1); // one dimension
+    ids.put_i32(0); // no NULLs
+    ids.put_u32(20); // int8
+    ids.put_i32(tables.len() as i32);
+    ids.put_i32(1);
+    for id in tables {
+        ids.put_i32(8);
+        ids.put_i64(*id);
+    }
+    let mut out = own_frames(
+        "SELECT table_id, generation FROM coldwire.read_lock($1)",
+        &[Some(ids)],
+    );
+    out.extend_from_slice(&ext::empty(msg::SYNC));
+    out
+}
+
+/// The (table, generation) pairs of `coldwire.read_lock`'s binary rows.
+pub fn read_lock_rows(rows: &[Vec<Option<Vec<u8>>>]) -> HashMap<i64, i64> {
+    let int8 = |v: &Option<Vec<u8>>| {
+        v.as_deref()
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(i64::from_be_bytes)
+    };
+    rows.iter()
+        .filter_map(|r| Some((int8(r.first()?)?, int8(r.get(1)?)?)))
+        .collect()
+}

@@ -1,0 +1,366 @@
+//! Writes of tiered tables (DESIGN §7): the cold rows a write may touch brought back into
+//! the heap first, in the same transaction, by `coldwire.rehydrate`, which also marks the
+//! statement planned for the capture check (catalog v7, DESIGN §7.1); and the frames of
+//! coldwire's own statements inside a client's group.
+
+use crate::session::reads::OwnCall;
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError};
+
+use bytes::{BufMut, BytesMut};
+
+use super::path::{highest_param, jsonb, PlanError, ReadPath, STATEMENT_CACHE_ENTRIES};
+use crate::cold::scan::{scan, ScanError};
+use crate::error::fields;
+use crate::sql::classify::{executed, prepared_body, ExecuteArg, Kind};
+use crate::sql::params::BoundParams;
+use crate::sql::predicates::{candidate_scan, pinned_keys, to_prune, ColumnPredicate};
+use crate::sql::writes::{classify, Touched};
+use crate::values::record::encode_record_array;
+use crate::values::ColdColumn;
+
+/// A statement that writes (or locks rows of) a tiered table: relayed unchanged, after
+/// coldwire's own statement that brings the cold rows it may touch back into the heap.
+#[derive(Debug)]
+pub struct PreparedWrite {
+    pub table_id: i64,
+    /// `schema.table`, for messages.
+    pub table_name: String,
+    /// As [`PreparedRead::client_params`].
+    pub client_params: usize,
+    touched: Touched,
+    /// As [`crate::sql::writes::Write::inserted`].
+    inserted: Vec<Vec<ColumnPredicate>>,
+    /// The key columns, in key order.
+    pk: Vec<String>,
+    row_type: u32,
+    /// `SELECT coldwire.rehydrate($1, $2, $3::t[], $4, $5, $6)`.
+    pub rehydrate_sql: String,
+    /// The statement's text as it goes upstream: what coldwire marks as planned in the
+    /// transaction before it runs (`coldwire.plan_write`, catalog v7).
+    pub statement: String,
+    /// The statement fires the table's UPDATE or DELETE triggers (an UPDATE, DELETE,
+    /// MERGE or upsert), whose capture refuses it unless marked planned: it is marked
+    /// even when no cold row needs to come back.
+    marks: bool,
+    /// A SQL-level `EXECUTE` of a prepared write: its arguments, which stand for the
+    /// prepared statement's `$n`, and the types the PREPARE declared.
+    execute: Option<(Vec<ExecuteArg>, Vec<u32>)>,
+}
+
+impl PreparedWrite {
+    /// The write `EXECUTE` (text `statement`, with `args`) runs, for a SQL-level PREPARE
+    /// of this write that declared `types`.
+    pub fn for_execute(&self, statement: &str, args: Vec<ExecuteArg>, types: Vec<u32>) -> Self {
+        Self {
+            client_params: highest_param(statement),
+            statement: statement.to_owned(),
+            execute: Some((args, types)),
+            touched: self.touched.clone(),
+            inserted: self.inserted.clone(),
+            pk: self.pk.clone(),
+            table_name: self.table_name.clone(),
+            rehydrate_sql: self.rehydrate_sql.clone(),
+            ..*self
+        }
+    }
+
+    /// The parameters of the prepared statement that an EXECUTE's `args` stand for,
+    /// given the client's own `params` of the statement the EXECUTE is sent in.
+    fn execute_params<'a>(&'a self, params: &BoundParams<'a>) -> Option<BoundParams<'a>> {
+        let (args, types) = self.execute.as_ref()?;
+        let mut out = BoundParams {
+            utf8: params.utf8,
+            ..BoundParams::none()
+        };
+        for (i, arg) in args.iter().enumerate() {
+            let declared = types.get(i).copied().unwrap_or(0);
+            let (value, binary, declared) = match arg {
+                ExecuteArg::Literal(text) => (Some(text.as_bytes()), false, declared),
+                // A NULL, to the planner: nothing known about the value.
+                ExecuteArg::Unknown => (None, false, declared),
+                ExecuteArg::Param(n) => {
+                    let j = n - 1;
+                    let known = params.declared.get(j).copied().unwrap_or(0);
+                    // Usable only where both declarations agree (or one is left open).
+                    let declared = match (declared, known) {
+                        (0, k) => k,
+                        (d, 0) => d,
+                        (d, k) if d == k => d,
+                        _ => crate::sql::classify::UNUSABLE_TYPE,
+                    };
+                    (
+                        params.values.get(j).copied().flatten(),
+                        params.binary.get(j).copied().unwrap_or(false),
+                        declared,
+                    )
+                }
+            };
+            out.values.push(value);
+            out.binary.push(binary);
+            out.declared.push(declared);
+        }
+        Some(out)
+    }
+}
+
+/// Marks a statement planned without bringing rows back (catalog v7).
+const PLAN_WRITE_SQL: &str = "SELECT coldwire.plan_write($1::text, $2::text, $3::bool)";
+
+/// The parameters that mark `statement` planned (`coldwire.plan_write`): the md5 of its
+/// text as the server reads it, computed here when the session sends UTF-8 (the encoding
+/// of every database with tiered tables) or the text is ASCII, else the text for the
+/// server to hash; and `append`.
+fn mark_params(statement: &str, utf8: bool, append: bool) -> [Option<BytesMut>; 3] {
+    use md5::Digest;
+    let (digest, text) = if utf8 || statement.is_ascii() {
+        let digest = md5::Md5::digest(statement.as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        (Some(BytesMut::from(hex.as_bytes())), None)
+    } else {
+        (None, Some(BytesMut::from(statement.as_bytes())))
+    };
+    [digest, text, Some(BytesMut::from(&[u8::from(append)][..]))]
+}
+
+impl ReadPath {
+    /// The write `sql` makes to a tiered table, if any (for a Parse that declared
+    /// `declared_params` parameter types).
+    ///
+    /// # Errors
+    /// The catalog could not be read; a write coldwire cannot serve (0A000).
+    pub async fn prepare_write(
+        &self,
+        sql: &str,
+        declared_params: usize,
+    ) -> Result<Option<Arc<PreparedWrite>>, PlanError> {
+        if !self.may_name_tiered(sql) {
+            return Ok(None);
+        }
+        let key = (sql.to_owned(), declared_params);
+        if let Some(registry) = self.catalog.current_registry() {
+            if let Some((version, found)) = self
+                .writes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&key)
+            {
+                if *version == registry.version {
+                    return Ok(found.clone());
+                }
+            }
+        }
+        let Ok(parsed) = pg_query::parse(sql, 0) else {
+            return Ok(None);
+        };
+        // Only DML, locking reads, EXPLAIN ANALYZE of them and SQL-level PREPAREs of them
+        // write, whatever comes before them in the text (DDL must not reload the
+        // registry before it runs: see `prepare`).
+        let runs_dml = |k: &Kind| matches!(k, Kind::Read | Kind::Write);
+        let writes = match parsed.protobuf.stmts.as_slice() {
+            [one] => one
+                .stmt
+                .as_ref()
+                .and_then(|s| s.node.as_ref())
+                .is_some_and(|n| {
+                    let run = executed(n);
+                    runs_dml(&Kind::of(run))
+                        || prepared_body(run).is_some_and(|b| runs_dml(&Kind::of(executed(b))))
+                }),
+            _ => false,
+        };
+        if !writes {
+            return Ok(None);
+        }
+        let registry = self.catalog.registry().await?;
+        let write = classify(&parsed, |schema, name| {
+            registry.unique(schema, name).map(|t| t.table.clone())
+        })
+        .map_err(|e| {
+            PlanError::Refused(fields(
+                "0A000",
+                format!("coldwire: {e}"),
+                Some("Split the statement, or schema-qualify the tables.".into()),
+            ))
+        })?;
+        let prepared = match write {
+            None => None,
+            Some(w) => {
+                let tiered = registry
+                    .by_id(w.table.table_id)
+                    .ok_or(PlanError::Catalog("table vanished".into()))?;
+                let qualified = format!(
+                    "{}.{}",
+                    crate::sql::quote::quote_ident(&w.table.schema),
+                    crate::sql::quote::quote_ident(&w.table.name)
+                );
+                Some(Arc::new(PreparedWrite {
+                    statement: sql.to_owned(),
+                    marks: w.fires_update_or_delete,
+                    execute: None,
+                    table_id: w.table.table_id,
+                    table_name: format!("{}.{}", w.table.schema, w.table.name),
+                    client_params: highest_param(sql).max(declared_params),
+                    touched: w.touched,
+                    inserted: w.inserted,
+                    pk: w.table.pk.clone(),
+                    row_type: tiered.row_type,
+                    rehydrate_sql: format!(
+                        "SELECT coldwire.rehydrate($1::int8, $2::int8, $3::{qualified}[], $4::jsonb, $5::text, $6::text, $7::bool)"
+                    ),
+                }))
+            }
+        };
+        let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        if writes.len() >= STATEMENT_CACHE_ENTRIES {
+            writes.clear();
+        }
+        writes.insert(key, (registry.version, prepared.clone()));
+        Ok(prepared)
+    }
+
+    /// coldwire's own statement before one execution of `write` with the client's
+    /// `params`: `coldwire.rehydrate`, or `coldwire.plan_write` alone when no cold row may
+    /// come back but the statement must be marked planned (`None`: neither is needed).
+    /// `append`: keep the marks of statements planned before (rehydrations run ahead of
+    /// several statements of one Query string).
+    ///
+    /// The parameters of `coldwire.rehydrate`: the table, the generation planned for (from `at`, else the
+    /// current one, read again when `fresh`), every live cold row the statement may
+    /// touch (the union of its scans and of its table's keys in `candidates`, which the
+    /// capture check refused in an earlier attempt; one row per key), and the keys it may create
+    /// that it pins down (with the candidates), to claim where no segment holds them.
+    ///
+    /// # Errors
+    /// The catalog or the cold store could not be read; more rows than
+    /// `max_rehydrate_rows` (54000).
+    pub async fn rehydration(
+        &self,
+        write: &PreparedWrite,
+        params: &BoundParams<'_>,
+        at: &HashMap<i64, i64>,
+        fresh: bool,
+        candidates: &HashMap<i64, Vec<serde_json::Value>>,
+        append: bool,
+    ) -> Result<Option<OwnCall>, PlanError> {
+        let executed = write.execute_params(params);
+        let params = executed.as_ref().unwrap_or(params);
+        let mark = mark_params(&write.statement, params.utf8, append);
+        let candidates = candidates
+            .get(&write.table_id)
+            .map_or(&[][..], Vec::as_slice);
+        let cold = match at.get(&write.table_id) {
+            Some(generation) => {
+                self.catalog
+                    .cold_table_at(write.table_id, *generation)
+                    .await?
+            }
+            None => self.catalog.cold_table(write.table_id, fresh).await?,
+        };
+        let mut scans: Vec<Vec<ColumnPredicate>> = match &write.touched {
+            Touched::All => vec![Vec::new()],
+            Touched::Scans(scans) => scans.clone(),
+        };
+        let mut absent: Vec<serde_json::Value> = candidates.to_vec();
+        if !candidates.is_empty() {
+            scans.push(candidate_scan(candidates, &write.pk));
+        }
+        for scan in &write.inserted {
+            if let Some(keys) = pinned_keys(
+                scan,
+                &write.pk,
+                &cold.columns,
+                params,
+                crate::catalog::capture::MAY_BE_COLD_LIMIT,
+            ) {
+                absent.extend(keys.into_iter().map(serde_json::Value::Object));
+            }
+        }
+        if scans.is_empty() && absent.is_empty() {
+            // Only rows whose keys coldwire cannot see are created (INSERT … SELECT,
+            // keys from nextval): nothing to bring back, and no lock to take, so such
+            // writers never wait for a finalize. The capture check refuses any of their
+            // keys that may be cold (a finalize that moved one meanwhile included: its
+            // heap row's delete commits before the insert can proceed), and coldwire then
+            // runs the statement again with those keys planned.
+            metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "write").increment(1);
+            return Ok(write.marks.then(|| OwnCall {
+                sql: PLAN_WRITE_SQL.to_owned(),
+                params: mark.into(),
+            }));
+        }
+        let too_many = || {
+            PlanError::Refused(fields(
+                "54000",
+                format!(
+                    "coldwire: the statement would bring more than {} cold rows of {} back into the heap",
+                    self.max_rehydrate_rows, write.table_name
+                ),
+                Some("Add a condition on the primary key, or raise max_rehydrate_rows in coldwire's configuration.".into()),
+            ))
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut batches = Vec::new();
+        for scan_predicates in &scans {
+            let predicates = to_prune(scan_predicates, &cold.columns, params);
+            let found = match scan(&self.store, &cold, &predicates, self.max_rehydrate_rows).await {
+                Err(ScanError::TooManyRows { .. }) => return Err(too_many()),
+                other => other?,
+            };
+            let keep: arrow::array::BooleanArray = (0..found.rows.num_rows())
+                .map(|row| Some(seen.insert(cold.key_of(&found.rows, row))))
+                .collect();
+            batches.push(
+                arrow::compute::filter_record_batch(&found.rows, &keep)
+                    .map_err(|e| PlanError::Catalog(e.to_string()))?,
+            );
+        }
+        if seen.len() > self.max_rehydrate_rows {
+            return Err(too_many());
+        }
+        if !seen.is_empty() && !params.utf8 {
+            return Err(PlanError::Encoding);
+        }
+        let columns: Vec<ColdColumn> = cold
+            .columns
+            .iter()
+            .map(|c| ColdColumn::new(c.name.clone(), c.ty))
+            .collect();
+        let schema = Arc::new(arrow::datatypes::Schema::new(
+            batches
+                .first()
+                .map(|b| b.schema().fields().to_vec())
+                .unwrap_or_default(),
+        ));
+        let rows = if batches.is_empty() {
+            arrow::array::RecordBatch::new_empty(schema)
+        } else {
+            arrow::compute::concat_batches(&schema, &batches)
+                .map_err(|e| PlanError::Catalog(e.to_string()))?
+        };
+        let mut array = BytesMut::new();
+        if rows.num_rows() == 0 {
+            // An empty array of the row type (no scan ran, so no columns to check).
+            array.put_i32(0);
+            array.put_i32(0);
+            array.put_u32(write.row_type);
+        } else {
+            encode_record_array(&columns, write.row_type, &rows, &mut array)
+                .map_err(|e| PlanError::Catalog(e.to_string()))?;
+        }
+        metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "write").increment(1);
+        metrics::counter!(crate::metrics::ROWS_REHYDRATED_TOTAL).increment(seen.len() as u64);
+        tracing::debug!(table = %write.table_name, rows = seen.len(), "cold rows to rehydrate");
+        let mut params = vec![
+            Some(BytesMut::from(&write.table_id.to_be_bytes()[..])),
+            Some(BytesMut::from(&cold.generation.to_be_bytes()[..])),
+            Some(array),
+            Some(jsonb(&serde_json::Value::Array(absent))),
+        ];
+        params.extend(mark);
+        Ok(Some(OwnCall {
+            sql: write.rehydrate_sql.clone(),
+            params,
+        }))
+    }
+}
