@@ -4,6 +4,7 @@
 pub mod args;
 pub mod call;
 pub mod executor;
+mod shared;
 pub mod tiering;
 pub mod untier;
 

@@ -4,12 +4,13 @@
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 
-use super::args::{Resolved, TableRef};
+use super::args::Resolved;
 use super::executor::{AdminExecutor, AdminFuture, AdminRequest};
+use super::shared::{check_may_manage, pg_error, service_error, table_arg};
 use super::{AdminError, AdminFunction, Policy};
 use crate::catalog::capture::CaptureSpec;
-use crate::catalog::inspect::{self, TableFacts};
-use crate::catalog::{self, CatalogError};
+use crate::catalog::inspect::{self};
+use crate::catalog::{self};
 use crate::segment::writer::SegmentColumn;
 use crate::store::ColdStore;
 
@@ -273,64 +274,3 @@ async fn flush_table(client: &mut Client, request: &AdminRequest) -> Result<Valu
 
 /// How often `flush_table(wait => true)` looks at its job.
 const FLUSH_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
-pub(super) fn table_arg(request: &AdminRequest) -> Result<&TableRef, AdminError> {
-    match request.args.first() {
-        Some(Resolved::Table(t)) => Ok(t),
-        _ => Err(AdminError::NullArgument {
-            function: request.function.name(),
-            name: "t",
-        }),
-    }
-}
-
-/// DESIGN §8: the table's owner (or a member of the owning role) or a member of
-/// `coldwire_admin`; the session's authenticated user is the one checked.
-pub(super) async fn check_may_manage(
-    client: &Client,
-    user: &str,
-    facts: &TableFacts,
-) -> Result<(), AdminError> {
-    let allowed: bool = client
-        .query_one(
-            "SELECT pg_has_role($1::text::name, $2::oid, 'USAGE') \
-                 OR EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = 'coldwire_admin' \
-                            AND pg_has_role($1::text::name, r.oid, 'MEMBER'))",
-            &[&user, &facts.oid_owner()],
-        )
-        .await
-        .map_err(pg_error)?
-        .get(0);
-    if allowed {
-        Ok(())
-    } else {
-        Err(AdminError::NotOwner {
-            table: facts.display_name(),
-        })
-    }
-}
-
-/// A Postgres error of the service connection, code and text kept (they describe the
-/// user's table or the catalog, not coldwire's internals).
-pub(super) fn pg_error(e: tokio_postgres::Error) -> AdminError {
-    match e.as_db_error() {
-        Some(db) => AdminError::Postgres {
-            code: db.code().code().to_owned(),
-            message: db.message().to_owned(),
-            detail: db.detail().map(str::to_owned),
-            hint: db.hint().map(str::to_owned),
-        },
-        None => AdminError::ServiceUnavailable,
-    }
-}
-
-pub(super) fn service_error(e: CatalogError) -> AdminError {
-    match e {
-        CatalogError::UndefinedTable(name) => AdminError::UndefinedTable(name),
-        CatalogError::Postgres(pg) => pg_error(pg),
-        other => {
-            tracing::warn!(error = %other, "service connection failed during an admin call");
-            AdminError::ServiceUnavailable
-        }
-    }
-}

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tokio_postgres::Client;
 
 use super::executor::AdminRequest;
-use super::tiering::{check_may_manage, pg_error, service_error, table_arg};
+use super::shared::{check_may_manage, pg_error, service_error, table_arg};
 use super::AdminError;
 use crate::catalog::capture::CaptureSpec;
 use crate::catalog::locks::TABLE_LOCK_CLASS;

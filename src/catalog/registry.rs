@@ -10,7 +10,7 @@ use crate::sql::rewrite::{TieredTable, ViewDef};
 /// How long the list of tiered tables is trusted before it is read again. A proxy that
 /// has not seen a table as tiered relays its reads unchanged, so the first flush of a
 /// table waits until every proxy's list is newer than the table
-/// (`flush::run::FIRST_FINALIZE_DELAY`, a multiple of this).
+/// (`FIRST_FINALIZE_DELAY` of the flush's finalize, a multiple of this).
 pub const REGISTRY_TTL: Duration = Duration::from_secs(1);
 /// The channel finalize and TRUNCATE notify.
 pub const CATALOG_CHANNEL: &str = "coldwire_catalog";

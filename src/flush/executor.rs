@@ -8,8 +8,9 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::run::{self, FlushError};
+use super::run;
 use super::select::rows_to_flush;
+use super::table::FlushError;
 use crate::catalog::jobs;
 use crate::catalog::reconcile::{self, RECONCILE_INTERVAL};
 use crate::catalog::Policy;

@@ -7,11 +7,10 @@ use arrow::array::RecordBatch;
 use futures_util::TryStreamExt;
 use tokio_postgres::Client;
 
-use super::run::{FlushError, Tiered};
+use super::table::{FlushError, Tiered};
 use super::write::copy_batches_in;
 use crate::catalog::jobs::{self, Job};
 use crate::catalog::locks::TABLE_LOCK_CLASS;
-use crate::flush::run::FIRST_FINALIZE_DELAY;
 use crate::segment::SEQ_COLUMN;
 use crate::sql::quote::column_list;
 use crate::sql::quote::quote_ident;
@@ -19,6 +18,12 @@ use crate::store::ColdStore;
 use crate::values::ColdColumn;
 use crate::values::ColdType;
 use crate::values::ScalarType;
+
+/// The first rows of a table go cold no sooner than this after it was tiered: proxies that
+/// have not yet seen the table as tiered relay its reads unchanged (hot rows only), and
+/// each re-reads its list of tiered tables at least every
+/// [`crate::catalog::registry::REGISTRY_TTL`].
+pub const FIRST_FINALIZE_DELAY: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Finalize waits this long for writers to let go before giving up (the job is retried).
 const FINALIZE_LOCK_TIMEOUT: &str = "2s";

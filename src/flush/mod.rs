@@ -7,4 +7,5 @@ pub mod manifest;
 pub mod probe;
 pub mod run;
 pub mod select;
+mod table;
 mod write;

@@ -13,7 +13,7 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use parquet::bloom_filter::Sbbf;
 use tokio_postgres::Client;
 
-use super::run::FlushError;
+use super::table::FlushError;
 use crate::store::ColdStore;
 
 /// An active segment the flushed keys may collide with.

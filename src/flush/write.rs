@@ -9,7 +9,7 @@ use futures_util::{pin_mut, SinkExt, TryStreamExt};
 use tokio_postgres::Client;
 
 use super::probe::ColdKeyProbe;
-use super::run::{FlushError, Tiered};
+use super::table::{FlushError, Tiered};
 use crate::catalog::jobs::{self, Job};
 use crate::segment::writer::{SegmentColumn, SegmentFacts, SegmentWriter};
 use crate::segment::{writer_properties, OP_COLUMN, SEQ_COLUMN};

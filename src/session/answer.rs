@@ -8,7 +8,7 @@ use bytes::{BufMut, BytesMut};
 use tokio::io::AsyncWriteExt;
 
 use super::admin::{AdminSession, Answer};
-use super::relay::Shared;
+use super::shared::Shared;
 use super::state::Phase;
 use super::SessionError;
 use crate::admin::args::Resolved;

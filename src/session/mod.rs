@@ -11,6 +11,7 @@ pub mod reads;
 mod relay;
 mod rewritten;
 mod run;
+mod shared;
 mod state;
 pub mod upstream;
 

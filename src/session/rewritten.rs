@@ -19,7 +19,7 @@ use super::admin::Answer;
 use super::reads::{
     own_frames, Part, Plan, PreparedRead, PreparedWrite, ReadPath, OWN_COMPLETIONS,
 };
-use super::relay::Shared;
+use super::shared::Shared;
 use super::state::{OwnPrefix, Phase, Prepared, RewrittenStatement, SessionState};
 use super::SessionError;
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};

@@ -4,8 +4,30 @@
 //! column as that column's type). Anything else yields no constant, so the planner simply
 //! prunes less (invariant 7).
 
-use super::predicates::Constant;
 use crate::values::{ScalarType, TextKind};
+
+/// A constant as written in the statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Constant {
+    Int(i64),
+    Text(String),
+    /// `$n`: the client's parameter number n (1-based), known at Bind.
+    Param(u32),
+    /// `x + k` or `x - k` of an integer constant or parameter `x` (`k` negated for minus).
+    Sum(Box<Constant>, i64),
+}
+
+impl std::fmt::Display for Constant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Constant::Int(v) => write!(f, "{v}"),
+            Constant::Text(t) => write!(f, "'{}'", t.replace('\'', "''")),
+            Constant::Param(n) => write!(f, "${n}"),
+            Constant::Sum(x, k) if *k < 0 => write!(f, "{x} - {}", k.unsigned_abs()),
+            Constant::Sum(x, k) => write!(f, "{x} + {k}"),
+        }
+    }
+}
 
 /// Type OIDs a parameter may be declared with.
 pub(crate) mod oid {

@@ -19,22 +19,11 @@ use pg_query::protobuf::{
 };
 use pg_query::NodeRef;
 
-use super::params::BoundParams;
+use super::params::{BoundParams, Constant};
 use crate::segment::prune::Predicate;
 use crate::segment::writer::SegmentColumn;
 use crate::values::ordered;
 use crate::values::{ColdType, ScalarType, TextKind};
-
-/// A constant as written in the statement.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Constant {
-    Int(i64),
-    Text(String),
-    /// `$n`: the client's parameter number n (1-based), known at Bind.
-    Param(u32),
-    /// `x + k` or `x - k` of an integer constant or parameter `x` (`k` negated for minus).
-    Sum(Box<Constant>, i64),
-}
 
 /// What a conjunct says about a column.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,18 +34,6 @@ pub enum Comparison {
     In(Vec<Constant>),
     IsNull,
     IsNotNull,
-}
-
-impl std::fmt::Display for Constant {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Constant::Int(v) => write!(f, "{v}"),
-            Constant::Text(t) => write!(f, "'{}'", t.replace('\'', "''")),
-            Constant::Param(n) => write!(f, "${n}"),
-            Constant::Sum(x, k) if *k < 0 => write!(f, "{x} - {}", k.unsigned_abs()),
-            Constant::Sum(x, k) => write!(f, "{x} + {k}"),
-        }
-    }
 }
 
 impl std::fmt::Display for ColumnPredicate {

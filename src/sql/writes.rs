@@ -304,7 +304,7 @@ fn inserted_keys(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sql::predicates::Constant;
+    use crate::sql::params::Constant;
 
     fn events() -> TieredTable {
         TieredTable {

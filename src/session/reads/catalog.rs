@@ -21,7 +21,7 @@ use crate::catalog::pool::{CatalogPool, Pooled};
 use crate::catalog::registry::{self, Registry, CATALOG_CHANNEL, REGISTRY_TTL};
 use crate::cold::scan::ColdTable;
 
-use super::path::PlanError;
+use crate::error::PlanError;
 
 /// Pause before the catalog listener connects again after losing its connection.
 const LISTEN_RETRY_DELAY: Duration = Duration::from_secs(1);

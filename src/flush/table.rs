@@ -1,0 +1,97 @@
+//! A tiered table as the flush needs it, read from the catalog, and why a flush fails.
+
+use tokio_postgres::Client;
+
+use crate::catalog::Policy;
+use crate::segment::writer::SegmentColumn;
+use crate::sql::quote::{column_list, pk_equal};
+
+/// Why a flush failed (the job is marked failed, or left to be reclaimed).
+#[derive(Debug, thiserror::Error)]
+pub enum FlushError {
+    #[error("{}", crate::catalog::postgres_text(.0))]
+    Postgres(#[from] tokio_postgres::Error),
+    #[error(transparent)]
+    Cold(#[from] crate::values::ColdError),
+    #[error(transparent)]
+    SegmentRead(#[from] crate::segment::file::SegmentReadError),
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("manifest export: {0}")]
+    Manifest(#[from] super::manifest::ManifestError),
+    #[error("table {0} cannot be flushed: {1}")]
+    Table(i64, String),
+    #[error("cannot open a second service connection for the flush: {0}")]
+    Side(String),
+    #[error("job {0} was reclaimed by another executor (attempt {1} is stale)")]
+    Fenced(i64, i32),
+}
+
+/// A tiered table as the flush needs it.
+pub(super) struct Tiered {
+    pub id: i64,
+    pub qualified: String,
+    pub prefix: String,
+    pub policy: Policy,
+    /// All columns by attnum.
+    pub columns: Vec<SegmentColumn>,
+    pub pk: Vec<String>,
+}
+
+impl Tiered {
+    /// The key columns, quoted, each after `prefix`.
+    pub(super) fn pk_list(&self, prefix: &str) -> String {
+        column_list(self.pk.iter().map(String::as_str), prefix)
+    }
+
+    /// The join condition on the primary key between relations aliased `left` and `right`.
+    pub(super) fn pk_equal(&self, left: &str, right: &str) -> String {
+        pk_equal(self.pk.iter().map(String::as_str), left, right)
+    }
+}
+
+/// Reads the table's catalog row and current name.
+pub(super) async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
+    let row = client
+        .query_opt(
+            "SELECT format('%I.%I', n.nspname, c.relname), t.storage_prefix, t.policy, t.columns, t.pk_attnums \
+             FROM coldwire.tables t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE t.id = $1 AND t.state = 'active'",
+            &[&table_id],
+        )
+        .await?
+        .ok_or_else(|| FlushError::Table(table_id, "it is not an active tiered table".into()))?;
+    let policy = Policy::default()
+        .merged(&row.get::<_, serde_json::Value>(2))
+        .map_err(|e| FlushError::Table(table_id, e.to_string()))?;
+    let pk_attnums: Vec<i16> = row.get(4);
+    let columns = SegmentColumn::from_catalog(&row.get::<_, serde_json::Value>(3))
+        .map_err(|e| FlushError::Table(table_id, e.to_string()))?;
+    let pk = pk_attnums
+        .iter()
+        .filter_map(|a| {
+            columns
+                .iter()
+                .find(|c| c.attnum == *a)
+                .map(|c| c.name.clone())
+        })
+        .collect::<Vec<_>>();
+    if pk.is_empty() {
+        return Err(FlushError::Table(
+            table_id,
+            "no primary key recorded".into(),
+        ));
+    }
+    Ok(Tiered {
+        id: table_id,
+        qualified: row.get(0),
+        prefix: row.get(1),
+        policy,
+        columns,
+        pk,
+    })
+}
