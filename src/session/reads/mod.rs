@@ -4,8 +4,10 @@
 mod catalog;
 mod own;
 mod path;
+mod query;
 mod writes;
 
 pub use own::{own_frames, read_lock_frames, read_lock_rows, OwnCall, OWN_COMPLETIONS};
-pub use path::{after_plan, Part, Plan, PlanError, PreparedRead, ReadPath};
+pub use path::{after_plan, PlanError, PreparedRead, ReadPath};
+pub use query::{Part, Plan};
 pub use writes::PreparedWrite;

@@ -9,7 +9,6 @@
 //! ([`ReadPath::prepare`]) and given its cold parameters at each Bind
 //! ([`ReadPath::cold_params`]).
 
-use crate::session::reads::OWN_COMPLETIONS;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -18,10 +17,9 @@ use bytes::{BufMut, BytesMut};
 use super::catalog::CatalogCache;
 use super::writes::PreparedWrite;
 use crate::catalog::registry::Registry;
-use crate::cold::scan::{scan, ColdTable, ScanError};
+use crate::cold::scan::{scan, ColdTable};
 use crate::error::fields;
 pub use crate::error::PlanError;
-use crate::session::state::OwnPrefix;
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
 use crate::sql::ddl::Ddl;
 use crate::sql::params::BoundParams;
@@ -30,12 +28,11 @@ use crate::sql::rewrite::{expand_views, rewrite_parsed};
 use crate::store::ColdStore;
 use crate::values::record::encode_record_array;
 use crate::values::ColdColumn;
+use crate::wire::messages::ErrorFields;
 use pg_query::protobuf::{node::Node as N, ObjectType};
 
 /// Views over views expanded at most this deep.
 const MAX_VIEW_DEPTH: usize = 8;
-use crate::wire::extended as ext;
-use crate::wire::messages::ErrorFields;
 
 /// Statement texts whose rewrite is remembered; the cache starts over when full.
 pub(super) const STATEMENT_CACHE_ENTRIES: usize = 1024;
@@ -43,18 +40,6 @@ pub(super) const STATEMENT_CACHE_ENTRIES: usize = 1024;
 /// (statement text, declared parameter count) → the rewrite (None: nothing to rewrite),
 /// with the registry version it was made under.
 type StatementCache = HashMap<(String, usize), (u64, Option<Arc<PreparedRead>>)>;
-
-/// What to do with a simple Query.
-#[derive(Debug)]
-pub enum Plan {
-    /// Relay it unchanged.
-    PassThrough,
-    /// Send these frames upstream instead (their ParseComplete and BindComplete are
-    /// coldwire's to drop), with coldwire's own statements among them where these say.
-    Run(BytesMut, Vec<OwnPrefix>),
-    /// Answer the client with this error (and ReadyForQuery).
-    Fail(ErrorFields),
-}
 
 /// A statement over tiered tables, rewritten and ready to be bound.
 #[derive(Debug)]
@@ -64,7 +49,7 @@ pub struct PreparedRead {
     /// Parameters of the client's statement: its highest `$n`, or as many types as its
     /// Parse declared, whichever is more. coldwire's parameters follow them.
     pub client_params: usize,
-    references: Vec<PlannedReference>,
+    pub(super) references: Vec<PlannedReference>,
 }
 
 impl PreparedRead {
@@ -83,22 +68,11 @@ impl PreparedRead {
 }
 
 #[derive(Debug)]
-struct PlannedReference {
-    table_id: i64,
+pub(super) struct PlannedReference {
+    pub(super) table_id: i64,
     /// The conjuncts of its query block that constrain it, `$n` unresolved.
-    predicates: Vec<ColumnPredicate>,
+    pub(super) predicates: Vec<ColumnPredicate>,
     row_type: u32,
-}
-
-/// One statement of a simple Query string of several.
-#[derive(Debug, Clone)]
-pub enum Part {
-    /// Run as written.
-    Plain(String),
-    /// A read of tiered tables, rewritten.
-    Read(Arc<PreparedRead>),
-    /// A write to a tiered table (its text): run as it is after coldwire's rehydration.
-    Write(Arc<PreparedWrite>, String),
 }
 
 /// Prepared writes by statement text and declared parameter count, with the registry
@@ -109,7 +83,7 @@ type WriteCache = HashMap<(String, usize), (u64, Option<Arc<PreparedWrite>>)>;
 pub struct ReadPath {
     pub(super) catalog: CatalogCache,
     pub(super) store: ColdStore,
-    max_cold_rows: usize,
+    pub(super) max_cold_rows: usize,
     statements: Mutex<StatementCache>,
     pub(super) max_rehydrate_rows: usize,
     /// As `statements`, for writes.
@@ -352,214 +326,6 @@ impl ReadPath {
             })
             .collect()
     }
-
-    /// The statements of a simple Query string of several, when one of them reads tiered
-    /// tables (`None` otherwise, or for a single statement).
-    ///
-    /// # Errors
-    /// The catalog could not be read.
-    pub async fn prepare_multi(&self, sql: &str) -> Result<Option<Vec<Part>>, PlanError> {
-        let statements = match pg_query::split_with_parser(sql) {
-            Ok(s) if s.len() > 1 => s,
-            _ => return Ok(None),
-        };
-        let mut parts = Vec::with_capacity(statements.len());
-        for statement in statements {
-            // A SQL-level PREPARE runs nothing: of a write, its EXECUTEs are planned (the
-            // session follows it); of a read of a tiered table, `prepare` refuses it.
-            if contains_ignore_ascii_case(statement, "prepare")
-                && matches!(kinds_of(statement).first(), Some(Kind::Prepare { .. }))
-            {
-                if self.prepare_write(statement, 0).await?.is_none() {
-                    self.prepare(statement, 0).await?;
-                }
-                parts.push(Part::Plain(statement.to_owned()));
-                continue;
-            }
-            parts.push(match self.prepare(statement, 0).await? {
-                Some(read) => Part::Read(read),
-                None => match self.prepare_write(statement, 0).await? {
-                    Some(write) => Part::Write(write, statement.to_owned()),
-                    None => Part::Plain(statement.to_owned()),
-                },
-            });
-        }
-        Ok(parts
-            .iter()
-            .any(|p| !matches!(p, Part::Plain(_)))
-            .then_some(parts))
-    }
-
-    /// The plan for a simple Query string of several statements: each statement as
-    /// Parse/Bind/Describe/Execute of the unnamed statement, one Sync after the last, so
-    /// they share one implicit transaction as in the simple protocol. Arguments as for
-    /// [`ReadPath::plan`].
-    pub async fn plan_multi(
-        &self,
-        parts: &[Part],
-        at: &HashMap<i64, i64>,
-        fresh: bool,
-        utf8: bool,
-        candidates: &HashMap<i64, Vec<serde_json::Value>>,
-    ) -> Plan {
-        let params = BoundParams {
-            utf8,
-            ..BoundParams::none()
-        };
-        // Rehydrations go first, ahead of every statement of the string, while no
-        // statement before their write ends a transaction: an error of theirs (a finalize
-        // that slipped in) then arrives before anything reached the client and the whole
-        // string can be run again, and rows brought back early are rows Postgres would
-        // have had all along. After a COMMIT or ROLLBACK they go just before their write,
-        // in the transaction it runs in.
-        let mut front = BytesMut::new();
-        let mut out = BytesMut::new();
-        let mut own = Vec::new();
-        let mut hoist = true;
-        // Completions of the statements since coldwire's last own part that is not at
-        // the front (Parse, Bind, Describe, Execute each).
-        let mut before = 0;
-        for part in parts {
-            before += 4;
-            match part {
-                Part::Plain(sql) => {
-                    hoist &= !ends_transaction(sql);
-                    ext::execute_unnamed(&mut out, sql, &[], false);
-                }
-                Part::Write(write, sql) => {
-                    // Hoisted rehydrations after the first keep the marks before them.
-                    let append = hoist && !front.is_empty();
-                    let rehydration = match self
-                        .rehydration(write, &params, at, fresh, candidates, append)
-                        .await
-                    {
-                        Ok(call) => call.map(|c| c.frames()),
-                        Err(e) => return Plan::Fail(e.client_error()),
-                    };
-                    if let Some(frames) = rehydration {
-                        if hoist {
-                            front.extend_from_slice(&frames);
-                            own.push(OwnPrefix {
-                                before: 0,
-                                left: OWN_COMPLETIONS,
-                            });
-                        } else {
-                            out.extend_from_slice(&frames);
-                            own.push(OwnPrefix {
-                                before: before - 4,
-                                left: OWN_COMPLETIONS,
-                            });
-                            before = 4;
-                        }
-                    }
-                    ext::execute_unnamed(&mut out, sql, &[], false);
-                }
-                Part::Read(read) => match self.cold_params(read, &params, at, fresh).await {
-                    Ok(values) => {
-                        let values: Vec<Option<&[u8]>> =
-                            values.iter().map(|p| Some(&p[..])).collect();
-                        ext::execute_unnamed(&mut out, &read.sql, &values, false);
-                    }
-                    Err(e) => return Plan::Fail(e.client_error()),
-                },
-            }
-        }
-        out.extend_from_slice(&ext::empty(b'S'));
-        front.extend_from_slice(&out);
-        Plan::Run(front, own)
-    }
-
-    /// `coldwire.explain(sql)`: the rewritten text of `sql` and, per reference to a
-    /// tiered table, the conditions the cold planner prunes by and what the scan kept and
-    /// pruned, planned for the tables' current generations (parameters unbound).
-    ///
-    /// # Errors
-    /// The catalog or the cold store could not be read.
-    pub async fn explain(&self, sql: &str) -> Result<String, PlanError> {
-        use std::fmt::Write;
-        let Some(read) = self.prepare(sql, 0).await? else {
-            return Ok("The statement reads no tiered table (or is not a single read coldwire rewrites): it is relayed unchanged.".into());
-        };
-        let mut out = format!("Rewritten statement:\n  {}\n", read.sql);
-        for (i, r) in read.references.iter().enumerate() {
-            let cold = self.catalog.cold_table(r.table_id, true).await?;
-            let predicates = to_prune(&r.predicates, &cold.columns, &BoundParams::none());
-            let conditions: Vec<String> = r.predicates.iter().map(ToString::to_string).collect();
-            let _ = writeln!(
-                out,
-                "Reference {} (parameters ${} and ${}): {} at generation {}",
-                i + 1,
-                read.client_params + 2 * i + 1,
-                read.client_params + 2 * i + 2,
-                cold.name,
-                cold.generation
-            );
-            let _ = writeln!(
-                out,
-                "  Conditions: {} ({} used for pruning)",
-                if conditions.is_empty() {
-                    "none".to_owned()
-                } else {
-                    conditions.join(" AND ")
-                },
-                predicates.len()
-            );
-            match scan(&self.store, &cold, &predicates, self.max_cold_rows).await {
-                Ok(found) => {
-                    let st = found.stats;
-                    let _ = writeln!(
-                        out,
-                        "  Segments: {} kept, {} pruned of {}\n  Row groups: {} read, {} pruned of {}\n  Cold rows: {} injected ({} scanned, {} bytes read)",
-                        st.segments - st.segments_pruned,
-                        st.segments_pruned,
-                        st.segments,
-                        st.row_groups - st.row_groups_pruned,
-                        st.row_groups_pruned,
-                        st.row_groups,
-                        found.rows.num_rows(),
-                        st.rows_scanned,
-                        st.bytes_read
-                    );
-                }
-                Err(ScanError::TooManyRows { cap, .. }) => {
-                    let _ = writeln!(out, "  Cold rows: more than max_cold_rows ({cap}); the statement would fail with 54000");
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(out)
-    }
-
-    /// The plan for one simple Query already prepared (with no declared parameters);
-    /// `at` and `fresh` as for [`ReadPath::cold_params`], `utf8` whether the session's
-    /// client_encoding is UTF-8, results in binary for a binary COPY.
-    pub async fn plan(
-        &self,
-        prepared: &PreparedRead,
-        at: &HashMap<i64, i64>,
-        fresh: bool,
-        utf8: bool,
-        binary_results: bool,
-    ) -> Plan {
-        let params = BoundParams {
-            utf8,
-            ..BoundParams::none()
-        };
-        match self.cold_params(prepared, &params, at, fresh).await {
-            Err(PlanError::Scan(ScanError::NotTiered(_))) => {
-                // Untiered meanwhile: the table is plain, the Query right as it is.
-                self.invalidate();
-                Plan::PassThrough
-            }
-            Ok(values) => {
-                let mut out = BytesMut::new();
-                let values: Vec<Option<&[u8]>> = values.iter().map(|p| Some(&p[..])).collect();
-                ext::run_unnamed(&mut out, &prepared.sql, &values, binary_results);
-                Plan::Run(out, Vec::new())
-            }
-            Err(e) => Plan::Fail(e.client_error()),
-        }
-    }
 }
 
 /// The rewrite of `sql` under `registry`, when it reads tiered tables. One statement only:
@@ -706,11 +472,6 @@ pub async fn after_plan() {
     crate::failpoint::hit("after_read_plan").await;
 }
 
-/// Whether `sql` ends the transaction it runs in ([`Kind::Transaction`]).
-fn ends_transaction(sql: &str) -> bool {
-    kinds_of(sql).contains(&Kind::Transaction { ends: true })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -726,13 +487,5 @@ mod tests {
         // Non-ASCII letters must match exactly (Postgres folds only ASCII in identifiers).
         assert!(!contains_ignore_ascii_case("från Ärende", "ärende"));
         assert!(contains_ignore_ascii_case("x ärende", "ärende"));
-    }
-
-    #[test]
-    fn comments_before_a_commit_do_not_hide_it() {
-        assert!(ends_transaction("/* app */ COMMIT"));
-        assert!(ends_transaction("-- c\nrollback"));
-        assert!(!ends_transaction("ROLLBACK TO SAVEPOINT a"));
-        assert!(!ends_transaction("/* COMMIT */ SELECT 1"));
     }
 }

@@ -3,15 +3,16 @@
 //! statement planned for the capture check (catalog v7, DESIGN §7.1); and the frames of
 //! coldwire's own statements inside a client's group.
 
-use crate::session::reads::OwnCall;
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
 use bytes::{BufMut, BytesMut};
 
-use super::path::{highest_param, jsonb, PlanError, ReadPath, STATEMENT_CACHE_ENTRIES};
+use super::path::{highest_param, jsonb, ReadPath, STATEMENT_CACHE_ENTRIES};
 use crate::cold::scan::{scan, ScanError};
 use crate::error::fields;
+use crate::error::PlanError;
+use crate::session::reads::OwnCall;
 use crate::sql::classify::{executed, prepared_body, ExecuteArg, Kind};
 use crate::sql::params::BoundParams;
 use crate::sql::predicates::{candidate_scan, pinned_keys, to_prune, ColumnPredicate};
