@@ -499,6 +499,115 @@ async fn prepared_reads_during_auto_flush_never_miss_or_double_a_row() {
     );
 }
 
+/// Reads in autocommit whose planning takes longer than flushes take to finalize (the
+/// failpoint holds every plan 2.5 s while a writer keeps the table flushing every 100 ms):
+/// the first attempt's guard fails, and the retry holds the table's lock shared, so it
+/// cannot fail again. No read reaches the client as 40001.
+#[tokio::test]
+async fn long_reads_in_autocommit_never_surface_40001_while_flushes_finalize() {
+    let db = create_db("longreads");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute("CREATE TABLE t(id bigint PRIMARY KEY, v bigint NOT NULL)")
+        .await
+        .unwrap();
+    let proxy = common::Proxy::start_env(
+        &["--service-url", &cluster().url(&db), "--cold-store", &store],
+        &[("COLDWIRE_FAILPOINT", "after_read_plan:sleep=2500")],
+    )
+    .await;
+    let c = proxy.connect(&db).await;
+    c.batch_execute("INSERT INTO t SELECT g, g * 3 FROM generate_series(1, 2000) g")
+        .await
+        .unwrap();
+    admin_call(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 100, "min_flush_rows": 20, "max_rows_per_file": 400, "check_interval": "100ms"}')"#)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(12);
+    // The writer keeps flushes coming until every read is done.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let w = proxy.connect(&db).await;
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut next = 100_000i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                w.execute(
+                    "INSERT INTO t SELECT g, 0 FROM generate_series($1::bigint, $1::bigint + 29) g",
+                    &[&next],
+                )
+                .await
+                .unwrap();
+                next += 30;
+                tokio::time::sleep(std::time::Duration::from_millis(15)).await;
+            }
+        })
+    };
+    let expected = (2000i64, 3 * 2000 * 2001 / 2);
+    let mut readers = Vec::new();
+    for extended in [false, true] {
+        let client = proxy.connect(&db).await;
+        readers.push(tokio::spawn(async move {
+            let sql = "SELECT count(*), sum(v)::bigint FROM t WHERE id <= 2000";
+            let mut reads = 0;
+            while tokio::time::Instant::now() < deadline {
+                let got = if extended {
+                    let row = client
+                        .query_one(sql, &[])
+                        .await
+                        .unwrap_or_else(|e| panic!("{e:?}"));
+                    (row.get::<_, i64>(0), row.get::<_, i64>(1))
+                } else {
+                    let rows = client
+                        .simple_query(sql)
+                        .await
+                        .unwrap_or_else(|e| panic!("{e:?}"));
+                    let row = rows
+                        .iter()
+                        .find_map(|m| match m {
+                            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+                            _ => None,
+                        })
+                        .expect("a row");
+                    (
+                        row.get(0).unwrap().parse().unwrap(),
+                        row.get(1).unwrap().parse().unwrap(),
+                    )
+                };
+                assert_eq!(got, expected, "no row missing or doubled");
+                reads += 1;
+            }
+            reads
+        }));
+    }
+    let mut reads = 0;
+    for r in readers {
+        match r.await {
+            Ok(n) => reads += n,
+            Err(e) => panic!("{e:?}\nproxy log:\n{}", proxy.log()),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+    assert!(reads >= 3, "{reads} reads");
+    let cold: i64 = direct.query_one("SELECT coalesce(sum(row_count), 0)::bigint FROM coldwire.segments WHERE status = 'active'", &[]).await.unwrap().get(0);
+    assert!(
+        cold >= 1900,
+        "the table was flushed meanwhile: {cold} cold rows"
+    );
+    assert!(
+        proxy.log_contains("running the read again attempt=1").await,
+        "the guard fired and the read was retried"
+    );
+    assert!(
+        !proxy.log().contains("running the read again attempt=2"),
+        "no retry failed again:\n{}",
+        proxy.log()
+    );
+}
+
 #[tokio::test]
 async fn lookups_read_only_the_pages_of_their_keys_and_find_every_row() {
     let db = create_db("extpages");

@@ -303,13 +303,66 @@ impl ClientDirection<'_, '_> {
             .map_err(SessionError::UpstreamIo)
     }
 
-    /// Sends the retry of a group whose guard failed unseen.
+    /// Sends the retry of a group whose guard failed unseen. In autocommit the retry runs
+    /// holding its tables' locks shared (as reads in transaction blocks do), taken before
+    /// it is planned and given back after it, so flushes cannot finalize under it again:
+    /// however long it takes to plan, it is not refused with 40001 a second time.
     async fn run_retry(&mut self, group: RewrittenGroup, attempt: u8) -> Result<(), SessionError> {
         self.shared
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retry_pending = false;
+        let held = self.hold_tables(group.retry.as_ref()).await?;
+        let sent = self.send_retry(group, attempt).await;
+        if !held.is_empty() {
+            let (reply, _) = tokio::sync::oneshot::channel();
+            self.shared.locked().own_group_sent(reply);
+            self.write_now(&mut super::reads::table_lock_frames(&held, false))
+                .await?;
+        }
+        sent
+    }
+
+    /// Takes the session-level shared locks of the tables `retry` reads or writes, when
+    /// the session is in autocommit with nothing outstanding; the tables held (none when
+    /// the lock could not be taken: the retry then runs as any other).
+    async fn hold_tables(&mut self, retry: Option<&Retry>) -> Result<Vec<i64>, SessionError> {
+        {
+            let state = self.shared.locked();
+            if state.phase != Phase::Idle || state.outstanding_syncs() != 0 {
+                return Ok(Vec::new());
+            }
+        }
+        let mut tables = match retry {
+            Some(Retry::Query(query)) => match rewritten::prepare_query(query, self.shared).await {
+                Ok(Some(read)) => read.table_ids(),
+                _ => Vec::new(),
+            },
+            Some(Retry::Bind { bind, .. }) => rewritten::bound_tables(bind, self.shared),
+            None => Vec::new(),
+        };
+        tables.sort_unstable();
+        tables.dedup();
+        if tables.is_empty() {
+            return Ok(tables);
+        }
+        let (reply, result) = tokio::sync::oneshot::channel();
+        self.shared.locked().own_group_sent(reply);
+        self.write_now(&mut super::reads::table_lock_frames(&tables, true))
+            .await?;
+        match result.await {
+            Ok(Ok(_)) => Ok(tables),
+            Ok(Err(error)) => {
+                tracing::warn!(code = %error.code, message = %error.message, "holding the tables of a retried read failed");
+                Ok(Vec::new())
+            }
+            Err(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// Plans and sends a group again.
+    async fn send_retry(&mut self, group: RewrittenGroup, attempt: u8) -> Result<(), SessionError> {
         match group.retry {
             Some(Retry::Query(query)) => {
                 self.run_read(query, attempt, group.client_row_descriptions, false)

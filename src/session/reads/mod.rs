@@ -7,7 +7,9 @@ mod path;
 mod query;
 mod writes;
 
-pub use own::{own_frames, read_lock_frames, read_lock_rows, OwnCall, OWN_COMPLETIONS};
+pub use own::{
+    own_frames, read_lock_frames, read_lock_rows, table_lock_frames, OwnCall, OWN_COMPLETIONS,
+};
 pub use path::{after_plan, PlanError, PreparedRead, ReadPath};
 pub use query::{Part, Plan};
 pub use writes::PreparedWrite;

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use bytes::{BufMut, BytesMut};
 
+use crate::catalog::locks::TABLE_LOCK_CLASS;
 use crate::wire::extended as ext;
 use crate::wire::messages as msg;
 
@@ -80,4 +81,37 @@ pub fn read_lock_rows(rows: &[Vec<Option<Vec<u8>>>]) -> HashMap<i64, i64> {
     rows.iter()
         .filter_map(|r| Some((int8(r.first()?)?, int8(r.get(1)?)?)))
         .collect()
+}
+
+/// coldwire's own group that takes (`hold`) or gives back the session-level shared lock
+/// of each of `tables` (ids in ascending order, the order every coldwire lock of several
+/// tables is taken in): while a session holds it, no flush of the table finalizes, so the
+/// generation a read was planned for stays current until the lock is given back. Built
+/// as [`own_frames`], with its own Sync.
+pub fn table_lock_frames(tables: &[i64], hold: bool) -> BytesMut {
+    let function = if hold {
+        "pg_advisory_lock_shared"
+    } else {
+        "pg_advisory_unlock_shared"
+    };
+    let mut ids = BytesMut::new();
+    ids.put_i32(1); // one dimension
+    ids.put_i32(0); // no NULLs
+    ids.put_u32(23); // int4
+    ids.put_i32(tables.len() as i32);
+    ids.put_i32(1);
+    for id in tables {
+        ids.put_i32(4);
+        // The second key of the lock is the id as int4, as in finalize and the catalog's SQL.
+        ids.put_i32(*id as i32);
+    }
+    let class = BytesMut::from(&TABLE_LOCK_CLASS.to_be_bytes()[..]);
+    let mut out = own_frames(
+        &format!(
+            "SELECT pg_catalog.{function}($1::int4, t) FROM pg_catalog.unnest($2::int4[]) AS t"
+        ),
+        &[Some(class), Some(ids)],
+    );
+    out.extend_from_slice(&ext::empty(msg::SYNC));
+    out
 }
