@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::flushing::{Flushing, EXPECTED};
 use common::raw::{self, tags, RawConn};
 use common::{
     admin_call, binary_rows, cluster, connect_direct, create_db, http_get, pg_bin, sample,
@@ -396,48 +397,11 @@ async fn pgbench_extended_and_prepared_modes_read_a_tiered_table() {
 #[tokio::test]
 async fn prepared_reads_during_auto_flush_never_miss_or_double_a_row() {
     let db = create_db("extflush");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    direct
-        .batch_execute("CREATE TABLE t(id bigint PRIMARY KEY, v bigint NOT NULL)")
-        .await
-        .unwrap();
-    // The failpoint widens the window between planning a Bind and sending it, so flushes
-    // finalize inside it and the guard fires.
-    let proxy = common::Proxy::start_env(
-        &["--service-url", &cluster().url(&db), "--cold-store", &store],
-        &[("COLDWIRE_FAILPOINT", "after_read_plan:sleep=25")],
-    )
-    .await;
-    let c = proxy.connect(&db).await;
-    c.batch_execute("INSERT INTO t SELECT g, g * 3 FROM generate_series(1, 2000) g")
-        .await
-        .unwrap();
-    admin_call(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 100, "min_flush_rows": 50, "max_rows_per_file": 400, "check_interval": "100ms"}')"#)
-        .await
-        .unwrap();
+    let mut flushing = Flushing::start(&db, 25, 50).await;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(8);
-    let writer = {
-        let w = proxy.connect(&db).await;
-        tokio::spawn(async move {
-            let mut next = 100_000i64;
-            while tokio::time::Instant::now() < deadline {
-                w.execute(
-                    "INSERT INTO t SELECT g, 0 FROM generate_series($1::bigint, $1::bigint + 49) g",
-                    &[&next],
-                )
-                .await
-                .unwrap();
-                next += 50;
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-        })
-    };
-    let expected_sum = 3 * 2000 * 2001 / 2;
     let mut readers = Vec::new();
     for in_transactions in [false, true] {
-        let client = proxy.connect(&db).await;
+        let client = flushing.proxy.connect(&db).await;
         readers.push(tokio::spawn(async move {
             let all = client
                 .prepare("SELECT count(*), sum(v)::bigint FROM t WHERE id <= $1")
@@ -460,7 +424,7 @@ async fn prepared_reads_during_auto_flush_never_miss_or_double_a_row() {
                         .unwrap_or_else(|e| panic!("{e:?}"));
                     assert_eq!(
                         (row.get::<_, i64>(0), row.get::<_, i64>(1)),
-                        (2000, expected_sum),
+                        EXPECTED,
                         "no row missing or doubled"
                     );
                     k = k * 31 % 2000 + 1;
@@ -479,24 +443,19 @@ async fn prepared_reads_during_auto_flush_never_miss_or_double_a_row() {
             reads
         }));
     }
-    writer.await.unwrap();
     let mut reads = 0;
     for r in readers {
         match r.await {
             Ok(n) => reads += n,
-            Err(e) => panic!("{e:?}\nproxy log:\n{}", proxy.log()),
+            Err(e) => panic!("{e:?}\nproxy log:\n{}", flushing.proxy.log()),
         }
     }
     assert!(reads > 20, "{reads} reads");
-    let cold: i64 = direct.query_one("SELECT coalesce(sum(row_count), 0)::bigint FROM coldwire.segments WHERE status = 'active'", &[]).await.unwrap().get(0);
     assert!(
-        cold >= 1900,
-        "the table was flushed meanwhile: {cold} cold rows"
-    );
-    assert!(
-        proxy.log_contains("running the read again").await,
+        flushing.proxy.log_contains("running the read again").await,
         "the guard fired and the read was retried"
     );
+    flushing.stop().await;
 }
 
 /// Reads in autocommit whose planning takes longer than flushes take to finalize (the
@@ -506,49 +465,11 @@ async fn prepared_reads_during_auto_flush_never_miss_or_double_a_row() {
 #[tokio::test]
 async fn long_reads_in_autocommit_never_surface_40001_while_flushes_finalize() {
     let db = create_db("longreads");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    direct
-        .batch_execute("CREATE TABLE t(id bigint PRIMARY KEY, v bigint NOT NULL)")
-        .await
-        .unwrap();
-    let proxy = common::Proxy::start_env(
-        &["--service-url", &cluster().url(&db), "--cold-store", &store],
-        &[("COLDWIRE_FAILPOINT", "after_read_plan:sleep=2500")],
-    )
-    .await;
-    let c = proxy.connect(&db).await;
-    c.batch_execute("INSERT INTO t SELECT g, g * 3 FROM generate_series(1, 2000) g")
-        .await
-        .unwrap();
-    admin_call(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 100, "min_flush_rows": 20, "max_rows_per_file": 400, "check_interval": "100ms"}')"#)
-        .await
-        .unwrap();
+    let mut flushing = Flushing::start(&db, 2500, 20).await;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(12);
-    // The writer keeps flushes coming until every read is done.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let w = proxy.connect(&db).await;
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut next = 100_000i64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                w.execute(
-                    "INSERT INTO t SELECT g, 0 FROM generate_series($1::bigint, $1::bigint + 29) g",
-                    &[&next],
-                )
-                .await
-                .unwrap();
-                next += 30;
-                tokio::time::sleep(std::time::Duration::from_millis(15)).await;
-            }
-        })
-    };
-    let expected = (2000i64, 3 * 2000 * 2001 / 2);
     let mut readers = Vec::new();
     for extended in [false, true] {
-        let client = proxy.connect(&db).await;
+        let client = flushing.proxy.connect(&db).await;
         readers.push(tokio::spawn(async move {
             let sql = "SELECT count(*), sum(v)::bigint FROM t WHERE id <= 2000";
             let mut reads = 0;
@@ -576,7 +497,7 @@ async fn long_reads_in_autocommit_never_surface_40001_while_flushes_finalize() {
                         row.get(1).unwrap().parse().unwrap(),
                     )
                 };
-                assert_eq!(got, expected, "no row missing or doubled");
+                assert_eq!(got, EXPECTED, "no row missing or doubled");
                 reads += 1;
             }
             reads
@@ -586,26 +507,26 @@ async fn long_reads_in_autocommit_never_surface_40001_while_flushes_finalize() {
     for r in readers {
         match r.await {
             Ok(n) => reads += n,
-            Err(e) => panic!("{e:?}\nproxy log:\n{}", proxy.log()),
+            Err(e) => panic!("{e:?}\nproxy log:\n{}", flushing.proxy.log()),
         }
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    writer.await.unwrap();
     assert!(reads >= 3, "{reads} reads");
-    let cold: i64 = direct.query_one("SELECT coalesce(sum(row_count), 0)::bigint FROM coldwire.segments WHERE status = 'active'", &[]).await.unwrap().get(0);
     assert!(
-        cold >= 1900,
-        "the table was flushed meanwhile: {cold} cold rows"
-    );
-    assert!(
-        proxy.log_contains("running the read again attempt=1").await,
+        flushing
+            .proxy
+            .log_contains("running the read again attempt=1")
+            .await,
         "the guard fired and the read was retried"
     );
     assert!(
-        !proxy.log().contains("running the read again attempt=2"),
+        !flushing
+            .proxy
+            .log()
+            .contains("running the read again attempt=2"),
         "no retry failed again:\n{}",
-        proxy.log()
+        flushing.proxy.log()
     );
+    flushing.stop().await;
 }
 
 #[tokio::test]

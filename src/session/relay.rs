@@ -330,7 +330,12 @@ impl ClientDirection<'_, '_> {
     async fn hold_tables(&mut self, retry: Option<&Retry>) -> Result<Vec<i64>, SessionError> {
         {
             let state = self.shared.locked();
-            if state.phase != Phase::Idle || state.outstanding_syncs() != 0 {
+            // A write retried to bring back keys that may be cold may need another round
+            // (DESIGN §7), which the release sent behind it would rule out: it holds nothing.
+            if state.phase != Phase::Idle
+                || state.outstanding_syncs() != 0
+                || !state.write_candidates.is_empty()
+            {
                 return Ok(Vec::new());
             }
         }

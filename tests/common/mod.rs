@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod disguise;
+pub mod flushing;
 pub mod moto;
 pub mod raw;
 pub mod segments;

@@ -53,16 +53,7 @@ pub const OWN_STATEMENT: &str = "coldwire_own";
 /// [`own_frames`] (it never touches the client's unnamed statement or portal), with its
 /// own Sync (sent only inside a transaction block, where a Sync ends nothing).
 pub fn read_lock_frames(tables: &[i64]) -> BytesMut {
-    let mut ids = BytesMut::new();
-    ids.put_i32(1); // one dimension
-    ids.put_i32(0); // no NULLs
-    ids.put_u32(20); // int8
-    ids.put_i32(tables.len() as i32);
-    ids.put_i32(1);
-    for id in tables {
-        ids.put_i32(8);
-        ids.put_i64(*id);
-    }
+    let ids = int_array(tables, true);
     let mut out = own_frames(
         "SELECT table_id, generation FROM coldwire.read_lock($1)",
         &[Some(ids)],
@@ -94,17 +85,8 @@ pub fn table_lock_frames(tables: &[i64], hold: bool) -> BytesMut {
     } else {
         "pg_advisory_unlock_shared"
     };
-    let mut ids = BytesMut::new();
-    ids.put_i32(1); // one dimension
-    ids.put_i32(0); // no NULLs
-    ids.put_u32(23); // int4
-    ids.put_i32(tables.len() as i32);
-    ids.put_i32(1);
-    for id in tables {
-        ids.put_i32(4);
-        // The second key of the lock is the id as int4, as in finalize and the catalog's SQL.
-        ids.put_i32(*id as i32);
-    }
+    // The second key of the lock is the id as int4, as in finalize and the catalog's SQL.
+    let ids = int_array(tables, false);
     let class = BytesMut::from(&TABLE_LOCK_CLASS.to_be_bytes()[..]);
     let mut out = own_frames(
         &format!(
@@ -113,5 +95,26 @@ pub fn table_lock_frames(tables: &[i64], hold: bool) -> BytesMut {
         &[Some(class), Some(ids)],
     );
     out.extend_from_slice(&ext::empty(msg::SYNC));
+    out
+}
+
+/// `values` as a one-dimensional array in binary format: of int8 (`wide`) or of int4
+/// (each value truncated to 32 bits).
+fn int_array(values: &[i64], wide: bool) -> BytesMut {
+    let mut out = BytesMut::new();
+    out.put_i32(1); // one dimension
+    out.put_i32(0); // no NULLs
+    out.put_u32(if wide { 20 } else { 23 }); // int8 or int4
+    out.put_i32(values.len() as i32);
+    out.put_i32(1);
+    for v in values {
+        if wide {
+            out.put_i32(8);
+            out.put_i64(*v);
+        } else {
+            out.put_i32(4);
+            out.put_i32(*v as i32);
+        }
+    }
     out
 }

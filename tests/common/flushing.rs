@@ -1,0 +1,99 @@
+//! A tiered table that keeps flushing while a test reads it: table `t` (ids 1 to 2,000,
+//! `v = 3 × id`) tiered with a policy that flushes every 100 ms, behind a proxy whose read
+//! plans the `after_read_plan` failpoint holds for a while (so flushes finalize between
+//! planning and running, and the guard fires), and a writer that keeps inserting new keys
+//! above 100,000 until it is stopped.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::{admin_call, cluster, connect_direct, Proxy};
+
+/// The rows' count and `sum(v)` for ids up to 2,000, as every read must see them.
+pub const EXPECTED: (i64, i64) = (2000, 3 * 2000 * 2001 / 2);
+
+pub struct Flushing {
+    pub proxy: Proxy,
+    pub direct: tokio_postgres::Client,
+    stop: Arc<AtomicBool>,
+    writer: Option<tokio::task::JoinHandle<()>>,
+    _store: tempfile::TempDir,
+}
+
+impl Flushing {
+    /// Starts it in database `db`: each read plan held `plan_ms`, flushes of at least
+    /// `min_flush_rows` rows.
+    pub async fn start(db: &str, plan_ms: u64, min_flush_rows: u32) -> Flushing {
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!("file://{}", dir.path().display());
+        let direct = connect_direct(db).await;
+        direct
+            .batch_execute("CREATE TABLE t(id bigint PRIMARY KEY, v bigint NOT NULL)")
+            .await
+            .unwrap();
+        let failpoint = format!("after_read_plan:sleep={plan_ms}");
+        let proxy = Proxy::start_env(
+            &["--service-url", &cluster().url(db), "--cold-store", &store],
+            &[("COLDWIRE_FAILPOINT", &failpoint)],
+        )
+        .await;
+        let c = proxy.connect(db).await;
+        c.batch_execute("INSERT INTO t SELECT g, g * 3 FROM generate_series(1, 2000) g")
+            .await
+            .unwrap();
+        admin_call(
+            &c,
+            &format!(
+                r#"SELECT coldwire.tier_table('t', '{{"hot_row_limit": 100, "min_flush_rows": {min_flush_rows}, "max_rows_per_file": 400, "check_interval": "100ms"}}')"#
+            ),
+        )
+        .await
+        .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let w = proxy.connect(db).await;
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut next = 100_000i64;
+                while !stop.load(Ordering::Relaxed) {
+                    w.execute(
+                        "INSERT INTO t SELECT g, 0 FROM generate_series($1::bigint, $1::bigint + 29) g",
+                        &[&next],
+                    )
+                    .await
+                    .unwrap();
+                    next += 30;
+                    tokio::time::sleep(std::time::Duration::from_millis(15)).await;
+                }
+            })
+        };
+        Flushing {
+            proxy,
+            direct,
+            stop,
+            writer: Some(writer),
+            _store: dir,
+        }
+    }
+
+    /// Stops the writer, and checks the table was flushed meanwhile.
+    pub async fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(writer) = self.writer.take() {
+            writer.await.unwrap();
+        }
+        let cold: i64 = self
+            .direct
+            .query_one(
+                "SELECT coalesce(sum(row_count), 0)::bigint FROM coldwire.segments WHERE status = 'active'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(
+            cold >= 1900,
+            "the table was flushed meanwhile: {cold} cold rows"
+        );
+    }
+}
