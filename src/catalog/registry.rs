@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio_postgres::Client;
 
 use crate::sql::rewrite::{TieredTable, ViewDef};
+use crate::values::ColdType;
 
 /// How long the list of tiered tables is trusted before it is read again. A proxy that
 /// has not seen a table as tiered relays its reads unchanged, so the first flush of a
@@ -35,6 +36,9 @@ pub struct Tiered {
     pub table: TieredTable,
     /// `pg_class.reltype`: the row type cold rows are bound as.
     pub row_type: u32,
+    /// Per column of `table.columns`: its type as `format_type` writes it, and how it is
+    /// stored cold (`None`: a type this build cannot read back).
+    pub types: Vec<(String, Option<ColdType>)>,
 }
 
 /// A view or materialized view that reads a tiered table (directly or through views).
@@ -125,6 +129,19 @@ pub async fn read(
                 guarded: true,
             },
             row_type: row.get(1),
+            types: list
+                .iter()
+                .filter(|c| c["name"].as_str().is_some())
+                .map(|c| {
+                    let oid = u32::try_from(c["type_oid"].as_u64().unwrap_or_default())
+                        .unwrap_or_default();
+                    let typmod = i32::try_from(c["typmod"].as_i64().unwrap_or(-1)).unwrap_or(-1);
+                    (
+                        c["type"].as_str().unwrap_or_default().to_owned(),
+                        ColdType::for_column(oid, typmod).ok(),
+                    )
+                })
+                .collect(),
         });
     }
     let mut views = Vec::new();

@@ -2,4 +2,5 @@
 //! version first, from the segments the catalog lists (DESIGN §6.3). It takes the catalog's
 //! facts as values and reads segments through [`crate::segment`] and [`crate::store`].
 
+pub mod engine;
 pub mod scan;

@@ -58,6 +58,8 @@ pub enum ScanError {
     Cold(#[from] crate::values::ColdError),
     #[error("table {0} is not an active tiered table")]
     NotTiered(i64),
+    #[error("cold engine: {0}")]
+    Engine(String),
     #[error("the query would read more than {cap} cold rows of table {table}")]
     TooManyRows { table: String, cap: usize },
 }

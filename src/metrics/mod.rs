@@ -28,6 +28,8 @@ pub const ROUTES_TOTAL: &str = "coldwire_routes_total";
 pub const READ_RETRIES_TOTAL: &str = "coldwire_read_retries_total";
 /// Cold rows bound into rewritten reads.
 pub const COLD_ROWS_INJECTED_TOTAL: &str = "coldwire_cold_rows_injected_total";
+/// Cold rows the cold engine read to compute aggregate partials.
+pub const COLD_ROWS_SCANNED_TOTAL: &str = "coldwire_cold_rows_scanned_total";
 /// Bytes read from the cold store by reads.
 pub const COLD_BYTES_READ_TOTAL: &str = "coldwire_cold_bytes_read_total";
 /// Segments skipped by reads thanks to their stats.
@@ -78,6 +80,10 @@ pub fn install(
     metrics::describe_counter!(
         COLD_ROWS_INJECTED_TOTAL,
         "Cold rows bound into rewritten reads"
+    );
+    metrics::describe_counter!(
+        COLD_ROWS_SCANNED_TOTAL,
+        "Cold rows the cold engine read to compute aggregate partials"
     );
     metrics::describe_counter!(
         COLD_BYTES_READ_TOTAL,

@@ -2,6 +2,7 @@
 //! planner prunes by, and Bind values as constants. Classification in sessions, the guard
 //! and the write path build on it (see docs/architecture.md for what exists).
 
+pub mod aggregate;
 pub mod classify;
 pub mod copy_to;
 pub mod ddl;

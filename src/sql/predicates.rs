@@ -219,7 +219,7 @@ fn collect(node: &Node, name: &str, only_relation: bool, out: &mut Vec<ColumnPre
     }
 }
 
-fn operator(name: &[Node]) -> Option<&str> {
+pub(crate) fn operator(name: &[Node]) -> Option<&str> {
     match name {
         [only] => match only.node.as_ref() {
             Some(N::String(s)) => Some(s.sval.as_str()),

@@ -288,7 +288,7 @@ pub fn refusal_sql(code: &str, message: &str, hint: Option<&str>) -> String {
 }
 
 /// `text` as a dollar-quoted literal whose tag does not occur in it.
-fn dollar_quoted(text: &str) -> String {
+pub(crate) fn dollar_quoted(text: &str) -> String {
     let mut tag = String::from("cw");
     while text.contains(&format!("${tag}$")) {
         tag.push('x');

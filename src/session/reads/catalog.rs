@@ -227,6 +227,46 @@ impl CatalogCache {
         Ok(table)
     }
 
+    /// The keys of `table_id`'s mirror that may also be cold: those inside the range of
+    /// first-key values segments hold (`bounds_<id>`), as int8, ascending, with that
+    /// range (empty when no segment was ever written; everything when it is unknown).
+    ///
+    /// # Errors
+    /// The catalog could not be read.
+    pub async fn hot_keys_in_cold_range(
+        &self,
+        table_id: i64,
+        key: &str,
+    ) -> Result<(i64, i64, Vec<i64>), PlanError> {
+        let client = &mut *self.connected().await?;
+        let bounds = client
+            .query_opt(
+                &format!("SELECT lo::int8, hi::int8 FROM coldwire.bounds_{table_id}"),
+                &[],
+            )
+            .await?;
+        let (lo, hi) = match bounds {
+            None => return Ok((1, 0, Vec::new())),
+            Some(row) => (
+                row.get::<_, Option<i64>>(0).unwrap_or(i64::MIN),
+                row.get::<_, Option<i64>>(1).unwrap_or(i64::MAX),
+            ),
+        };
+        let key = crate::sql::quote::quote_ident(key);
+        let keys = client
+            .query(
+                &format!(
+                    "SELECT {key}::int8 FROM coldwire.m_{table_id} WHERE {key} BETWEEN $1 AND $2 ORDER BY {key}"
+                ),
+                &[&lo, &hi],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        Ok((lo, hi, keys))
+    }
+
     async fn connected(&self) -> Result<Pooled, PlanError> {
         self.pool.get().await.map_err(PlanError::Catalog)
     }

@@ -17,9 +17,11 @@ use bytes::{BufMut, BytesMut};
 use super::catalog::CatalogCache;
 use super::writes::PreparedWrite;
 use crate::catalog::registry::Registry;
-use crate::cold::scan::{scan, ColdTable};
+use crate::cold::engine::cold_partials;
+use crate::cold::scan::{scan, ColdTable, ScanError};
 use crate::error::fields;
 pub use crate::error::PlanError;
+use crate::sql::aggregate::{rewrite_aggregate, AggregateTable, Partial};
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
 use crate::sql::ddl::Ddl;
 use crate::sql::params::BoundParams;
@@ -55,7 +57,10 @@ pub struct PreparedRead {
 impl PreparedRead {
     /// Parameters coldwire appends at each Bind.
     pub fn cold_param_count(&self) -> usize {
-        2 * self.references.len()
+        self.references
+            .iter()
+            .map(|r| if r.aggregate.is_some() { 3 } else { 2 })
+            .sum()
     }
 
     /// The tiered tables the statement reads, each once.
@@ -73,6 +78,21 @@ pub(super) struct PlannedReference {
     /// The conjuncts of its query block that constrain it, `$n` unresolved.
     pub(super) predicates: Vec<ColumnPredicate>,
     row_type: u32,
+    /// Set when the statement aggregates this table and Postgres combines partials
+    /// (`sql::aggregate`): its parameters are then the cold rows, the cold partials and
+    /// the guard's plan, and each Bind fills one of the first two.
+    pub(super) aggregate: Option<AggregatePlan>,
+}
+
+/// What an aggregate statement needs at each Bind.
+#[derive(Debug)]
+pub(super) struct AggregatePlan {
+    group: Vec<usize>,
+    partials: Vec<Partial>,
+    exact_where: bool,
+    where_predicates: usize,
+    /// The key column's name.
+    key: String,
 }
 
 /// Prepared writes by statement text and declared parameter count, with the registry
@@ -272,7 +292,35 @@ impl ReadPath {
         for r in &prepared.references {
             let cold = &tables[&r.table_id];
             let predicates = to_prune(&r.predicates, &cold.columns, params);
-            let found = scan(&self.store, cold, &predicates, self.max_cold_rows).await?;
+            let mut partials = false;
+            if let Some(plan) = &r.aggregate {
+                // Partials when every conjunct is exact with these values, the session
+                // reads the current generation (a pinned snapshot may not see the
+                // mirror coldwire reads), and its encoding carries the text.
+                let exact = plan.exact_where && predicates.len() == plan.where_predicates;
+                partials = exact && !at.contains_key(&r.table_id) && params.utf8;
+                // A retry (the guard saw the cold tier or the hot keys change) takes the
+                // rows when they fit: rows do not depend on which keys are hot, so cold
+                // writes that keep coming cannot starve it.
+                if partials && !fresh {
+                    out.extend(
+                        self.partial_params(r, plan, cold.clone(), predicates)
+                            .await?,
+                    );
+                    continue;
+                }
+            }
+            let found = match scan(&self.store, cold, &predicates, self.max_cold_rows).await {
+                Err(ScanError::TooManyRows { .. }) if partials => {
+                    let plan = r.aggregate.as_ref().expect("partials are planned");
+                    out.extend(
+                        self.partial_params(r, plan, cold.clone(), predicates)
+                            .await?,
+                    );
+                    continue;
+                }
+                found => found?,
+            };
             let rows = found.rows.num_rows();
             tracing::debug!(
                 table = %cold.name,
@@ -299,10 +347,66 @@ impl ReadPath {
             encode_record_array(&columns, r.row_type, &found.rows, &mut array)
                 .map_err(|e| PlanError::Catalog(e.to_string()))?;
             out.push(array);
+            if r.aggregate.is_some() {
+                out.push(jsonb(&serde_json::json!([])));
+            }
             out.push(jsonb(&serde_json::json!({ "planned": cold.generation })));
         }
         metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "read").increment(1);
         Ok(out)
+    }
+
+    /// The parameters of an aggregate reference answered by cold partials: no cold rows,
+    /// the partials, and a plan that names the hot keys the partials left out.
+    async fn partial_params(
+        &self,
+        r: &PlannedReference,
+        plan: &AggregatePlan,
+        cold: Arc<ColdTable>,
+        predicates: Vec<crate::segment::prune::Predicate>,
+    ) -> Result<[BytesMut; 3], PlanError> {
+        let (lo, hi, keys) = self
+            .catalog
+            .hot_keys_in_cold_range(r.table_id, &plan.key)
+            .await?;
+        let generation = cold.generation;
+        let name = cold.name.clone();
+        let (partials, stats) = cold_partials(
+            &self.store,
+            cold,
+            predicates,
+            keys.iter().copied().collect(),
+            &plan.group,
+            &plan.partials,
+        )
+        .await?;
+        tracing::debug!(
+            table = %name,
+            groups = partials.len(),
+            rows_scanned = stats.rows_scanned,
+            rows_aggregated = stats.rows_aggregated,
+            segments_pruned = stats.segments_pruned,
+            row_groups_pruned = stats.row_groups_pruned,
+            hot_keys = keys.len(),
+            "cold partials injected"
+        );
+        metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "aggregate_pushdown")
+            .increment(1);
+        metrics::counter!(crate::metrics::COLD_ROWS_SCANNED_TOTAL).increment(stats.rows_scanned);
+        metrics::counter!(crate::metrics::COLD_SEGMENTS_PRUNED_TOTAL)
+            .increment(stats.segments_pruned as u64);
+        let mut empty = BytesMut::with_capacity(12);
+        empty.put_i32(0); // no dimensions
+        empty.put_i32(0); // no NULLs
+        empty.put_u32(r.row_type);
+        Ok([
+            empty,
+            jsonb(&serde_json::Value::Array(partials)),
+            jsonb(&serde_json::json!({
+                "planned": generation,
+                "mirror": { "lo": lo, "hi": hi, "keys": keys },
+            })),
+        ])
     }
 
     /// Parameters that make the statement fail with `error` where it reads a tiered table
@@ -322,7 +426,11 @@ impl ReadPath {
                 empty.put_i32(0); // no dimensions
                 empty.put_i32(0); // no NULLs
                 empty.put_u32(r.row_type);
-                [empty, plan.clone()]
+                let partials = r.aggregate.as_ref().map(|_| jsonb(&serde_json::json!([])));
+                std::iter::once(empty)
+                    .chain(partials)
+                    .chain(std::iter::once(plan.clone()))
+                    .collect::<Vec<_>>()
             })
             .collect()
     }
@@ -417,6 +525,9 @@ fn rewrite(
     }
     let highest_param = highest_param(sql);
     let client_params = highest_param.max(declared_params);
+    if let Some(prepared) = rewrite_aggregate_read(&parsed, client_params, registry) {
+        return Ok(Some(prepared));
+    }
     let Ok(Some(rewritten)) = rewrite_parsed(&text, &parsed, client_params, |schema, name| {
         registry.unique(schema, name).map(|t| t.table.clone())
     }) else {
@@ -430,6 +541,7 @@ fn rewrite(
                 table_id: r.table_id,
                 predicates: extract(&parsed, r.location, &r.name),
                 row_type: registry.by_id(r.table_id)?.row_type,
+                aggregate: None,
             })
         })
         .collect::<Option<Vec<_>>>();
@@ -438,6 +550,38 @@ fn rewrite(
         client_params,
         references,
     }))
+}
+
+/// The aggregate rewrite (`sql::aggregate`) of a statement that aggregates one tiered
+/// table, when it qualifies.
+fn rewrite_aggregate_read(
+    parsed: &pg_query::ParseResult,
+    client_params: usize,
+    registry: &Registry,
+) -> Option<PreparedRead> {
+    let rewritten = rewrite_aggregate(parsed, client_params, |schema, name| {
+        registry.unique(schema, name).map(|t| AggregateTable {
+            table: &t.table,
+            types: &t.types,
+        })
+    })?;
+    let tiered = registry.by_id(rewritten.table_id)?;
+    Some(PreparedRead {
+        sql: rewritten.sql,
+        client_params,
+        references: vec![PlannedReference {
+            table_id: rewritten.table_id,
+            predicates: extract(parsed, rewritten.location, &rewritten.name),
+            row_type: tiered.row_type,
+            aggregate: Some(AggregatePlan {
+                group: rewritten.group,
+                partials: rewritten.partials,
+                exact_where: rewritten.exact_where,
+                where_predicates: rewritten.where_predicates,
+                key: tiered.table.pk.first()?.clone(),
+            }),
+        }],
+    })
 }
 
 /// The highest `$n` of `sql`, from the scanner: the parse tree's walk does not reach every

@@ -1,0 +1,470 @@
+//! Cold partials (DESIGN §6.5): the partial aggregates of a table's live cold rows,
+//! computed by Apache DataFusion over a stream of those rows.
+//!
+//! The stream is coldwire's own table provider over the segment list of the generation
+//! being read (no listing of the store): segments and row groups are pruned by the
+//! catalog's statistics, only the referenced columns (and the key, seq and op) are
+//! decoded, the WHERE conjuncts are evaluated exactly ([`crate::sql::aggregate`] admits
+//! only conjuncts whose comparison matches Postgres's), and the newest-version rules are
+//! applied as each batch passes: tombstones dropped, versions an override supersedes
+//! dropped, and keys whose authoritative version is hot (`excluded`) dropped. DataFusion
+//! then groups and aggregates; its output, a few rows, goes to Postgres as jsonb.
+//! Memory: one decoded batch plus DataFusion's group table.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{
+    DataType, Date32Type, Decimal128Type, Field, Float64Type, Int16Type, Int32Type, Int64Type,
+    Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
+};
+use datafusion::catalog::streaming::StreamingTable;
+use datafusion::execution::TaskContext;
+use datafusion::functions_aggregate::expr_fn::{bool_and, bool_or, count, max, min, sum};
+use datafusion::logical_expr::{cast, ident, lit, Expr};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
+use datafusion::physical_plan::SendableRecordBatchStream;
+use datafusion::prelude::SessionContext;
+use futures_util::TryStreamExt;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::async_reader::ParquetRecordBatchStream;
+use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+
+use super::scan::{columns_held, ColdTable, ScanError};
+use crate::segment::file::{footer, SegmentFile};
+use crate::segment::prune::Predicate;
+use crate::sql::aggregate::{Partial, PartialKind};
+use crate::store::ColdStore;
+use crate::values::ordered::{self, Cell};
+
+/// Rows per decoded batch.
+const BATCH_ROWS: usize = 8192;
+
+/// What a partials query read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartialStats {
+    pub segments: usize,
+    pub segments_pruned: usize,
+    pub row_groups_pruned: usize,
+    pub rows_scanned: u64,
+    pub rows_aggregated: u64,
+}
+
+/// The cold partials of `table` for `group` and `partials`, over the live cold rows that
+/// satisfy every predicate (all exact) and whose single integer key is not in `excluded`:
+/// one jsonb object per group, keyed by the group columns' names and `_cw_p<i>`, every
+/// value as the text Postgres's input function reads back.
+///
+/// # Errors
+/// Store, decoding and engine failures.
+pub async fn cold_partials(
+    store: &ColdStore,
+    table: Arc<ColdTable>,
+    predicates: Vec<Predicate>,
+    excluded: HashSet<i64>,
+    group: &[usize],
+    partials: &[Partial],
+) -> Result<(Vec<serde_json::Value>, PartialStats), ScanError> {
+    let mut needed: Vec<usize> = group
+        .iter()
+        .copied()
+        .chain(partials.iter().filter_map(|p| p.column))
+        .chain(table.pk_positions.iter().copied())
+        .chain(
+            predicates
+                .iter()
+                .filter_map(|p| table.columns.iter().position(|c| c.attnum == p.attnum())),
+        )
+        .collect();
+    needed.sort_unstable();
+    needed.dedup();
+    let full = table.file_schema(table.columns.len());
+    let schema: SchemaRef = Arc::new(Schema::new(
+        needed
+            .iter()
+            .map(|&c| full.field(c).as_ref().clone())
+            .collect::<Vec<Field>>(),
+    ));
+    let stats = Arc::new(std::sync::Mutex::new(PartialStats::default()));
+    let source = LiveSource {
+        store: store.clone(),
+        table: table.clone(),
+        predicates: Arc::new(predicates),
+        excluded: Arc::new(excluded),
+        needed: Arc::new(needed),
+        schema: schema.clone(),
+        stats: stats.clone(),
+    };
+    let provider =
+        StreamingTable::try_new(schema, vec![Arc::new(source)]).map_err(|e| engine_error(&e))?;
+    let ctx = SessionContext::new();
+    let frame = ctx
+        .read_table(Arc::new(provider))
+        .map_err(|e| engine_error(&e))?;
+    let group_exprs: Vec<Expr> = group
+        .iter()
+        .map(|&g| ident(table.columns[g].name.clone()))
+        .collect();
+    let aggregates: Vec<Expr> = partials
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let arg = || ident(table.columns[p.column.unwrap_or_default()].name.clone());
+            let e = match p.kind {
+                PartialKind::CountStar => count(lit(1i64)),
+                PartialKind::Count => count(arg()),
+                PartialKind::SumInt => sum(cast(arg(), DataType::Int64)),
+                PartialKind::SumNumeric => sum(cast(arg(), DataType::Decimal128(38, 0))),
+                PartialKind::SumFloat => sum(arg()),
+                PartialKind::Min => min(arg()),
+                PartialKind::Max => max(arg()),
+                PartialKind::BoolAnd => bool_and(arg()),
+                PartialKind::BoolOr => bool_or(arg()),
+            };
+            e.alias(format!("_cw_p{i}"))
+        })
+        .collect();
+    let batches = frame
+        .aggregate(group_exprs, aggregates)
+        .map_err(|e| engine_error(&e))?
+        .collect()
+        .await
+        .map_err(|e| engine_error(&e))?;
+    let mut out = Vec::new();
+    for batch in &batches {
+        let names: Vec<String> = group
+            .iter()
+            .map(|&g| table.columns[g].name.clone())
+            .chain((0..partials.len()).map(|i| format!("_cw_p{i}")))
+            .collect();
+        for row in 0..batch.num_rows() {
+            let mut object = serde_json::Map::new();
+            for (c, name) in names.iter().enumerate() {
+                object.insert(name.clone(), json_text(batch.column(c).as_ref(), row)?);
+            }
+            out.push(serde_json::Value::Object(object));
+        }
+    }
+    let stats = *stats
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Ok((out, stats))
+}
+
+fn engine_error(e: &datafusion::error::DataFusionError) -> ScanError {
+    ScanError::Engine(e.to_string())
+}
+
+/// The live cold rows of a table, restricted, as one DataFusion partition.
+#[derive(Debug)]
+struct LiveSource {
+    store: ColdStore,
+    table: Arc<ColdTable>,
+    predicates: Arc<Vec<Predicate>>,
+    excluded: Arc<HashSet<i64>>,
+    /// Positions in the table's columns of the columns read, ascending.
+    needed: Arc<Vec<usize>>,
+    schema: SchemaRef,
+    stats: Arc<std::sync::Mutex<PartialStats>>,
+}
+
+impl PartitionStream for LiveSource {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let state = LiveState {
+            source: LiveSource {
+                store: self.store.clone(),
+                table: self.table.clone(),
+                predicates: self.predicates.clone(),
+                excluded: self.excluded.clone(),
+                needed: self.needed.clone(),
+                schema: self.schema.clone(),
+                stats: self.stats.clone(),
+            },
+            next_segment: 0,
+            current: None,
+        };
+        let stream = futures_util::stream::try_unfold(state, |mut state| async move {
+            match state.next().await {
+                Ok(Some(batch)) => Ok(Some((batch, state))),
+                Ok(None) => Ok(None),
+                Err(e) => Err(datafusion::error::DataFusionError::External(Box::new(e))),
+            }
+        });
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
+}
+
+struct LiveState {
+    source: LiveSource,
+    next_segment: usize,
+    /// The segment being read and how many of the table's columns it holds.
+    current: Option<(ParquetRecordBatchStream<SegmentFile>, usize)>,
+}
+
+impl LiveState {
+    async fn next(&mut self) -> Result<Option<RecordBatch>, ScanError> {
+        let s = &self.source;
+        let table = &s.table;
+        loop {
+            let Some((stream, held)) = &mut self.current else {
+                let Some(segment) = table.segments.get(self.next_segment) else {
+                    return Ok(None);
+                };
+                self.next_segment += 1;
+                let pruned = !segment.may_match(&s.predicates);
+                {
+                    let mut stats = s
+                        .stats
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    stats.segments += 1;
+                    stats.segments_pruned += usize::from(pruned);
+                }
+                if pruned {
+                    continue;
+                }
+                let metadata = footer(&s.store, &segment.path).await?;
+                let row_group_rows: Vec<i64> =
+                    metadata.row_groups().iter().map(|g| g.num_rows()).collect();
+                let groups = segment.row_groups_to_read(&s.predicates, &row_group_rows);
+                s.stats
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .row_groups_pruned += row_group_rows.len() - groups.len();
+                if groups.is_empty() {
+                    continue;
+                }
+                let held = columns_held(&metadata, table);
+                let file =
+                    SegmentFile::new(s.store.clone(), segment.path.clone(), metadata.clone());
+                let reader_metadata = ArrowReaderMetadata::try_new(
+                    metadata.clone(),
+                    ArrowReaderOptions::new().with_schema(table.file_schema(held)),
+                )?;
+                let roots: Vec<usize> = s
+                    .needed
+                    .iter()
+                    .copied()
+                    .filter(|&c| c < held)
+                    .chain([held, held + 1])
+                    .collect();
+                let mask = ProjectionMask::roots(metadata.file_metadata().schema_descr(), roots);
+                let stream =
+                    ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader_metadata)
+                        .with_projection(mask)
+                        .with_row_groups(groups)
+                        .with_batch_size(BATCH_ROWS)
+                        .build()?;
+                self.current = Some((stream, held));
+                continue;
+            };
+            let held = *held;
+            let Some(batch) = stream.try_next().await? else {
+                self.current = None;
+                continue;
+            };
+            let live = self.live(&batch, held)?;
+            {
+                let mut stats = s
+                    .stats
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                stats.rows_scanned += batch.num_rows() as u64;
+                stats.rows_aggregated += live.num_rows() as u64;
+            }
+            if live.num_rows() > 0 {
+                return Ok(Some(live));
+            }
+        }
+    }
+
+    /// The rows of `batch` (read from a file holding `held` columns, projected to the
+    /// needed ones, seq and op) that are live, not excluded, and satisfy the predicates.
+    fn live(&self, batch: &RecordBatch, held: usize) -> Result<RecordBatch, ScanError> {
+        let s = &self.source;
+        let table = &s.table;
+        let rows = batch.num_rows();
+        let read = s.needed.iter().filter(|&&c| c < held).count();
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(s.needed.len());
+        let mut from_file = 0;
+        for &c in s.needed.iter() {
+            if c < held {
+                arrays.push(batch.column(from_file).clone());
+                from_file += 1;
+            } else {
+                arrays.push(match &table.missing[c] {
+                    Some(one) => arrow::compute::take(
+                        one.as_ref(),
+                        &arrow::array::UInt32Array::from(vec![0u32; rows]),
+                        None,
+                    )?,
+                    None => {
+                        arrow::array::new_null_array(s.schema.field(arrays.len()).data_type(), rows)
+                    }
+                });
+            }
+        }
+        let columns = RecordBatch::try_new(s.schema.clone(), arrays)?;
+        let seqs = batch.column(read).as_primitive::<Int64Type>();
+        let ops = batch.column(read + 1).as_primitive::<Int16Type>();
+        let pk: Vec<usize> = table
+            .pk_positions
+            .iter()
+            .filter_map(|p| s.needed.iter().position(|c| c == p))
+            .collect();
+        let key_column = columns.column(pk[0]);
+        let checks: Vec<(usize, &Predicate)> = s
+            .predicates
+            .iter()
+            .filter_map(|p| {
+                let position = table.columns.iter().position(|c| c.attnum == p.attnum())?;
+                Some((s.needed.iter().position(|&c| c == position)?, p))
+            })
+            .collect();
+        let mask: BooleanArray = (0..rows)
+            .map(|row| {
+                if ops.value(row) == crate::segment::op::DELETED {
+                    return Some(false);
+                }
+                if int_key(key_column.as_ref(), row).is_some_and(|k| s.excluded.contains(&k)) {
+                    return Some(false);
+                }
+                let newest = ordered::encode_key(&columns, &pk, row).is_some_and(|key| {
+                    table
+                        .overrides
+                        .get(&key)
+                        .is_none_or(|newer| *newer <= seqs.value(row))
+                });
+                Some(
+                    newest
+                        && checks.iter().all(|(c, p)| {
+                            match ordered::cell(columns.column(*c).as_ref(), row) {
+                                Cell::Null => p.matches(None),
+                                Cell::Unordered => p.matches(Some(None)),
+                                Cell::Value(v) => p.matches(Some(Some(&v))),
+                                Cell::Unknown => false,
+                            }
+                        }),
+                )
+            })
+            .collect();
+        Ok(filter_record_batch(&columns, &mask)?)
+    }
+}
+
+/// The integer key of `row`.
+fn int_key(array: &dyn Array, row: usize) -> Option<i64> {
+    if array.is_null(row) {
+        return None;
+    }
+    Some(match array.data_type() {
+        DataType::Int16 => array.as_primitive::<Int16Type>().value(row).into(),
+        DataType::Int32 => array.as_primitive::<Int32Type>().value(row).into(),
+        DataType::Int64 => array.as_primitive::<Int64Type>().value(row),
+        _ => return None,
+    })
+}
+
+/// A value of an engine result as the text Postgres reads back (JSON null for NULL).
+fn json_text(array: &dyn Array, row: usize) -> Result<serde_json::Value, ScanError> {
+    use serde_json::Value;
+    if array.is_null(row) {
+        return Ok(Value::Null);
+    }
+    let text = match array.data_type() {
+        DataType::Int16 => array.as_primitive::<Int16Type>().value(row).to_string(),
+        DataType::Int32 => array.as_primitive::<Int32Type>().value(row).to_string(),
+        DataType::Int64 => array.as_primitive::<Int64Type>().value(row).to_string(),
+        DataType::Decimal128(..) => array.as_primitive::<Decimal128Type>().value_as_string(row),
+        DataType::Float64 => {
+            let v = array.as_primitive::<Float64Type>().value(row);
+            if v.is_nan() {
+                "NaN".to_owned()
+            } else if v.is_infinite() {
+                if v > 0.0 { "Infinity" } else { "-Infinity" }.to_owned()
+            } else {
+                format!("{v:?}")
+            }
+        }
+        DataType::Boolean => array.as_boolean().value(row).to_string(),
+        DataType::Utf8 => array.as_string::<i32>().value(row).to_owned(),
+        DataType::LargeUtf8 => array.as_string::<i64>().value(row).to_owned(),
+        DataType::Utf8View => array.as_string_view().value(row).to_owned(),
+        DataType::Date32 => {
+            let days = array.as_primitive::<Date32Type>().value(row);
+            match days {
+                i32::MIN => "-infinity".to_owned(),
+                i32::MAX => "infinity".to_owned(),
+                d => date_text(i64::from(d), ""),
+            }
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, tz) => {
+            let micros = array.as_primitive::<TimestampMicrosecondType>().value(row);
+            match micros {
+                i64::MIN => "-infinity".to_owned(),
+                i64::MAX => "infinity".to_owned(),
+                m => {
+                    let day = m.div_euclid(86_400_000_000);
+                    let rest = m.rem_euclid(86_400_000_000);
+                    let time = format!(
+                        " {:02}:{:02}:{:02}.{:06}{}",
+                        rest / 3_600_000_000,
+                        rest / 60_000_000 % 60,
+                        rest / 1_000_000 % 60,
+                        rest % 1_000_000,
+                        if tz.is_some() { "+00" } else { "" }
+                    );
+                    date_text(day, &time)
+                }
+            }
+        }
+        other => {
+            return Err(ScanError::Engine(format!(
+                "a cold partial of type {other} has no text form"
+            )))
+        }
+    };
+    Ok(Value::String(text))
+}
+
+/// `YYYY-MM-DD` of `days` since 1970-01-01 (proleptic Gregorian), then `time`, then ` BC`
+/// for years before 1.
+fn date_text(days: i64, time: &str) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    if year <= 0 {
+        format!("{:04}-{month:02}-{day:02}{time} BC", 1 - year)
+    } else {
+        format!("{year:04}-{month:02}-{day:02}{time}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::date_text;
+
+    #[test]
+    fn dates_read_back_as_postgres_writes_them() {
+        assert_eq!(date_text(0, ""), "1970-01-01");
+        assert_eq!(
+            date_text(19_723, " 12:00:00.000000"),
+            "2024-01-01 12:00:00.000000"
+        );
+        assert_eq!(date_text(-719_528, ""), "0001-01-01 BC");
+        assert_eq!(date_text(11_016, ""), "2000-02-29");
+    }
+}
