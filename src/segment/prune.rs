@@ -26,6 +26,41 @@ pub enum Predicate {
     IsNotNull(i16),
 }
 
+/// At most how many values of integer column `attnum` satisfy every one of
+/// `predicates` (`u128::MAX`: unbounded), from their `=`, `IN` and range conjuncts.
+pub fn integer_values(predicates: &[Predicate], attnum: i16) -> u128 {
+    let (mut lo, mut hi) = (i128::from(i64::MIN), i128::from(i64::MAX));
+    let mut listed: Option<u128> = None;
+    let int = |v: &[u8]| crate::values::ordered::int_from(v).map(i128::from);
+    for p in predicates.iter().filter(|p| p.attnum() == attnum) {
+        match p {
+            Predicate::Eq(_, v) => {
+                if let Some(x) = int(v) {
+                    lo = lo.max(x);
+                    hi = hi.min(x);
+                }
+            }
+            Predicate::Above(_, v, inclusive) => {
+                if let Some(x) = int(v) {
+                    lo = lo.max(if *inclusive { x } else { x + 1 });
+                }
+            }
+            Predicate::Below(_, v, inclusive) => {
+                if let Some(x) = int(v) {
+                    hi = hi.min(if *inclusive { x } else { x - 1 });
+                }
+            }
+            Predicate::In(_, vs) => {
+                let n = vs.len() as u128;
+                listed = Some(listed.map_or(n, |l| l.min(n)));
+            }
+            Predicate::IsNull(_) | Predicate::IsNotNull(_) => {}
+        }
+    }
+    let range = u128::try_from((hi - lo + 1).max(0)).unwrap_or(0);
+    listed.map_or(range, |l| l.min(range))
+}
+
 impl Predicate {
     /// The column (attnum) the predicate constrains.
     pub fn attnum(&self) -> i16 {
@@ -192,6 +227,24 @@ mod tests {
             min: Some(min),
             max: Some(max),
         }
+    }
+
+    #[test]
+    fn integer_values_counts_what_key_conditions_leave() {
+        let between = [
+            Predicate::Above(1, int(100).to_vec(), true),
+            Predicate::Below(1, int(199).to_vec(), true),
+        ];
+        assert_eq!(integer_values(&between, 1), 100);
+        assert_eq!(integer_values(&between, 2), u128::from(u64::MAX) + 1);
+        let open = [
+            Predicate::Above(1, int(-5).to_vec(), false),
+            Predicate::Below(1, int(-5).to_vec(), false),
+        ];
+        assert_eq!(integer_values(&open, 1), 0);
+        let listed = [Predicate::In(1, vec![int(1).to_vec(), int(9).to_vec()])];
+        assert_eq!(integer_values(&listed, 1), 2);
+        assert_eq!(integer_values(&[Predicate::Eq(1, int(7).to_vec())], 1), 1);
     }
 
     #[test]

@@ -56,6 +56,12 @@ pub fn int(v: i64) -> [u8; 8] {
     ((v as u64) ^ (1 << 63)).to_be_bytes()
 }
 
+/// The integer whose encoding [`int`] gave `bytes`.
+pub fn int_from(bytes: &[u8]) -> Option<i64> {
+    let bytes: [u8; 8] = bytes.try_into().ok()?;
+    Some((u64::from_be_bytes(bytes) ^ (1 << 63)) as i64)
+}
+
 /// A float4 or float8; `None` for NaN, which sorts above every number in Postgres and is
 /// counted apart.
 pub fn float(v: f64) -> Option<[u8; 8]> {

@@ -21,6 +21,7 @@ use crate::cold::engine::cold_partials;
 use crate::cold::scan::{scan, ColdTable, ScanError};
 use crate::error::fields;
 pub use crate::error::PlanError;
+use crate::segment::prune::integer_values;
 use crate::sql::aggregate::{rewrite_aggregate, AggregateTable, Partial};
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
 use crate::sql::ddl::Ddl;
@@ -32,6 +33,10 @@ use crate::values::record::encode_record_array;
 use crate::values::ColdColumn;
 use crate::wire::messages::ErrorFields;
 use pg_query::protobuf::{node::Node as N, ObjectType};
+
+/// An aggregate whose key conditions leave at most this many keys reads its cold rows
+/// (a few pages through the page cache) rather than computing partials.
+const NARROW_KEYS: u128 = 10_000;
 
 /// Views over views expanded at most this deep.
 const MAX_VIEW_DEPTH: usize = 8;
@@ -301,8 +306,12 @@ impl ReadPath {
                 partials = exact && !at.contains_key(&r.table_id) && params.utf8;
                 // A retry (the guard saw the cold tier or the hot keys change) takes the
                 // rows when they fit: rows do not depend on which keys are hot, so cold
-                // writes that keep coming cannot starve it.
-                if partials && !fresh {
+                // writes that keep coming cannot starve it. So does a statement whose
+                // key conditions leave few keys: reading their pages is cheaper than
+                // planning partials.
+                let key = cold.pk_positions.first().map(|&k| cold.columns[k].attnum);
+                let narrow = key.is_some_and(|k| integer_values(&predicates, k) <= NARROW_KEYS);
+                if partials && !fresh && !narrow {
                     out.extend(
                         self.partial_params(r, plan, cold.clone(), predicates)
                             .await?,
