@@ -116,12 +116,19 @@ fn generate(rng: &mut StdRng) -> Query {
         "note IS NULL",
         "qty IS NOT NULL",
         "label = 'L{s}'",
+        "day >= '2020-0{m}-01'",
+        "day BETWEEN '2020-02-01' AND '2020-0{m}-15'",
+        "at < '2024-01-0{m} 12:00:00+00'",
+        "at >= '2024-01-0{m}'",
+        "ts > '2000-01-01 0{m}:30:00'",
+        "ts <= '2000-01-01 02:00:00.5'",
     ];
     let mut wheres = Vec::new();
     for _ in 0..rng.random_range(0..3) {
         let c = conjuncts[rng.random_range(0..conjuncts.len())]
             .replace("{k}", &rng.random_range(1..ROWS).to_string())
-            .replace("{s}", &rng.random_range(0..5).to_string());
+            .replace("{s}", &rng.random_range(0..5).to_string())
+            .replace("{m}", &rng.random_range(1..10).to_string());
         wheres.push(c);
     }
     let mut sql = format!("SELECT {} FROM {{t}}", select.join(", "));
@@ -129,7 +136,13 @@ fn generate(rng: &mut StdRng) -> Query {
         sql.push_str(&format!(" WHERE {}", wheres.join(" AND ")));
     }
     if !group.is_empty() {
-        sql.push_str(&format!(" GROUP BY {}", group.join(", ")));
+        // By name, or by position in the select list (where the group columns lead).
+        let by: Vec<String> = if rng.random_bool(0.3) {
+            (1..=group.len()).map(|i| i.to_string()).collect()
+        } else {
+            group.iter().map(|g| (*g).to_owned()).collect()
+        };
+        sql.push_str(&format!(" GROUP BY {}", by.join(", ")));
         if rng.random_bool(0.3) {
             sql.push_str(&format!(" HAVING count(*) > {}", rng.random_range(0..50)));
         }
@@ -191,6 +204,10 @@ async fn generated_aggregates_over_a_tiered_table_match_a_plain_table() {
     )
     .await;
     let c = proxy.connect(&db).await;
+    // In UTC sessions a timestamptz literal without an offset is evaluated cold-side too.
+    for client in [&c, &direct] {
+        client.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
+    }
     admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 2000, "min_flush_rows": 100, "max_rows_per_file": 7000, "auto_flush": false}')"#)
         .await
         .unwrap();
@@ -306,6 +323,46 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
         Some("54000"),
         "{err:?}"
     );
+    // coldwire.explain names the path.
+    let explain = |sql: &str| format!("SELECT coldwire.explain($q${sql}$q$)");
+    let text = simple_rows(
+        &c,
+        &explain("SELECT tenant, count(*) FROM events WHERE id > 10 GROUP BY 1"),
+    )
+    .await
+    .unwrap()[0][0]
+        .clone()
+        .unwrap();
+    assert!(text.contains("Path: aggregate pushdown"), "{text}");
+    assert!(text.contains("aggregated into 8 partial rows"), "{text}");
+    let text = simple_rows(
+        &c,
+        &explain("SELECT count(*) FROM events WHERE note LIKE 'n1%'"),
+    )
+    .await
+    .unwrap()[0][0]
+        .clone()
+        .unwrap();
+    assert!(text.contains("Path: aggregate of cold rows"), "{text}");
+    // Outside UTC, a timestamptz literal without an offset depends on the session's
+    // TimeZone: the row path (narrowed by the key) answers; with an offset, partials.
+    for client in [&c, &direct] {
+        client
+            .batch_execute("SET TimeZone = 'America/New_York'")
+            .await
+            .unwrap();
+    }
+    for sql in [
+        "SELECT count(*), min(at) FROM {t} WHERE at >= '2024-01-02 12:00' AND id < 900",
+        "SELECT count(*), max(at) FROM {t} WHERE at >= '2024-01-02 12:00:00-05'",
+        "SELECT flag, count(*) FROM {t} WHERE day < '2020-06-01' AND ts >= '2000-01-01 00:10' GROUP BY 1 ORDER BY 1",
+    ] {
+        let expected = simple_rows(&direct, &sql.replace("{t}", "control")).await.unwrap();
+        let got = simple_rows(&c, &sql.replace("{t}", "events"))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(got, expected, "{sql}");
+    }
     // Narrowed by the key, the row path answers exactly.
     for sql in [
         "SELECT count(*), sum(qty) FROM {t} WHERE note LIKE 'n1%' AND id < 900",

@@ -333,15 +333,19 @@ impl LiveState {
                 if ops.value(row) == crate::segment::op::DELETED {
                     return Some(false);
                 }
-                if int_key(key_column.as_ref(), row).is_some_and(|k| s.excluded.contains(&k)) {
+                if !s.excluded.is_empty()
+                    && int_key(key_column.as_ref(), row).is_some_and(|k| s.excluded.contains(&k))
+                {
                     return Some(false);
                 }
-                let newest = ordered::encode_key(&columns, &pk, row).is_some_and(|key| {
-                    table
-                        .overrides
-                        .get(&key)
-                        .is_none_or(|newer| *newer <= seqs.value(row))
-                });
+                // Most tables have few overrides; none spares encoding every key.
+                let newest = table.overrides.is_empty()
+                    || ordered::encode_key(&columns, &pk, row).is_some_and(|key| {
+                        table
+                            .overrides
+                            .get(&key)
+                            .is_none_or(|newer| *newer <= seqs.value(row))
+                    });
                 Some(
                     newest
                         && checks.iter().all(|(c, p)| {

@@ -24,7 +24,7 @@ use super::state::{OwnPrefix, Phase, Prepared, RewrittenStatement, SessionState}
 use super::SessionError;
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
 use crate::sql::copy_to::{copy_to, CopyOptions};
-use crate::sql::params::BoundParams;
+use crate::sql::params::{BoundParams, Settings};
 use crate::wire::extended::{self as ext, Bind, Parse};
 use crate::wire::messages as msg;
 use crate::wire::messages::{ErrorFields, Severity};
@@ -100,12 +100,10 @@ pub fn query_text(frame: &[u8]) -> Option<&str> {
     std::str::from_utf8(&body[..end]).ok()
 }
 
-/// Whether the session's client_encoding is one cold text can be sent in unconverted.
-fn utf8_session(state: &SessionState) -> bool {
-    state
-        .parameters
-        .get("client_encoding")
-        .is_none_or(|e| e.eq_ignore_ascii_case("UTF8") || e.eq_ignore_ascii_case("SQL_ASCII"))
+/// The session's settings the read and write paths depend on (client_encoding,
+/// TimeZone), from what the server reported.
+fn session_settings(state: &SessionState) -> Settings {
+    Settings::of(|name| state.parameters.get(name).cloned())
 }
 
 fn read_path(shared: &Shared<'_>) -> Arc<ReadPath> {
@@ -369,21 +367,26 @@ pub async fn plan_query(
     fresh: bool,
     shared: &Shared<'_>,
 ) -> Plan {
-    let (utf8, candidates) = {
+    let (settings, candidates) = {
         let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-        (utf8_session(&state), state.write_candidates.clone())
+        (session_settings(&state), state.write_candidates.clone())
     };
     let reads = read_path(shared);
     match read {
-        QueryRead::Select(p) => reads.plan(p, at, fresh, utf8, false).await,
+        QueryRead::Select(p) => reads.plan(p, at, fresh, settings, false).await,
         QueryRead::Copy(p, o) => {
             let binary = o.format == crate::sql::copy_to::CopyFormat::Binary;
-            reads.plan(p, at, fresh, utf8, binary).await
+            reads.plan(p, at, fresh, settings, binary).await
         }
-        QueryRead::Multi(parts) => reads.plan_multi(parts, at, fresh, utf8, &candidates).await,
+        QueryRead::Multi(parts) => {
+            reads
+                .plan_multi(parts, at, fresh, settings, &candidates)
+                .await
+        }
         QueryRead::Write(write) => {
             let params = BoundParams {
-                utf8,
+                utf8: settings.utf8,
+                utc: settings.utc,
                 ..BoundParams::none()
             };
             match reads
@@ -562,11 +565,11 @@ pub async fn bind(
         own_completions: None,
     };
     let bind = Bind::decode(frame)?;
-    let (statement, utf8, candidates) = {
+    let (statement, settings, candidates) = {
         let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
         (
             state.rewritten_statement(bind.statement).cloned(),
-            utf8_session(&state),
+            session_settings(&state),
             state.write_candidates.clone(),
         )
     };
@@ -585,7 +588,8 @@ pub async fn bind(
         values: bind.params.clone(),
         binary: (0..bind.params.len()).map(|i| bind.is_binary(i)).collect(),
         declared: statement.param_types.clone(),
-        utf8,
+        utf8: settings.utf8,
+        utc: settings.utc,
     };
     let reads = read_path(shared);
     match &statement.prepared {

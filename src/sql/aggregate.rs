@@ -237,10 +237,10 @@ pub fn rewrite_aggregate<'a>(
     };
     let column = |name: &str| table.columns.iter().position(|c| c == name);
 
-    // GROUP BY: plain columns of the table.
+    // GROUP BY: plain columns of the table, by name, output-column name or ordinal.
     let mut group = Vec::new();
     for g in &select.group_clause {
-        let position = column_name(g, &alias).and_then(|n| column(&n))?;
+        let position = group_column(g, select, &alias, &column)?;
         if matches!(found.types[position].1, Some(ColdType::Scalar(s)) if groupable(s)) {
             if !group.contains(&position) {
                 group.push(position);
@@ -700,9 +700,48 @@ fn column_ref_name(c: &ColumnRef, alias: &str) -> Option<String> {
     }
 }
 
-fn column_name(node: &Node, alias: &str) -> Option<String> {
-    match node.node.as_ref()? {
-        N::ColumnRef(c) => column_ref_name(c, alias),
+/// The table column a GROUP BY item names, resolved as Postgres resolves it: an integer
+/// is a target's position, a name is an input column first and a target's name second;
+/// the target must then be a plain column.
+fn group_column(
+    item: &Node,
+    select: &SelectStmt,
+    alias: &str,
+    column: &impl Fn(&str) -> Option<usize>,
+) -> Option<usize> {
+    let target_column = |target: &Node| match target.node.as_ref()? {
+        N::ResTarget(t) => match t.val.as_deref()?.node.as_ref()? {
+            N::ColumnRef(c) => column(&column_ref_name(c, alias)?),
+            _ => None,
+        },
+        _ => None,
+    };
+    match item.node.as_ref()? {
+        N::AConst(c) => match c.val.as_ref()? {
+            pg_query::protobuf::a_const::Val::Ival(i) => {
+                let n = usize::try_from(i.ival).ok()?.checked_sub(1)?;
+                target_column(select.target_list.get(n)?)
+            }
+            _ => None,
+        },
+        N::ColumnRef(c) => {
+            let name = column_ref_name(c, alias)?;
+            if let Some(position) = column(&name) {
+                return Some(position);
+            }
+            if c.fields.len() != 1 {
+                return None;
+            }
+            let named: Vec<&Node> = select
+                .target_list
+                .iter()
+                .filter(|t| matches!(t.node.as_ref(), Some(N::ResTarget(r)) if r.name == name))
+                .collect();
+            match named.as_slice() {
+                [only] => target_column(only),
+                _ => None,
+            }
+        }
         _ => None,
     }
 }
@@ -730,8 +769,9 @@ fn has_sublink(parsed: &pg_query::ParseResult) -> bool {
 }
 
 /// The number of predicates `where_clause` gives when every one of its top-level
-/// conjuncts is one comparison the cold engine evaluates exactly (integers: every
-/// comparison; text, varchar and uuid: equality, IN; any column: IS [NOT] NULL).
+/// conjuncts is one comparison the cold engine evaluates exactly (integers, dates and
+/// timestamps: every comparison; text, varchar and uuid: equality, IN; any column:
+/// IS [NOT] NULL).
 fn exact_conjuncts(
     where_clause: &Node,
     alias: &str,
@@ -773,9 +813,18 @@ fn exact_conjuncts(
             let ColdType::Scalar(scalar) = types[position].1? else {
                 return None;
             };
+            // Dates and timestamps compare as integers once their constants are read
+            // (strict ISO literals or Bind values of the column's type, see
+            // `values::literal`); a constant that cannot be read leaves a predicate
+            // out, and the Bind then takes the row path.
             let ranged = matches!(
                 scalar,
-                ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8
+                ScalarType::Int2
+                    | ScalarType::Int4
+                    | ScalarType::Int8
+                    | ScalarType::Date
+                    | ScalarType::Timestamp
+                    | ScalarType::Timestamptz
             );
             let equality = matches!(
                 scalar,
@@ -956,12 +1005,26 @@ mod tests {
     }
 
     #[test]
+    fn group_by_ordinals_and_output_names_resolve_to_columns() {
+        for sql in [
+            "SELECT tenant, count(*) FROM events GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 3",
+            "SELECT tenant AS t, count(*) FROM events GROUP BY t",
+            "SELECT events.tenant, sum(amount) FROM events GROUP BY events.tenant",
+        ] {
+            let r = plan(sql).unwrap_or_else(|| panic!("{sql}"));
+            assert_eq!(r.group, [1], "{sql}");
+        }
+    }
+
+    #[test]
     fn leaves_what_it_cannot_split() {
         for sql in [
             "SELECT count(DISTINCT tenant) FROM events",
             "SELECT string_agg(note, ',') FROM events",
             "SELECT min(note) FROM events",
             "SELECT id, count(*) FROM events GROUP BY tenant",
+            "SELECT tenant + 1, count(*) FROM events GROUP BY 1",
+            "SELECT count(*) FROM events GROUP BY 2",
             "SELECT count(*) FROM events e JOIN other o ON o.id = e.id",
             "SELECT count(*) FROM events WHERE id IN (SELECT 1)",
             "SELECT count(*) OVER () FROM events",

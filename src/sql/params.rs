@@ -38,9 +38,45 @@ pub(crate) mod oid {
     pub const UNKNOWN: u32 = 705;
     pub const VARCHAR: u32 = 1043;
     pub const UUID: u32 = 2950;
+    pub const DATE: u32 = 1082;
+    pub const TIMESTAMP: u32 = 1114;
+    pub const TIMESTAMPTZ: u32 = 1184;
 }
 
 /// The client's parameter values of one Bind.
+/// What the read and write paths need to know of a session's settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// client_encoding is UTF8 (or SQL_ASCII): cold text can be sent unconverted.
+    pub utf8: bool,
+    /// TimeZone is UTC (under any of its names).
+    pub utc: bool,
+}
+
+impl Settings {
+    /// The settings of a session whose server reported `parameter` values.
+    pub fn of(parameter: impl Fn(&str) -> Option<String>) -> Self {
+        let utf8 = parameter("client_encoding")
+            .is_none_or(|e| e.eq_ignore_ascii_case("UTF8") || e.eq_ignore_ascii_case("SQL_ASCII"));
+        let utc = parameter("TimeZone").is_some_and(|z| {
+            let z = z.strip_prefix("Etc/").unwrap_or(&z).to_ascii_uppercase();
+            [
+                "UTC",
+                "UCT",
+                "GMT",
+                "GMT0",
+                "GMT+0",
+                "GMT-0",
+                "UNIVERSAL",
+                "ZULU",
+                "GREENWICH",
+            ]
+            .contains(&z.as_str())
+        });
+        Self { utf8, utc }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct BoundParams<'a> {
     /// Per parameter, in order: the value (None: NULL).
@@ -52,6 +88,9 @@ pub struct BoundParams<'a> {
     /// Text values are usable only when the session sends UTF-8 (or SQL_ASCII), the
     /// encoding cold values are stored in.
     pub utf8: bool,
+    /// Whether the session's TimeZone is UTC: timestamptz literals without an offset
+    /// then mean UTC.
+    pub utc: bool,
 }
 
 impl BoundParams<'_> {
@@ -71,6 +110,13 @@ impl BoundParams<'_> {
             ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8
         );
         let text_column = matches!(column, ScalarType::Text(TextKind::Text | TextKind::Varchar));
+        // A date or timestamp parameter of the column's own type: µs or days since 1970.
+        let temporal = match (column, declared) {
+            (ScalarType::Date, oid::DATE) => Some(oid::DATE),
+            (ScalarType::Timestamp, oid::TIMESTAMP) => Some(oid::TIMESTAMP),
+            (ScalarType::Timestamptz, oid::TIMESTAMPTZ) => Some(oid::TIMESTAMPTZ),
+            _ => None,
+        };
         if !self.binary.get(i).copied().unwrap_or(false) {
             // Text format: Postgres parses it as the parameter's type; an integer's text
             // is the same integer in every numeric type, and text compared with a text
@@ -81,10 +127,28 @@ impl BoundParams<'_> {
                 oid::INT2 | oid::INT4 | oid::INT8 => int_column,
                 oid::TEXT | oid::VARCHAR => text_column,
                 oid::UUID => column == ScalarType::Uuid,
-                _ => false,
+                _ => temporal.is_some(),
             };
             return (usable && (self.utf8 || text.is_ascii()))
                 .then(|| Constant::Text(text.to_owned()));
+        }
+        if let Some(ty) = temporal {
+            return match (ty, value.len()) {
+                (oid::DATE, 4) => crate::values::temporal::date_to_arrow(i32::from_be_bytes(
+                    value.try_into().ok()?,
+                ))
+                .ok()
+                .map(|d| Constant::Int(d.into())),
+                (oid::TIMESTAMP | oid::TIMESTAMPTZ, 8) => {
+                    crate::values::temporal::timestamp_to_arrow(
+                        "timestamp",
+                        i64::from_be_bytes(value.try_into().ok()?),
+                    )
+                    .ok()
+                    .map(Constant::Int)
+                }
+                _ => None,
+            };
         }
         let ty = match declared {
             0 => match column {
@@ -130,6 +194,7 @@ mod tests {
             binary: vec![binary],
             declared: vec![declared],
             utf8: true,
+            utc: false,
         }
     }
 
@@ -175,12 +240,44 @@ mod tests {
     }
 
     #[test]
+    fn temporal_values_need_the_column_type_and_move_to_arrow_units() {
+        let day = 0i32.to_be_bytes(); // 2000-01-01 in Postgres's binary date
+        assert_eq!(
+            one(&day, true, oid::DATE).constant(1, ScalarType::Date),
+            Some(Constant::Int(10_957))
+        );
+        assert_eq!(
+            one(&day, true, oid::DATE).constant(1, ScalarType::Timestamp),
+            None
+        );
+        let micros = 1_000_000i64.to_be_bytes();
+        assert_eq!(
+            one(&micros, true, oid::TIMESTAMPTZ).constant(1, ScalarType::Timestamptz),
+            Some(Constant::Int(946_684_801_000_000))
+        );
+        assert_eq!(
+            one(b"2024-01-01", false, oid::DATE).constant(1, ScalarType::Date),
+            Some(Constant::Text("2024-01-01".into()))
+        );
+    }
+
+    #[test]
+    fn settings_follow_the_reported_parameters() {
+        let of = |tz: &str| Settings::of(|n| (n == "TimeZone").then(|| tz.to_owned()));
+        assert!(of("UTC").utc && of("Etc/UTC").utc && of("GMT").utc);
+        assert!(!of("Europe/Berlin").utc && !of("UTC+1").utc);
+        assert!(of("UTC").utf8);
+        assert!(!Settings::of(|n| (n == "client_encoding").then(|| "LATIN1".to_owned())).utf8);
+    }
+
+    #[test]
     fn nulls_and_missing_parameters_give_nothing() {
         let p = BoundParams {
             values: vec![None],
             binary: vec![false],
             declared: vec![],
             utf8: true,
+            utc: false,
         };
         assert_eq!(p.constant(1, ScalarType::Int8), None);
         assert_eq!(p.constant(2, ScalarType::Int8), None);

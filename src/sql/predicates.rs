@@ -10,8 +10,10 @@
 //! turn into a NULL-extended one). Constants become the order-preserving encoding only
 //! where that encoding is the comparison's order: integers (also from quoted literals);
 //! text, varchar and uuid for equality only (byte equality is text equality under
-//! deterministic collations; ordering would depend on the collation); nothing that
-//! depends on TimeZone or DateStyle. Parameters (`$n`) stand for their Bind values
+//! deterministic collations; ordering would depend on the collation); dates and
+//! timestamps from strict ISO literals only ([`crate::values::literal`]: nothing whose
+//! meaning depends on DateStyle, and a timestamptz without an offset only in a UTC
+//! session). Parameters (`$n`) stand for their Bind values
 //! ([`super::params::BoundParams`]), decoded only where their type is certain.
 
 use pg_query::protobuf::{
@@ -22,6 +24,7 @@ use pg_query::NodeRef;
 use super::params::{BoundParams, Constant};
 use crate::segment::prune::Predicate;
 use crate::segment::writer::SegmentColumn;
+use crate::values::literal::{temporal_literal, TemporalKind};
 use crate::values::ordered;
 use crate::values::{ColdType, ScalarType, TextKind};
 
@@ -324,11 +327,16 @@ pub fn to_prune(
         let ColdType::Scalar(scalar) = column.ty else {
             continue;
         };
-        let encode = |v: &Constant| encode(scalar, &resolve(v, scalar, params)?);
+        let encode = |v: &Constant| encode(scalar, &resolve(v, scalar, params)?, params.utc);
         let attnum = column.attnum;
         let ranged = matches!(
             scalar,
-            ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8
+            ScalarType::Int2
+                | ScalarType::Int4
+                | ScalarType::Int8
+                | ScalarType::Date
+                | ScalarType::Timestamp
+                | ScalarType::Timestamptz
         );
         let predicate = match &p.comparison {
             Comparison::IsNull => Some(Predicate::IsNull(attnum)),
@@ -380,7 +388,7 @@ pub fn pinned_keys(
             .iter()
             .map(|v| {
                 let v = resolve(v, scalar, params)?;
-                encode(scalar, &v)?;
+                encode(scalar, &v, params.utc)?;
                 Some(match (scalar, v) {
                     (_, Constant::Int(i)) => serde_json::Value::from(i),
                     (ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8, Constant::Text(t)) => {
@@ -447,8 +455,24 @@ fn resolve(value: &Constant, scalar: ScalarType, params: &BoundParams<'_>) -> Op
     }
 }
 
-fn encode(scalar: ScalarType, value: &Constant) -> Option<Vec<u8>> {
+fn encode(scalar: ScalarType, value: &Constant, utc: bool) -> Option<Vec<u8>> {
     let int = |v: i64| Some(ordered::int(v).to_vec());
+    let temporal = match scalar {
+        ScalarType::Date => Some(TemporalKind::Date),
+        ScalarType::Timestamp => Some(TemporalKind::Timestamp),
+        ScalarType::Timestamptz => Some(TemporalKind::Timestamptz { utc }),
+        _ => None,
+    };
+    if let Some(kind) = temporal {
+        // Dates and timestamps: strict ISO literals (their meaning does not depend on
+        // DateStyle; a timestamptz's on TimeZone only without an offset), or a Bind
+        // value of the column's own type already in Arrow's units.
+        return match value {
+            Constant::Text(s) => temporal_literal(s, kind).and_then(int),
+            Constant::Int(v) => int(*v),
+            _ => None,
+        };
+    }
     match (scalar, value) {
         (ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8, Constant::Int(v)) => int(*v),
         (ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8, Constant::Text(s)) => {
@@ -541,6 +565,7 @@ mod tests {
             binary: vec![true],
             declared: vec![],
             utf8: true,
+            utc: false,
         };
         assert_eq!(
             to_prune(&got[..2], &columns, &params),

@@ -8,6 +8,7 @@ pub mod copy_encode;
 mod decode_value;
 pub mod encode_value;
 pub mod error;
+pub mod literal;
 pub mod numeric;
 pub mod ordered;
 pub mod record;

@@ -17,7 +17,7 @@ use bytes::{BufMut, BytesMut};
 use super::catalog::CatalogCache;
 use super::writes::PreparedWrite;
 use crate::catalog::registry::Registry;
-use crate::cold::engine::cold_partials;
+use crate::cold::engine::{cold_partials, PartialStats};
 use crate::cold::scan::{scan, ColdTable, ScanError};
 use crate::error::fields;
 pub use crate::error::PlanError;
@@ -92,10 +92,10 @@ pub(super) struct PlannedReference {
 /// What an aggregate statement needs at each Bind.
 #[derive(Debug)]
 pub(super) struct AggregatePlan {
-    group: Vec<usize>,
-    partials: Vec<Partial>,
-    exact_where: bool,
-    where_predicates: usize,
+    pub(super) group: Vec<usize>,
+    pub(super) partials: Vec<Partial>,
+    pub(super) exact_where: bool,
+    pub(super) where_predicates: usize,
     /// The key column's name.
     key: String,
 }
@@ -416,6 +416,31 @@ impl ReadPath {
                 "mirror": { "lo": lo, "hi": hi, "keys": keys },
             })),
         ])
+    }
+
+    /// What [`ReadPath::partial_params`] would compute for `coldwire.explain`: the
+    /// number of partial rows and the engine's counters.
+    pub(super) async fn explain_partials(
+        &self,
+        r: &PlannedReference,
+        plan: &AggregatePlan,
+        cold: Arc<ColdTable>,
+        predicates: Vec<crate::segment::prune::Predicate>,
+    ) -> Result<(usize, PartialStats), PlanError> {
+        let (_, _, keys) = self
+            .catalog
+            .hot_keys_in_cold_range(r.table_id, &plan.key)
+            .await?;
+        let (partials, stats) = cold_partials(
+            &self.store,
+            cold,
+            predicates,
+            keys.iter().copied().collect(),
+            &plan.group,
+            &plan.partials,
+        )
+        .await?;
+        Ok((partials.len(), stats))
     }
 
     /// Parameters that make the statement fail with `error` where it reads a tiered table

@@ -15,7 +15,7 @@ use crate::cold::scan::ScanError;
 use crate::error::PlanError;
 use crate::session::state::OwnPrefix;
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
-use crate::sql::params::BoundParams;
+use crate::sql::params::{BoundParams, Settings};
 use crate::sql::predicates::to_prune;
 use crate::wire::extended as ext;
 use crate::wire::messages::ErrorFields;
@@ -90,11 +90,12 @@ impl ReadPath {
         parts: &[Part],
         at: &HashMap<i64, i64>,
         fresh: bool,
-        utf8: bool,
+        settings: Settings,
         candidates: &HashMap<i64, Vec<serde_json::Value>>,
     ) -> Plan {
         let params = BoundParams {
-            utf8,
+            utf8: settings.utf8,
+            utc: settings.utc,
             ..BoundParams::none()
         };
         // Rehydrations go first, ahead of every statement of the string, while no
@@ -172,19 +173,50 @@ impl ReadPath {
             return Ok("The statement reads no tiered table (or is not a single read coldwire rewrites): it is relayed unchanged.".into());
         };
         let mut out = format!("Rewritten statement:\n  {}\n", read.sql);
+        let mut param = read.client_params;
         for (i, r) in read.references.iter().enumerate() {
             let cold = self.catalog.cold_table(r.table_id, true).await?;
             let predicates = to_prune(&r.predicates, &cold.columns, &BoundParams::none());
             let conditions: Vec<String> = r.predicates.iter().map(ToString::to_string).collect();
+            let count = if r.aggregate.is_some() { 3 } else { 2 };
+            let numbers: Vec<String> = (param + 1..=param + count)
+                .map(|n| format!("${n}"))
+                .collect();
+            param += count;
             let _ = writeln!(
                 out,
-                "Reference {} (parameters ${} and ${}): {} at generation {}",
+                "Reference {} (parameters {}): {} at generation {}",
                 i + 1,
-                read.client_params + 2 * i + 1,
-                read.client_params + 2 * i + 2,
+                numbers.join(", "),
                 cold.name,
                 cold.generation
             );
+            if let Some(plan) = &r.aggregate {
+                let exact = plan.exact_where && predicates.len() == plan.where_predicates;
+                if exact {
+                    let (groups, st) = self
+                        .explain_partials(r, plan, cold.clone(), predicates)
+                        .await?;
+                    let _ = writeln!(
+                        out,
+                        "  Path: aggregate pushdown ({} partials per group{}, every condition evaluated on cold rows)\n  Segments: {} kept, {} pruned of {}; row groups pruned: {}\n  Cold rows: {} scanned, {} aggregated into {} partial rows",
+                        plan.partials.len(),
+                        if plan.group.is_empty() { String::new() } else { format!(", {} group columns", plan.group.len()) },
+                        st.segments - st.segments_pruned,
+                        st.segments_pruned,
+                        st.segments,
+                        st.row_groups_pruned,
+                        st.rows_scanned,
+                        st.rows_aggregated,
+                        groups
+                    );
+                    continue;
+                }
+                let _ = writeln!(
+                    out,
+                    "  Path: aggregate of cold rows (a condition cannot be evaluated exactly on cold rows: Postgres applies it)"
+                );
+            }
             let _ = writeln!(
                 out,
                 "  Conditions: {} ({} used for pruning)",
@@ -222,18 +254,19 @@ impl ReadPath {
     }
 
     /// The plan for one simple Query already prepared (with no declared parameters);
-    /// `at` and `fresh` as for [`ReadPath::cold_params`], `utf8` whether the session's
-    /// client_encoding is UTF-8, results in binary for a binary COPY.
+    /// `at` and `fresh` as for [`ReadPath::cold_params`], `settings` the session's
+    /// (client_encoding, TimeZone), results in binary for a binary COPY.
     pub async fn plan(
         &self,
         prepared: &PreparedRead,
         at: &HashMap<i64, i64>,
         fresh: bool,
-        utf8: bool,
+        settings: Settings,
         binary_results: bool,
     ) -> Plan {
         let params = BoundParams {
-            utf8,
+            utf8: settings.utf8,
+            utc: settings.utc,
             ..BoundParams::none()
         };
         match self.cold_params(prepared, &params, at, fresh).await {
