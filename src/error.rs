@@ -94,6 +94,11 @@ impl PlanError {
                 format!("coldwire: the query would read more than {cap} cold rows of {table}"),
                 Some("Add a condition on the primary key, or raise max_cold_rows in coldwire's configuration.".into()),
             ),
+            PlanError::Scan(ScanError::TooManyGroups { table, cap }) => fields(
+                "54000",
+                format!("coldwire: the query would aggregate more than {cap} groups of cold rows of {table}"),
+                Some("Group by fewer distinct values, or narrow the query with conditions on the table's columns.".into()),
+            ),
             PlanError::Refused(fields) => fields.clone(),
             PlanError::Encoding => fields(
                 "0A000",

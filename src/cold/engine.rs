@@ -12,6 +12,7 @@
 //! Memory: one decoded batch plus DataFusion's group table.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
@@ -51,6 +52,8 @@ pub struct PartialStats {
     pub row_groups_pruned: usize,
     pub rows_scanned: u64,
     pub rows_aggregated: u64,
+    /// Bytes read from the store (footers excluded).
+    pub bytes_read: u64,
 }
 
 /// The cold partials of `table` for `group` and `partials`, over the live cold rows that
@@ -58,8 +61,11 @@ pub struct PartialStats {
 /// one jsonb object per group, keyed by the group columns' names and `_cw_p<i>`, every
 /// value as the text Postgres's input function reads back.
 ///
+/// At most `max_groups` partial rows are produced (a GROUP BY of the key would give one
+/// per cold row).
+///
 /// # Errors
-/// Store, decoding and engine failures.
+/// Store, decoding and engine failures; [`ScanError::TooManyGroups`] past `max_groups`.
 pub async fn cold_partials(
     store: &ColdStore,
     table: Arc<ColdTable>,
@@ -67,6 +73,7 @@ pub async fn cold_partials(
     excluded: HashSet<i64>,
     group: &[usize],
     partials: &[Partial],
+    max_groups: usize,
 ) -> Result<(Vec<serde_json::Value>, PartialStats), ScanError> {
     let mut needed: Vec<usize> = group
         .iter()
@@ -88,19 +95,49 @@ pub async fn cold_partials(
             .map(|&c| full.field(c).as_ref().clone())
             .collect::<Vec<Field>>(),
     ));
-    let stats = Arc::new(std::sync::Mutex::new(PartialStats::default()));
-    let source = LiveSource {
-        store: store.clone(),
-        table: table.clone(),
-        predicates: Arc::new(predicates),
-        excluded: Arc::new(excluded),
-        needed: Arc::new(needed),
-        schema: schema.clone(),
-        stats: stats.clone(),
-    };
-    let provider =
-        StreamingTable::try_new(schema, vec![Arc::new(source)]).map_err(|e| engine_error(&e))?;
+    // The row groups to read, pruned by the catalog's and the footers' statistics, spread
+    // over as many partitions as the engine runs at once.
+    let mut stats = PartialStats::default();
+    let mut units: Vec<Unit> = Vec::new();
+    for (index, segment) in table.segments.iter().enumerate() {
+        stats.segments += 1;
+        if !segment.may_match(&predicates) {
+            stats.segments_pruned += 1;
+            continue;
+        }
+        let metadata = footer(store, &segment.path).await?;
+        let row_group_rows: Vec<i64> = metadata.row_groups().iter().map(|g| g.num_rows()).collect();
+        let groups = segment.row_groups_to_read(&predicates, &row_group_rows);
+        stats.row_groups_pruned += row_group_rows.len() - groups.len();
+        units.extend(groups.into_iter().map(|g| Unit {
+            segment: index,
+            row_group: g,
+        }));
+    }
     let ctx = SessionContext::new();
+    let partitions = ctx
+        .state()
+        .config()
+        .target_partitions()
+        .clamp(1, units.len().max(1));
+    let stats = Arc::new(std::sync::Mutex::new(stats));
+    let (predicates, excluded, needed) =
+        (Arc::new(predicates), Arc::new(excluded), Arc::new(needed));
+    let sources: Vec<Arc<dyn PartitionStream>> = (0..partitions)
+        .map(|p| {
+            Arc::new(LiveSource {
+                store: store.clone(),
+                table: table.clone(),
+                units: Arc::new(units.iter().skip(p).step_by(partitions).copied().collect()),
+                predicates: predicates.clone(),
+                excluded: excluded.clone(),
+                needed: needed.clone(),
+                schema: schema.clone(),
+                stats: stats.clone(),
+            }) as Arc<dyn PartitionStream>
+        })
+        .collect();
+    let provider = StreamingTable::try_new(schema, sources).map_err(|e| engine_error(&e))?;
     let frame = ctx
         .read_table(Arc::new(provider))
         .map_err(|e| engine_error(&e))?;
@@ -133,7 +170,14 @@ pub async fn cold_partials(
         .collect()
         .await
         .map_err(|e| engine_error(&e))?;
-    let mut out = Vec::new();
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if rows > max_groups {
+        return Err(ScanError::TooManyGroups {
+            table: table.name.clone(),
+            cap: max_groups,
+        });
+    }
+    let mut out = Vec::with_capacity(rows);
     for batch in &batches {
         let names: Vec<String> = group
             .iter()
@@ -158,11 +202,20 @@ fn engine_error(e: &datafusion::error::DataFusionError) -> ScanError {
     ScanError::Engine(e.to_string())
 }
 
-/// The live cold rows of a table, restricted, as one DataFusion partition.
+/// One row group of one segment: what a partition reads at a time.
+#[derive(Debug, Clone, Copy)]
+struct Unit {
+    segment: usize,
+    row_group: usize,
+}
+
+/// The live cold rows of some row groups of a table, restricted: one DataFusion
+/// partition.
 #[derive(Debug)]
 struct LiveSource {
     store: ColdStore,
     table: Arc<ColdTable>,
+    units: Arc<Vec<Unit>>,
     predicates: Arc<Vec<Predicate>>,
     excluded: Arc<HashSet<i64>>,
     /// Positions in the table's columns of the columns read, ascending.
@@ -181,13 +234,14 @@ impl PartitionStream for LiveSource {
             source: LiveSource {
                 store: self.store.clone(),
                 table: self.table.clone(),
+                units: self.units.clone(),
                 predicates: self.predicates.clone(),
                 excluded: self.excluded.clone(),
                 needed: self.needed.clone(),
                 schema: self.schema.clone(),
                 stats: self.stats.clone(),
             },
-            next_segment: 0,
+            next_unit: 0,
             current: None,
         };
         let stream = futures_util::stream::try_unfold(state, |mut state| async move {
@@ -203,9 +257,10 @@ impl PartitionStream for LiveSource {
 
 struct LiveState {
     source: LiveSource,
-    next_segment: usize,
-    /// The segment being read and how many of the table's columns it holds.
-    current: Option<(ParquetRecordBatchStream<SegmentFile>, usize)>,
+    next_unit: usize,
+    /// The row group being read, how many of the table's columns its segment holds, and
+    /// the bytes read for it.
+    current: Option<(ParquetRecordBatchStream<SegmentFile>, usize, Arc<AtomicU64>)>,
 }
 
 impl LiveState {
@@ -213,37 +268,17 @@ impl LiveState {
         let s = &self.source;
         let table = &s.table;
         loop {
-            let Some((stream, held)) = &mut self.current else {
-                let Some(segment) = table.segments.get(self.next_segment) else {
+            let Some((stream, held, bytes)) = &mut self.current else {
+                let Some(unit) = s.units.get(self.next_unit).copied() else {
                     return Ok(None);
                 };
-                self.next_segment += 1;
-                let pruned = !segment.may_match(&s.predicates);
-                {
-                    let mut stats = s
-                        .stats
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    stats.segments += 1;
-                    stats.segments_pruned += usize::from(pruned);
-                }
-                if pruned {
-                    continue;
-                }
+                self.next_unit += 1;
+                let segment = &table.segments[unit.segment];
                 let metadata = footer(&s.store, &segment.path).await?;
-                let row_group_rows: Vec<i64> =
-                    metadata.row_groups().iter().map(|g| g.num_rows()).collect();
-                let groups = segment.row_groups_to_read(&s.predicates, &row_group_rows);
-                s.stats
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .row_groups_pruned += row_group_rows.len() - groups.len();
-                if groups.is_empty() {
-                    continue;
-                }
                 let held = columns_held(&metadata, table);
                 let file =
                     SegmentFile::new(s.store.clone(), segment.path.clone(), metadata.clone());
+                let bytes = file.bytes_read.clone();
                 let reader_metadata = ArrowReaderMetadata::try_new(
                     metadata.clone(),
                     ArrowReaderOptions::new().with_schema(table.file_schema(held)),
@@ -259,14 +294,19 @@ impl LiveState {
                 let stream =
                     ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader_metadata)
                         .with_projection(mask)
-                        .with_row_groups(groups)
+                        .with_row_groups(vec![unit.row_group])
                         .with_batch_size(BATCH_ROWS)
                         .build()?;
-                self.current = Some((stream, held));
+                self.current = Some((stream, held, bytes));
                 continue;
             };
             let held = *held;
             let Some(batch) = stream.try_next().await? else {
+                let read = bytes.load(Ordering::Relaxed);
+                s.stats
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .bytes_read += read;
                 self.current = None;
                 continue;
             };

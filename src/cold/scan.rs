@@ -60,6 +60,8 @@ pub enum ScanError {
     NotTiered(i64),
     #[error("cold engine: {0}")]
     Engine(String),
+    #[error("the query would aggregate more than {cap} groups of cold rows of table {table}")]
+    TooManyGroups { table: String, cap: usize },
     #[error("the query would read more than {cap} cold rows of table {table}")]
     TooManyRows { table: String, cap: usize },
 }

@@ -38,6 +38,11 @@ use pg_query::protobuf::{node::Node as N, ObjectType};
 /// (a few pages through the page cache) rather than computing partials.
 const NARROW_KEYS: u128 = 10_000;
 
+/// Most partial rows an aggregate's cold side may produce (one per group): a bound on
+/// the proxy's memory (each is a jsonb object in the Bind), e.g. for a GROUP BY of the
+/// key of a table of millions of cold rows; past it, 54000 names it.
+const MAX_PARTIAL_ROWS: usize = 1_000_000;
+
 /// Views over views expanded at most this deep.
 const MAX_VIEW_DEPTH: usize = 8;
 
@@ -387,6 +392,7 @@ impl ReadPath {
             keys.iter().copied().collect(),
             &plan.group,
             &plan.partials,
+            MAX_PARTIAL_ROWS,
         )
         .await?;
         tracing::debug!(
@@ -404,6 +410,7 @@ impl ReadPath {
         metrics::counter!(crate::metrics::COLD_ROWS_SCANNED_TOTAL).increment(stats.rows_scanned);
         metrics::counter!(crate::metrics::COLD_SEGMENTS_PRUNED_TOTAL)
             .increment(stats.segments_pruned as u64);
+        metrics::counter!(crate::metrics::COLD_BYTES_READ_TOTAL).increment(stats.bytes_read);
         let mut empty = BytesMut::with_capacity(12);
         empty.put_i32(0); // no dimensions
         empty.put_i32(0); // no NULLs
@@ -438,6 +445,7 @@ impl ReadPath {
             keys.iter().copied().collect(),
             &plan.group,
             &plan.partials,
+            MAX_PARTIAL_ROWS,
         )
         .await?;
         Ok((partials.len(), stats))
