@@ -181,67 +181,111 @@ fn same(
         })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn generated_aggregates_over_a_tiered_table_match_a_plain_table() {
-    let db = create_db("aggregates");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    for t in ["events", "control"] {
-        direct
-            .batch_execute(&SETUP.replace("{t}", t).replace("{rows}", &ROWS.to_string()))
+/// Tables `events` (tiered through coldwire, then flushed down to `hot_row_limit` hot
+/// rows) and `control` (plain), both seeded with `rows` rows of [`SETUP`], behind a proxy
+/// started with `env` (and a metrics listener).
+struct Tiered {
+    proxy: Proxy,
+    /// Through coldwire.
+    c: tokio_postgres::Client,
+    /// Directly on Postgres.
+    direct: tokio_postgres::Client,
+    _store: tempfile::TempDir,
+}
+
+impl Tiered {
+    async fn start(hint: &str, rows: i64, policy: &str, env: &[(&str, &str)]) -> Tiered {
+        let db = create_db(hint);
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!("file://{}", dir.path().display());
+        let direct = connect_direct(&db).await;
+        for t in ["events", "control"] {
+            direct
+                .batch_execute(&SETUP.replace("{t}", t).replace("{rows}", &rows.to_string()))
+                .await
+                .unwrap();
+        }
+        let proxy = Proxy::start_env(
+            &[
+                "--service-url",
+                &cluster().url(&db),
+                "--cold-store",
+                &store,
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ],
+            env,
+        )
+        .await;
+        let c = proxy.connect(&db).await;
+        admin_call(
+            &c,
+            &format!("SELECT coldwire.tier_table('events', '{policy}')"),
+        )
+        .await
+        .unwrap();
+        admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+            .await
+            .unwrap();
+        Tiered {
+            proxy,
+            c,
+            direct,
+            _store: dir,
+        }
+    }
+
+    /// Runs `sql` (with `{t}` for the table) on both tables.
+    async fn both(&self, sql: &str) {
+        self.c
+            .batch_execute(&sql.replace("{t}", "events"))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        self.direct
+            .batch_execute(&sql.replace("{t}", "control"))
             .await
             .unwrap();
     }
-    let proxy = Proxy::start_env(
-        &[
-            "--service-url",
-            &cluster().url(&db),
-            "--cold-store",
-            &store,
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ],
+
+    /// Asserts `sql` (with `{t}`) answers the same on both tables.
+    async fn same(&self, sql: &str) {
+        let expected = simple_rows(&self.direct, &sql.replace("{t}", "control"))
+            .await
+            .unwrap();
+        let got = simple_rows(&self.c, &sql.replace("{t}", "events"))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(got, expected, "{sql}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_aggregates_over_a_tiered_table_match_a_plain_table() {
+    let t = Tiered::start(
+        "aggregates",
+        ROWS,
+        r#"{"hot_row_limit": 2000, "min_flush_rows": 100, "max_rows_per_file": 7000, "auto_flush": false}"#,
         &[("COLDWIRE_MAX_COLD_ROWS", "1000")],
     )
     .await;
-    let c = proxy.connect(&db).await;
+    let (c, direct) = (&t.c, &t.direct);
     // In UTC sessions a timestamptz literal without an offset is evaluated cold-side too.
-    for client in [&c, &direct] {
-        client.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
-    }
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 2000, "min_flush_rows": 100, "max_rows_per_file": 7000, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    t.both("SET TimeZone = 'UTC'").await;
     for w in WRITES {
-        let w = w.replace("{rows}", &ROWS.to_string());
-        c.batch_execute(&w.replace("{t}", "events")).await.unwrap();
-        direct
-            .batch_execute(&w.replace("{t}", "control"))
-            .await
-            .unwrap();
+        t.both(&w.replace("{rows}", &ROWS.to_string())).await;
     }
     let mut rng = StdRng::seed_from_u64(SEED);
     let mut checked = 0;
     for round in 0..2 {
         if round == 1 {
             // A second flush moves rehydrated and new rows cold; more writes follow.
-            admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+            admin_call(c, "SELECT coldwire.flush_table('events', wait => true)")
                 .await
                 .unwrap();
-            for w in [
-                "UPDATE {t} SET qty = -qty WHERE id BETWEEN 2000 AND 2100",
-                "DELETE FROM {t} WHERE tenant = 6 AND id < 4000",
-            ] {
-                c.batch_execute(&w.replace("{t}", "events")).await.unwrap();
-                direct
-                    .batch_execute(&w.replace("{t}", "control"))
-                    .await
-                    .unwrap();
-            }
+            t.both("UPDATE {t} SET qty = -qty WHERE id BETWEEN 2000 AND 2100")
+                .await;
+            t.both("DELETE FROM {t} WHERE tenant = 6 AND id < 4000")
+                .await;
         }
         let hot: i64 = direct
             .query_one("SELECT count(*) FROM events", &[])
@@ -251,10 +295,10 @@ async fn generated_aggregates_over_a_tiered_table_match_a_plain_table() {
         assert!(hot < 3000, "most rows are cold: {hot} hot");
         for _ in 0..QUERIES {
             let q = generate(&mut rng);
-            let expected = simple_rows(&direct, &q.sql.replace("{t}", "control"))
+            let expected = simple_rows(direct, &q.sql.replace("{t}", "control"))
                 .await
                 .unwrap();
-            let got = simple_rows(&c, &q.sql.replace("{t}", "events"))
+            let got = simple_rows(c, &q.sql.replace("{t}", "events"))
                 .await
                 .unwrap_or_else(|e| panic!("{}: {e:?}", q.sql));
             assert!(
@@ -264,10 +308,10 @@ async fn generated_aggregates_over_a_tiered_table_match_a_plain_table() {
             );
             if q.approximate.is_empty() {
                 // The extended protocol, binary results, byte for byte.
-                let expected = binary_rows(&direct, &q.sql.replace("{t}", "control"), &[])
+                let expected = binary_rows(direct, &q.sql.replace("{t}", "control"), &[])
                     .await
                     .unwrap();
-                let got = binary_rows(&c, &q.sql.replace("{t}", "events"), &[])
+                let got = binary_rows(c, &q.sql.replace("{t}", "events"), &[])
                     .await
                     .unwrap_or_else(|e| panic!("{}: {e:?}", q.sql));
                 assert_eq!(got, expected, "{}", q.sql);
@@ -276,7 +320,7 @@ async fn generated_aggregates_over_a_tiered_table_match_a_plain_table() {
         }
     }
     assert_eq!(checked, 2 * QUERIES);
-    let metrics = http_get(proxy.metrics_addr.unwrap(), "/metrics").await;
+    let metrics = http_get(t.proxy.metrics_addr.unwrap(), "/metrics").await;
     let pushed = sample(
         &metrics,
         "coldwire_routes_total",
@@ -293,28 +337,14 @@ async fn generated_aggregates_over_a_tiered_table_match_a_plain_table() {
 /// (and its cap); with the cap raised it answers like the control.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aggregates_with_inexact_conditions_take_the_row_path() {
-    let db = create_db("aggregates_rows");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    for t in ["events", "control"] {
-        direct
-            .batch_execute(&SETUP.replace("{t}", t).replace("{rows}", "3000"))
-            .await
-            .unwrap();
-    }
-    let proxy = Proxy::start_env(
-        &["--service-url", &cluster().url(&db), "--cold-store", &store],
+    let t = Tiered::start(
+        "aggregates_rows",
+        3000,
+        r#"{"hot_row_limit": 500, "min_flush_rows": 100, "auto_flush": false}"#,
         &[("COLDWIRE_MAX_COLD_ROWS", "1000")],
     )
     .await;
-    let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 500, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    let c = &t.c;
     // `note LIKE` is not evaluated cold-side: rows, over the cap.
     let err = c
         .simple_query("SELECT count(*) FROM events WHERE note LIKE 'n1%'")
@@ -328,7 +358,7 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
     // coldwire.explain names the path.
     let explain = |sql: &str| format!("SELECT coldwire.explain($q${sql}$q$)");
     let text = simple_rows(
-        &c,
+        c,
         &explain("SELECT tenant, count(*) FROM events WHERE id > 10 GROUP BY 1"),
     )
     .await
@@ -338,7 +368,7 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
     assert!(text.contains("Path: aggregate pushdown"), "{text}");
     assert!(text.contains("aggregated into 8 partial rows"), "{text}");
     let text = simple_rows(
-        &c,
+        c,
         &explain("SELECT count(*) FROM events WHERE note LIKE 'n1%'"),
     )
     .await
@@ -348,31 +378,20 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
     assert!(text.contains("Path: aggregate of cold rows"), "{text}");
     // Outside UTC, a timestamptz literal without an offset depends on the session's
     // TimeZone: the row path (narrowed by the key) answers; with an offset, partials.
-    for client in [&c, &direct] {
-        client
-            .batch_execute("SET TimeZone = 'America/New_York'")
-            .await
-            .unwrap();
-    }
+    t.both("SET TimeZone = 'America/New_York'").await;
     for sql in [
         "SELECT count(*), min(at) FROM {t} WHERE at >= '2024-01-02 12:00' AND id < 900",
         "SELECT count(*), max(at) FROM {t} WHERE at >= '2024-01-02 12:00:00-05'",
         "SELECT flag, count(*) FROM {t} WHERE day < '2020-06-01' AND ts >= '2000-01-01 00:10' GROUP BY 1 ORDER BY 1",
     ] {
-        let expected = simple_rows(&direct, &sql.replace("{t}", "control")).await.unwrap();
-        let got = simple_rows(&c, &sql.replace("{t}", "events"))
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
-        assert_eq!(got, expected, "{sql}");
+        t.same(sql).await;
     }
     // Narrowed by the key, the row path answers exactly.
     for sql in [
         "SELECT count(*), sum(qty) FROM {t} WHERE note LIKE 'n1%' AND id < 900",
         "SELECT tenant, count(*) FROM {t} WHERE amount > 10 AND id BETWEEN 1 AND 800 GROUP BY tenant ORDER BY 1",
     ] {
-        let expected = simple_rows(&direct, &sql.replace("{t}", "control")).await.unwrap();
-        let got = simple_rows(&c, &sql.replace("{t}", "events")).await.unwrap();
-        assert_eq!(got, expected, "{sql}");
+        t.same(sql).await;
     }
 }
 
@@ -382,7 +401,7 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
 /// 40001 reaches the client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aggregates_while_cold_rows_are_rewritten_and_flushed_stay_exact() {
-    use common::flushing::{Flushing, EXPECTED};
+    use common::flushing::{reader, Flushing};
     let db = create_db("aggregates_busy");
     let mut flushing = Flushing::start(&db, 40, 50).await;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(8);
@@ -405,30 +424,7 @@ async fn aggregates_while_cold_rows_are_rewritten_and_flushed_stay_exact() {
     let mut readers = Vec::new();
     for extended in [false, true] {
         let client = flushing.proxy.connect(&db).await;
-        readers.push(tokio::spawn(async move {
-            let sql = "SELECT count(*), sum(v)::bigint FROM t WHERE id <= 2000";
-            let mut reads = 0;
-            while tokio::time::Instant::now() < deadline {
-                let got = if extended {
-                    let row = client
-                        .query_one(sql, &[])
-                        .await
-                        .unwrap_or_else(|e| panic!("{e:?}"));
-                    (row.get::<_, i64>(0), row.get::<_, i64>(1))
-                } else {
-                    let rows = simple_rows(&client, sql)
-                        .await
-                        .unwrap_or_else(|e| panic!("{e:?}"));
-                    (
-                        rows[0][0].as_deref().unwrap().parse().unwrap(),
-                        rows[0][1].as_deref().unwrap().parse().unwrap(),
-                    )
-                };
-                assert_eq!(got, EXPECTED, "no row missing or doubled");
-                reads += 1;
-            }
-            reads
-        }));
+        readers.push(reader(client, extended, deadline));
     }
     for r in readers {
         assert!(r.await.unwrap() > 5);
@@ -447,37 +443,20 @@ async fn aggregates_while_cold_rows_are_rewritten_and_flushed_stay_exact() {
 /// rows work under a low cap, and the table matches a plain one afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_with_conditions_evaluated_on_cold_rows_bring_back_only_those_rows() {
-    let db = create_db("aggregates_writes");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    for t in ["events", "control"] {
-        direct
-            .batch_execute(&SETUP.replace("{t}", t).replace("{rows}", "3000"))
-            .await
-            .unwrap();
-    }
-    let proxy = Proxy::start_env(
-        &["--service-url", &cluster().url(&db), "--cold-store", &store],
+    let t = Tiered::start(
+        "aggregates_writes",
+        3000,
+        r#"{"hot_row_limit": 500, "min_flush_rows": 100, "auto_flush": false}"#,
         &[("COLDWIRE_MAX_REHYDRATE_ROWS", "300")],
     )
     .await;
-    let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 500, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    let (c, direct) = (&t.c, &t.direct);
     for w in [
         "UPDATE {t} SET note = 'u' WHERE tenant = 3 AND day >= '2020-06-01'",
         "DELETE FROM {t} WHERE label = 'L1' AND at < '2024-01-02 00:00:00+00'",
         "UPDATE {t} SET qty = 0 WHERE ts BETWEEN '2000-01-01 00:00:00' AND '2000-01-01 00:05:00' AND small > 0",
     ] {
-        c.batch_execute(&w.replace("{t}", "events"))
-            .await
-            .unwrap_or_else(|e| panic!("{w}: {e:?}"));
-        direct.batch_execute(&w.replace("{t}", "control")).await.unwrap();
+        t.both(w).await;
     }
     // A condition coldwire cannot evaluate selects every cold row: over the cap.
     let err = c
@@ -501,10 +480,6 @@ async fn writes_with_conditions_evaluated_on_cold_rows_bring_back_only_those_row
     let sql = "SELECT id, note, qty FROM {t} WHERE id < 40 OR note = 'u' OR qty = 0 ORDER BY id";
     let all = "SELECT count(*), count(note), sum(qty), max(id) FROM {t}";
     for q in [sql, all] {
-        let expected = simple_rows(&direct, &q.replace("{t}", "control"))
-            .await
-            .unwrap();
-        let got = simple_rows(&c, &q.replace("{t}", "events")).await.unwrap();
-        assert_eq!(got, expected, "{q}");
+        t.same(q).await;
     }
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::flushing::{Flushing, EXPECTED};
+use common::flushing::{reader, Flushing, EXPECTED};
 use common::raw::{self, tags, RawConn};
 use common::{
     admin_call, binary_rows, cluster, connect_direct, create_db, http_get, pg_bin, sample,
@@ -474,38 +474,7 @@ async fn long_reads_in_autocommit_never_surface_40001_while_flushes_finalize() {
     let mut readers = Vec::new();
     for extended in [false, true] {
         let client = flushing.proxy.connect(&db).await;
-        readers.push(tokio::spawn(async move {
-            let sql = "SELECT count(*), sum(v)::bigint FROM t WHERE id <= 2000";
-            let mut reads = 0;
-            while tokio::time::Instant::now() < deadline {
-                let got = if extended {
-                    let row = client
-                        .query_one(sql, &[])
-                        .await
-                        .unwrap_or_else(|e| panic!("{e:?}"));
-                    (row.get::<_, i64>(0), row.get::<_, i64>(1))
-                } else {
-                    let rows = client
-                        .simple_query(sql)
-                        .await
-                        .unwrap_or_else(|e| panic!("{e:?}"));
-                    let row = rows
-                        .iter()
-                        .find_map(|m| match m {
-                            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
-                            _ => None,
-                        })
-                        .expect("a row");
-                    (
-                        row.get(0).unwrap().parse().unwrap(),
-                        row.get(1).unwrap().parse().unwrap(),
-                    )
-                };
-                assert_eq!(got, EXPECTED, "no row missing or doubled");
-                reads += 1;
-            }
-            reads
-        }));
+        readers.push(reader(client, extended, deadline));
     }
     let mut reads = 0;
     for r in readers {

@@ -36,11 +36,11 @@
 //! a few scalar functions. Everything else takes the row path.
 
 use pg_query::protobuf::{
-    self, node::Node as N, AExprKind, BoolExprType, ColumnRef, FuncCall, Node, ResTarget,
-    SelectStmt, SetOperation,
+    self, node::Node as N, AExprKind, BoolExprType, FuncCall, Node, ResTarget, SelectStmt,
+    SetOperation,
 };
 
-use super::predicates::{conjuncts_of, operator, ColumnPredicate};
+use super::predicates::{column_of, conjuncts_of, operator, ColumnPredicate};
 use super::quote::quote_ident;
 use super::rewrite::{dollar_quoted, TieredTable};
 use crate::values::{ColdType, ScalarType, TextKind};
@@ -454,6 +454,11 @@ struct Split<'a> {
 impl Split<'_> {
     /// Replaces the aggregates in `node`; `None` when something does not qualify.
     fn visit(&mut self, node: &mut Node) -> Option<()> {
+        if let Some(N::ColumnRef(_)) = node.node {
+            let name = column_of(node, self.alias, true)?;
+            let position = self.table.columns.iter().position(|n| *n == name)?;
+            return self.group.contains(&position).then_some(());
+        }
         match node.node.as_mut()? {
             N::FuncCall(f) => {
                 let name = function_name(f)?;
@@ -481,11 +486,6 @@ impl Split<'_> {
                     self.visit(a)?;
                 }
                 Some(())
-            }
-            N::ColumnRef(c) => {
-                let name = column_ref_name(c, self.alias)?;
-                let position = self.table.columns.iter().position(|n| *n == name)?;
-                self.group.contains(&position).then_some(())
             }
             N::AConst(_) | N::ParamRef(_) => Some(()),
             N::TypeCast(c) => self.visit(c.arg.as_deref_mut()?),
@@ -546,10 +546,7 @@ impl Split<'_> {
             let p = self.partial(PartialKind::CountStar, None, "int8");
             return combination(&format!("coalesce(sum({p}), 0)::int8"));
         }
-        let N::ColumnRef(c) = arg.node.as_ref()? else {
-            return None;
-        };
-        let name = column_ref_name(c, self.alias)?;
+        let name = column_of(arg, self.alias, true)?;
         let position = self.table.columns.iter().position(|n| *n == name)?;
         let (sql_type, cold) = &self.types[position];
         let ColdType::Scalar(scalar) = (*cold)? else {
@@ -683,23 +680,6 @@ fn function_name(f: &FuncCall) -> Option<String> {
     }
 }
 
-/// The column a ColumnRef names when it is unqualified or qualified by `alias`.
-fn column_ref_name(c: &ColumnRef, alias: &str) -> Option<String> {
-    let parts: Vec<&str> = c
-        .fields
-        .iter()
-        .map(|f| match f.node.as_ref() {
-            Some(N::String(s)) => Some(s.sval.as_str()),
-            _ => None,
-        })
-        .collect::<Option<_>>()?;
-    match parts.as_slice() {
-        [col] => Some((*col).to_owned()),
-        [qualifier, col] if *qualifier == alias => Some((*col).to_owned()),
-        _ => None,
-    }
-}
-
 /// The table column a GROUP BY item names, resolved as Postgres resolves it: an integer
 /// is a target's position, a name is an input column first and a target's name second;
 /// the target must then be a plain column.
@@ -710,10 +690,7 @@ fn group_column(
     column: &impl Fn(&str) -> Option<usize>,
 ) -> Option<usize> {
     let target_column = |target: &Node| match target.node.as_ref()? {
-        N::ResTarget(t) => match t.val.as_deref()?.node.as_ref()? {
-            N::ColumnRef(c) => column(&column_ref_name(c, alias)?),
-            _ => None,
-        },
+        N::ResTarget(t) => column(&column_of(t.val.as_deref()?, alias, true)?),
         _ => None,
     };
     match item.node.as_ref()? {
@@ -725,7 +702,7 @@ fn group_column(
             _ => None,
         },
         N::ColumnRef(c) => {
-            let name = column_ref_name(c, alias)?;
+            let name = column_of(item, alias, true)?;
             if let Some(position) = column(&name) {
                 return Some(position);
             }
@@ -817,15 +794,7 @@ fn exact_conjuncts(
             // (strict ISO literals or Bind values of the column's type, see
             // `values::literal`); a constant that cannot be read leaves a predicate
             // out, and the Bind then takes the row path.
-            let ranged = matches!(
-                scalar,
-                ScalarType::Int2
-                    | ScalarType::Int4
-                    | ScalarType::Int8
-                    | ScalarType::Date
-                    | ScalarType::Timestamp
-                    | ScalarType::Timestamptz
-            );
+            let ranged = super::predicates::ranged(scalar);
             let equality = matches!(
                 scalar,
                 ScalarType::Text(TextKind::Text | TextKind::Varchar) | ScalarType::Uuid

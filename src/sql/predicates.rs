@@ -243,7 +243,7 @@ fn flip(op: &str) -> &str {
 }
 
 /// The column a ColumnRef names, if it is one of the reference's.
-fn column_of(node: &Node, name: &str, only_relation: bool) -> Option<String> {
+pub(crate) fn column_of(node: &Node, name: &str, only_relation: bool) -> Option<String> {
     let Some(N::ColumnRef(c)) = node.node.as_ref() else {
         return None;
     };
@@ -312,6 +312,21 @@ pub fn constant(node: &Node) -> Option<Constant> {
     }
 }
 
+/// Whether `<`, `<=`, `>`, `>=` and `BETWEEN` on a column of `scalar` compare as its
+/// order-preserving encoding does, under every setting and collation: integers, and
+/// dates and timestamps once their constants are read (see [`to_prune`]).
+pub fn ranged(scalar: ScalarType) -> bool {
+    matches!(
+        scalar,
+        ScalarType::Int2
+            | ScalarType::Int4
+            | ScalarType::Int8
+            | ScalarType::Date
+            | ScalarType::Timestamp
+            | ScalarType::Timestamptz
+    )
+}
+
 /// The predicates the cold planner can use, for a table with `columns`, with the
 /// statement's parameters standing for `params`.
 pub fn to_prune(
@@ -329,15 +344,7 @@ pub fn to_prune(
         };
         let encode = |v: &Constant| encode(scalar, &resolve(v, scalar, params)?, params.utc);
         let attnum = column.attnum;
-        let ranged = matches!(
-            scalar,
-            ScalarType::Int2
-                | ScalarType::Int4
-                | ScalarType::Int8
-                | ScalarType::Date
-                | ScalarType::Timestamp
-                | ScalarType::Timestamptz
-        );
+        let ranged = ranged(scalar);
         let predicate = match &p.comparison {
             Comparison::IsNull => Some(Predicate::IsNull(attnum)),
             Comparison::IsNotNull => Some(Predicate::IsNotNull(attnum)),

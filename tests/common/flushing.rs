@@ -97,3 +97,37 @@ impl Flushing {
         );
     }
 }
+
+/// Reads `SELECT count(*), sum(v)::bigint FROM t WHERE id <= 2000` until `deadline`,
+/// over the extended protocol or the simple one, checking every answer is [`EXPECTED`]
+/// (no row missing or doubled, no error); the task answers how many reads it made.
+pub fn reader(
+    client: tokio_postgres::Client,
+    extended: bool,
+    deadline: tokio::time::Instant,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let sql = "SELECT count(*), sum(v)::bigint FROM t WHERE id <= 2000";
+        let mut reads = 0;
+        while tokio::time::Instant::now() < deadline {
+            let got = if extended {
+                let row = client
+                    .query_one(sql, &[])
+                    .await
+                    .unwrap_or_else(|e| panic!("{e:?}"));
+                (row.get::<_, i64>(0), row.get::<_, i64>(1))
+            } else {
+                let rows = super::simple_rows(&client, sql)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e:?}"));
+                (
+                    rows[0][0].as_deref().unwrap().parse().unwrap(),
+                    rows[0][1].as_deref().unwrap().parse().unwrap(),
+                )
+            };
+            assert_eq!(got, EXPECTED, "no row missing or doubled");
+            reads += 1;
+        }
+        reads
+    })
+}

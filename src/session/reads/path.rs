@@ -94,6 +94,16 @@ pub(super) struct PlannedReference {
     pub(super) aggregate: Option<AggregatePlan>,
 }
 
+/// The cold side of an aggregate reference for one execution.
+pub(super) struct ColdPartials {
+    /// One jsonb object per group.
+    pub(super) rows: Vec<serde_json::Value>,
+    pub(super) stats: PartialStats,
+    /// The range of first-key values segments hold, and the mirror's keys inside it.
+    range: (i64, i64),
+    keys: Vec<i64>,
+}
+
 /// What an aggregate statement needs at each Bind.
 #[derive(Debug)]
 pub(super) struct AggregatePlan {
@@ -379,30 +389,18 @@ impl ReadPath {
         cold: Arc<ColdTable>,
         predicates: Vec<crate::segment::prune::Predicate>,
     ) -> Result<[BytesMut; 3], PlanError> {
-        let (lo, hi, keys) = self
-            .catalog
-            .hot_keys_in_cold_range(r.table_id, &plan.key)
-            .await?;
         let generation = cold.generation;
         let name = cold.name.clone();
-        let (partials, stats) = cold_partials(
-            &self.store,
-            cold,
-            predicates,
-            keys.iter().copied().collect(),
-            &plan.group,
-            &plan.partials,
-            MAX_PARTIAL_ROWS,
-        )
-        .await?;
+        let found = self.partials(r, plan, cold, predicates).await?;
+        let stats = found.stats;
         tracing::debug!(
             table = %name,
-            groups = partials.len(),
+            groups = found.rows.len(),
             rows_scanned = stats.rows_scanned,
             rows_aggregated = stats.rows_aggregated,
             segments_pruned = stats.segments_pruned,
             row_groups_pruned = stats.row_groups_pruned,
-            hot_keys = keys.len(),
+            hot_keys = found.keys.len(),
             "cold partials injected"
         );
         metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "aggregate_pushdown")
@@ -417,28 +415,29 @@ impl ReadPath {
         empty.put_u32(r.row_type);
         Ok([
             empty,
-            jsonb(&serde_json::Value::Array(partials)),
+            jsonb(&serde_json::Value::Array(found.rows)),
             jsonb(&serde_json::json!({
                 "planned": generation,
-                "mirror": { "lo": lo, "hi": hi, "keys": keys },
+                "mirror": { "lo": found.range.0, "hi": found.range.1, "keys": found.keys },
             })),
         ])
     }
 
-    /// What [`ReadPath::partial_params`] would compute for `coldwire.explain`: the
-    /// number of partial rows and the engine's counters.
-    pub(super) async fn explain_partials(
+    /// The cold partials of an aggregate reference: the mirror's keys that may be cold
+    /// (left out of the partials, and checked by the statement), then the engine's
+    /// answer. `coldwire.explain` shows what this computes.
+    pub(super) async fn partials(
         &self,
         r: &PlannedReference,
         plan: &AggregatePlan,
         cold: Arc<ColdTable>,
         predicates: Vec<crate::segment::prune::Predicate>,
-    ) -> Result<(usize, PartialStats), PlanError> {
-        let (_, _, keys) = self
+    ) -> Result<ColdPartials, PlanError> {
+        let (lo, hi, keys) = self
             .catalog
             .hot_keys_in_cold_range(r.table_id, &plan.key)
             .await?;
-        let (partials, stats) = cold_partials(
+        let (rows, stats) = cold_partials(
             &self.store,
             cold,
             predicates,
@@ -448,7 +447,12 @@ impl ReadPath {
             MAX_PARTIAL_ROWS,
         )
         .await?;
-        Ok((partials.len(), stats))
+        Ok(ColdPartials {
+            rows,
+            stats,
+            range: (lo, hi),
+            keys,
+        })
     }
 
     /// Parameters that make the statement fail with `error` where it reads a tiered table

@@ -194,9 +194,8 @@ impl ReadPath {
             if let Some(plan) = &r.aggregate {
                 let exact = plan.exact_where && predicates.len() == plan.where_predicates;
                 if exact {
-                    let (groups, st) = self
-                        .explain_partials(r, plan, cold.clone(), predicates)
-                        .await?;
+                    let found = self.partials(r, plan, cold.clone(), predicates).await?;
+                    let (groups, st) = (found.rows.len(), found.stats);
                     let _ = writeln!(
                         out,
                         "  Path: aggregate pushdown ({} partials per group{}, every condition evaluated on cold rows)\n  Segments: {} kept, {} pruned of {}; row groups pruned: {}\n  Cold rows: {} scanned, {} aggregated into {} partial rows",
