@@ -57,7 +57,8 @@ pub struct PartialStats {
 }
 
 /// The cold partials of `table` for `group` and `partials`, over the live cold rows that
-/// satisfy every predicate (all exact) and whose single integer key is not in `excluded`:
+/// satisfy every predicate (all exact) and whose single-column key (its order-preserving
+/// encoding) is not in `excluded`:
 /// one jsonb object per group, keyed by the group columns' names and `_cw_p<i>`, every
 /// value as the text Postgres's input function reads back.
 ///
@@ -70,7 +71,7 @@ pub async fn cold_partials(
     store: &ColdStore,
     table: Arc<ColdTable>,
     predicates: Vec<Predicate>,
-    excluded: HashSet<i64>,
+    excluded: HashSet<Vec<u8>>,
     group: &[usize],
     partials: &[Partial],
     max_groups: usize,
@@ -217,7 +218,7 @@ struct LiveSource {
     table: Arc<ColdTable>,
     units: Arc<Vec<Unit>>,
     predicates: Arc<Vec<Predicate>>,
-    excluded: Arc<HashSet<i64>>,
+    excluded: Arc<HashSet<Vec<u8>>>,
     /// Positions in the table's columns of the columns read, ascending.
     needed: Arc<Vec<usize>>,
     schema: SchemaRef,
@@ -374,7 +375,7 @@ impl LiveState {
                     return Some(false);
                 }
                 if !s.excluded.is_empty()
-                    && int_key(key_column.as_ref(), row).is_some_and(|k| s.excluded.contains(&k))
+                    && matches!(ordered::cell(key_column.as_ref(), row), Cell::Value(k) if s.excluded.contains(&k))
                 {
                     return Some(false);
                 }
@@ -401,19 +402,6 @@ impl LiveState {
             .collect();
         Ok(filter_record_batch(&columns, &mask)?)
     }
-}
-
-/// The integer key of `row`.
-fn int_key(array: &dyn Array, row: usize) -> Option<i64> {
-    if array.is_null(row) {
-        return None;
-    }
-    Some(match array.data_type() {
-        DataType::Int16 => array.as_primitive::<Int16Type>().value(row).into(),
-        DataType::Int32 => array.as_primitive::<Int32Type>().value(row).into(),
-        DataType::Int64 => array.as_primitive::<Int64Type>().value(row),
-        _ => return None,
-    })
 }
 
 /// A value of an engine result as the text Postgres reads back (JSON null for NULL).

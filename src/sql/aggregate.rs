@@ -30,8 +30,8 @@
 //! written in between), the plan is stale and the guard raises the retryable condition.
 //!
 //! What qualifies: one SELECT (no WITH, set operation, DISTINCT, window, locking or
-//! subquery), FROM exactly one tiered table with a single-column integer key, GROUP BY
-//! plain columns, and aggregates from [`AggregateKind`] over plain columns (no DISTINCT,
+//! subquery), FROM exactly one tiered table with a single-column integer, text or
+//! uuid key, GROUP BY plain columns, and aggregates from [`AggregateKind`] over plain columns (no DISTINCT,
 //! FILTER or ORDER BY inside), outside them only group columns, constants, parameters and
 //! a few scalar functions. Everything else takes the row path.
 
@@ -145,6 +145,36 @@ const SCALAR_FUNCTIONS: &[&str] = &[
     "lower", "length", "div", "mod",
 ];
 
+/// The type of a table's single key column, as the mirror's keys are read and compared:
+/// sent as text, listed in one order (text in byte order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Int,
+    Text,
+    Uuid,
+}
+
+impl KeyKind {
+    /// The type a key's text is cast back to.
+    pub fn sql_type(self) -> &'static str {
+        match self {
+            KeyKind::Int => "int8",
+            KeyKind::Text => "text",
+            KeyKind::Uuid => "uuid",
+        }
+    }
+
+    /// What makes an ORDER BY of the key one order that the plan and the statement
+    /// both follow (byte order for text). The range itself is compared as `bounds_<id>`
+    /// was computed: in the column's own collation.
+    pub fn order(self) -> &'static str {
+        match self {
+            KeyKind::Text => " COLLATE \"C\"",
+            KeyKind::Int | KeyKind::Uuid => "",
+        }
+    }
+}
+
 /// A rewritten aggregate statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AggregateRewrite {
@@ -162,6 +192,8 @@ pub struct AggregateRewrite {
     pub exact_where: bool,
     /// The number of predicates the WHERE gives when it is exact.
     pub where_predicates: usize,
+    /// The key column's type.
+    pub key_kind: KeyKind,
     /// `$param`: the cold rows (row path); `$param + 1`: the cold partials (jsonb);
     /// `$param + 2`: the guard's plan (jsonb).
     pub param: usize,
@@ -217,19 +249,21 @@ pub fn rewrite_aggregate<'a>(
     if !table.guarded || table.columns.len() != found.types.len() {
         return None;
     }
-    // A single integer key: the mirror's keys are compared as int8.
+    // A single-column key of a type whose text and order coldwire and Postgres agree on.
     let [key] = table.pk.as_slice() else {
         return None;
     };
     let key_position = table.columns.iter().position(|c| c == key)?;
-    if !matches!(
-        found.types[key_position].1,
-        Some(ColdType::Scalar(
-            ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8
-        ))
-    ) {
-        return None;
-    }
+    let key_kind = match found.types[key_position].1 {
+        Some(ColdType::Scalar(ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8)) => {
+            KeyKind::Int
+        }
+        Some(ColdType::Scalar(ScalarType::Text(TextKind::Text | TextKind::Varchar))) => {
+            KeyKind::Text
+        }
+        Some(ColdType::Scalar(ScalarType::Uuid)) => KeyKind::Uuid,
+        _ => return None,
+    };
     let alias = match &rv.alias {
         Some(a) if !a.colnames.is_empty() => return None,
         Some(a) => a.aliasname.clone(),
@@ -368,10 +402,12 @@ pub fn rewrite_aggregate<'a>(
     };
     let p = format!("${plan}::jsonb");
     let m_key = format!("_cw_m.{}", quote_ident(key));
+    let (cast, order) = (key_kind.sql_type(), key_kind.order());
     let mirror_check = format!(
-        "(SELECT coalesce(array_agg({m_key}::int8 ORDER BY {m_key}), '{{}}') FROM coldwire.m_{id} _cw_m \
-         WHERE {m_key} BETWEEN ({p} -> 'mirror' ->> 'lo')::int8 AND ({p} -> 'mirror' ->> 'hi')::int8) \
-         = ARRAY(SELECT _cw_e::int8 FROM jsonb_array_elements_text({p} -> 'mirror' -> 'keys') WITH ORDINALITY AS _cw_x(_cw_e, _cw_n) ORDER BY _cw_n)",
+        "(SELECT coalesce(array_agg({m_key}::text ORDER BY {m_key}{order}), '{{}}') FROM coldwire.m_{id} _cw_m \
+         WHERE ({p} -> 'mirror' ->> 'lo' IS NULL OR {m_key} >= ({p} -> 'mirror' ->> 'lo')::{cast}) \
+         AND ({p} -> 'mirror' ->> 'hi' IS NULL OR {m_key} <= ({p} -> 'mirror' ->> 'hi')::{cast})) \
+         = ARRAY(SELECT _cw_e FROM jsonb_array_elements_text({p} -> 'mirror' -> 'keys') WITH ORDINALITY AS _cw_x(_cw_e, _cw_n) ORDER BY _cw_n)",
         id = table.table_id,
     );
     let guard = format!(
@@ -418,6 +454,7 @@ pub fn rewrite_aggregate<'a>(
         partials,
         exact_where,
         where_predicates,
+        key_kind,
         param,
     })
 }

@@ -22,12 +22,21 @@ use crate::catalog::registry::{self, Registry, CATALOG_CHANNEL, REGISTRY_TTL};
 use crate::cold::scan::ColdTable;
 
 use crate::error::PlanError;
+use crate::sql::aggregate::KeyKind;
 
 /// Pause before the catalog listener connects again after losing its connection.
 const LISTEN_RETRY_DELAY: Duration = Duration::from_secs(1);
 /// Cold states of past generations kept for REPEATABLE READ transactions; the cache starts
 /// over when full.
 const PAST_STATES: usize = 32;
+
+/// The mirror's keys that may also be cold, as text, and the range they were read in.
+#[derive(Debug, Clone)]
+pub struct HotKeys {
+    pub lo: Option<String>,
+    pub hi: Option<String>,
+    pub keys: Vec<String>,
+}
 
 /// The shared catalog cache.
 pub struct CatalogCache {
@@ -228,8 +237,8 @@ impl CatalogCache {
     }
 
     /// The keys of `table_id`'s mirror that may also be cold: those inside the range of
-    /// first-key values segments hold (`bounds_<id>`), as int8, ascending, with that
-    /// range (empty when no segment was ever written; everything when it is unknown).
+    /// first-key values segments hold (`bounds_<id>`, `None` for an unknown end), as
+    /// text, in the key's order (`kind`); `None` when no segment was ever written.
     ///
     /// # Errors
     /// The catalog could not be read.
@@ -237,26 +246,31 @@ impl CatalogCache {
         &self,
         table_id: i64,
         key: &str,
-    ) -> Result<(i64, i64, Vec<i64>), PlanError> {
+        kind: KeyKind,
+    ) -> Result<Option<HotKeys>, PlanError> {
         let client = &mut *self.connected().await?;
         let bounds = client
             .query_opt(
-                &format!("SELECT lo::int8, hi::int8 FROM coldwire.bounds_{table_id}"),
+                &format!("SELECT lo::text, hi::text FROM coldwire.bounds_{table_id}"),
                 &[],
             )
             .await?;
-        let (lo, hi) = match bounds {
-            None => return Ok((1, 0, Vec::new())),
-            Some(row) => (
-                row.get::<_, Option<i64>>(0).unwrap_or(i64::MIN),
-                row.get::<_, Option<i64>>(1).unwrap_or(i64::MAX),
-            ),
+        let Some(bounds) = bounds else {
+            return Ok(None);
         };
-        let key = crate::sql::quote::quote_ident(key);
+        let (lo, hi): (Option<String>, Option<String>) = (bounds.get(0), bounds.get(1));
+        let (key, cast, order) = (
+            crate::sql::quote::quote_ident(key),
+            kind.sql_type(),
+            kind.order(),
+        );
         let keys = client
             .query(
                 &format!(
-                    "SELECT {key}::int8 FROM coldwire.m_{table_id} WHERE {key} BETWEEN $1 AND $2 ORDER BY {key}"
+                    // `m.` everywhere: a bare name in ORDER BY would be the text output.
+                    "SELECT m.{key}::text FROM coldwire.m_{table_id} m \
+                     WHERE ($1::text IS NULL OR m.{key} >= $1::{cast}) \
+                     AND ($2::text IS NULL OR m.{key} <= $2::{cast}) ORDER BY m.{key}{order}"
                 ),
                 &[&lo, &hi],
             )
@@ -264,7 +278,7 @@ impl CatalogCache {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        Ok((lo, hi, keys))
+        Ok(Some(HotKeys { lo, hi, keys }))
     }
 
     async fn connected(&self) -> Result<Pooled, PlanError> {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{BufMut, BytesMut};
 
-use super::catalog::CatalogCache;
+use super::catalog::{CatalogCache, HotKeys};
 use super::writes::PreparedWrite;
 use crate::catalog::registry::Registry;
 use crate::cold::engine::{cold_partials, PartialStats};
@@ -22,7 +22,7 @@ use crate::cold::scan::{scan, ColdTable, ScanError};
 use crate::error::fields;
 pub use crate::error::PlanError;
 use crate::segment::prune::integer_values;
-use crate::sql::aggregate::{rewrite_aggregate, AggregateTable, Partial};
+use crate::sql::aggregate::{rewrite_aggregate, AggregateTable, KeyKind, Partial};
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
 use crate::sql::ddl::Ddl;
 use crate::sql::params::BoundParams;
@@ -99,9 +99,23 @@ pub(super) struct ColdPartials {
     /// One jsonb object per group.
     pub(super) rows: Vec<serde_json::Value>,
     pub(super) stats: PartialStats,
-    /// The range of first-key values segments hold, and the mirror's keys inside it.
-    range: (i64, i64),
-    keys: Vec<i64>,
+    /// The mirror's keys left out, and the range they were read in.
+    hot: Option<HotKeys>,
+}
+
+/// The order-preserving encoding of a key read as text (as `values::ordered` encodes the
+/// column's cells), to compare with cold keys.
+fn key_bytes(text: &str, kind: KeyKind) -> Option<Vec<u8>> {
+    match kind {
+        KeyKind::Int => text
+            .parse::<i64>()
+            .ok()
+            .map(|v| crate::values::ordered::int(v).to_vec()),
+        KeyKind::Text => Some(text.as_bytes().to_vec()),
+        KeyKind::Uuid => uuid::Uuid::parse_str(text)
+            .ok()
+            .map(|u| u.as_bytes().to_vec()),
+    }
 }
 
 /// What an aggregate statement needs at each Bind.
@@ -111,8 +125,9 @@ pub(super) struct AggregatePlan {
     pub(super) partials: Vec<Partial>,
     pub(super) exact_where: bool,
     pub(super) where_predicates: usize,
-    /// The key column's name.
+    /// The key column's name and type.
     key: String,
+    key_kind: KeyKind,
 }
 
 /// Prepared writes by statement text and declared parameter count, with the registry
@@ -400,7 +415,7 @@ impl ReadPath {
             rows_aggregated = stats.rows_aggregated,
             segments_pruned = stats.segments_pruned,
             row_groups_pruned = stats.row_groups_pruned,
-            hot_keys = found.keys.len(),
+            hot_keys = found.hot.as_ref().map_or(0, |h| h.keys.len()),
             "cold partials injected"
         );
         metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "aggregate_pushdown")
@@ -416,10 +431,14 @@ impl ReadPath {
         Ok([
             empty,
             jsonb(&serde_json::Value::Array(found.rows)),
-            jsonb(&serde_json::json!({
-                "planned": generation,
-                "mirror": { "lo": found.range.0, "hi": found.range.1, "keys": found.keys },
-            })),
+            jsonb(&match &found.hot {
+                // No segment was ever written: nothing cold to leave out.
+                None => serde_json::json!({ "planned": generation }),
+                Some(h) => serde_json::json!({
+                    "planned": generation,
+                    "mirror": { "lo": h.lo, "hi": h.hi, "keys": h.keys },
+                }),
+            }),
         ])
     }
 
@@ -433,26 +452,26 @@ impl ReadPath {
         cold: Arc<ColdTable>,
         predicates: Vec<crate::segment::prune::Predicate>,
     ) -> Result<ColdPartials, PlanError> {
-        let (lo, hi, keys) = self
+        let hot = self
             .catalog
-            .hot_keys_in_cold_range(r.table_id, &plan.key)
+            .hot_keys_in_cold_range(r.table_id, &plan.key, plan.key_kind)
             .await?;
+        let excluded = hot
+            .iter()
+            .flat_map(|h| &h.keys)
+            .filter_map(|k| key_bytes(k, plan.key_kind))
+            .collect();
         let (rows, stats) = cold_partials(
             &self.store,
             cold,
             predicates,
-            keys.iter().copied().collect(),
+            excluded,
             &plan.group,
             &plan.partials,
             MAX_PARTIAL_ROWS,
         )
         .await?;
-        Ok(ColdPartials {
-            rows,
-            stats,
-            range: (lo, hi),
-            keys,
-        })
+        Ok(ColdPartials { rows, stats, hot })
     }
 
     /// Parameters that make the statement fail with `error` where it reads a tiered table
@@ -625,6 +644,7 @@ fn rewrite_aggregate_read(
                 exact_where: rewritten.exact_where,
                 where_predicates: rewritten.where_predicates,
                 key: tiered.table.pk.first()?.clone(),
+                key_kind: rewritten.key_kind,
             }),
         }],
     })
