@@ -15,6 +15,8 @@ pub enum Constant {
     Param(u32),
     /// `x + k` or `x - k` of an integer constant or parameter `x` (`k` negated for minus).
     Sum(Box<Constant>, i64),
+    /// A literal cast to a date or timestamp type (`DATE '2024-01-01'`).
+    Typed(ScalarType, String),
 }
 
 impl std::fmt::Display for Constant {
@@ -25,6 +27,14 @@ impl std::fmt::Display for Constant {
             Constant::Param(n) => write!(f, "${n}"),
             Constant::Sum(x, k) if *k < 0 => write!(f, "{x} - {}", k.unsigned_abs()),
             Constant::Sum(x, k) => write!(f, "{x} + {k}"),
+            Constant::Typed(ty, t) => {
+                let name = match ty {
+                    ScalarType::Date => "date",
+                    ScalarType::Timestamp => "timestamp",
+                    _ => "timestamptz",
+                };
+                write!(f, "'{}'::{name}", t.replace('\'', "''"))
+            }
         }
     }
 }

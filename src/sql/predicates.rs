@@ -273,6 +273,26 @@ pub fn constant(node: &Node) -> Option<Constant> {
             let Some(N::String(name)) = ty.names.last()?.node.as_ref() else {
                 return None;
             };
+            // `DATE '…'`, `'…'::timestamptz`: the literal read as that type, which must
+            // then be the column's (a date compared with a timestamp compares as
+            // timestamps).
+            let temporal = match name.sval.as_str() {
+                "date" => Some(ScalarType::Date),
+                "timestamp" => Some(ScalarType::Timestamp),
+                "timestamptz" => Some(ScalarType::Timestamptz),
+                _ => None,
+            };
+            if let Some(scalar) = temporal {
+                let text = match c.arg.as_deref()?.node.as_ref()? {
+                    N::AConst(a) => match a.val.as_ref()? {
+                        a_const::Val::Sval(s) => s.sval.clone(),
+                        _ => return None,
+                    },
+                    _ => return None,
+                };
+                return (ty.array_bounds.is_empty() && ty.typmods.is_empty())
+                    .then_some(Constant::Typed(scalar, text));
+            }
             let same = ["int2", "int4", "int8", "text", "varchar", "uuid"];
             // `varchar(5)` truncates: not the same value.
             if !same.contains(&name.sval.as_str())
@@ -476,6 +496,7 @@ fn encode(scalar: ScalarType, value: &Constant, utc: bool) -> Option<Vec<u8>> {
         // value of the column's own type already in Arrow's units.
         return match value {
             Constant::Text(s) => temporal_literal(s, kind).and_then(int),
+            Constant::Typed(ty, s) if *ty == scalar => temporal_literal(s, kind).and_then(int),
             Constant::Int(v) => int(*v),
             _ => None,
         };
