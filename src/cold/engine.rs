@@ -34,7 +34,7 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::ParquetRecordBatchStream;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 
-use super::scan::{columns_held, ColdTable, ScanError};
+use super::scan::{cell_matches, columns_held, ColdTable, ScanError};
 use crate::segment::file::{footer, SegmentFile};
 use crate::segment::prune::Predicate;
 use crate::sql::aggregate::{Partial, PartialKind};
@@ -178,13 +178,13 @@ pub async fn cold_partials(
             cap: max_groups,
         });
     }
+    let names: Vec<String> = group
+        .iter()
+        .map(|&g| table.columns[g].name.clone())
+        .chain((0..partials.len()).map(|i| format!("_cw_p{i}")))
+        .collect();
     let mut out = Vec::with_capacity(rows);
     for batch in &batches {
-        let names: Vec<String> = group
-            .iter()
-            .map(|&g| table.columns[g].name.clone())
-            .chain((0..partials.len()).map(|i| format!("_cw_p{i}")))
-            .collect();
         for row in 0..batch.num_rows() {
             let mut object = serde_json::Map::new();
             for (c, name) in names.iter().enumerate() {
@@ -212,7 +212,7 @@ struct Unit {
 
 /// The live cold rows of some row groups of a table, restricted: one DataFusion
 /// partition.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct LiveSource {
     store: ColdStore,
     table: Arc<ColdTable>,
@@ -232,16 +232,7 @@ impl PartitionStream for LiveSource {
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let state = LiveState {
-            source: LiveSource {
-                store: self.store.clone(),
-                table: self.table.clone(),
-                units: self.units.clone(),
-                predicates: self.predicates.clone(),
-                excluded: self.excluded.clone(),
-                needed: self.needed.clone(),
-                schema: self.schema.clone(),
-                stats: self.stats.clone(),
-            },
+            source: self.clone(),
             next_unit: 0,
             current: None,
         };
@@ -340,16 +331,8 @@ impl LiveState {
                 arrays.push(batch.column(from_file).clone());
                 from_file += 1;
             } else {
-                arrays.push(match &table.missing[c] {
-                    Some(one) => arrow::compute::take(
-                        one.as_ref(),
-                        &arrow::array::UInt32Array::from(vec![0u32; rows]),
-                        None,
-                    )?,
-                    None => {
-                        arrow::array::new_null_array(s.schema.field(arrays.len()).data_type(), rows)
-                    }
-                });
+                let data_type = s.schema.field(arrays.len()).data_type();
+                arrays.push(table.missing_column(c, data_type, rows)?);
             }
         }
         let columns = RecordBatch::try_new(s.schema.clone(), arrays)?;
@@ -379,23 +362,13 @@ impl LiveState {
                 {
                     return Some(false);
                 }
-                // Most tables have few overrides; none spares encoding every key.
-                let newest = table.overrides.is_empty()
-                    || ordered::encode_key(&columns, &pk, row).is_some_and(|key| {
-                        table
-                            .overrides
-                            .get(&key)
-                            .is_none_or(|newer| *newer <= seqs.value(row))
-                    });
+                let newest = table.newest_at(&columns, &pk, row, seqs.value(row));
                 Some(
                     newest
+                        // Conjuncts are exact here: a value no predicate can judge
+                        // (never, for the types `sql::aggregate` admits) fails.
                         && checks.iter().all(|(c, p)| {
-                            match ordered::cell(columns.column(*c).as_ref(), row) {
-                                Cell::Null => p.matches(None),
-                                Cell::Unordered => p.matches(Some(None)),
-                                Cell::Value(v) => p.matches(Some(Some(&v))),
-                                Cell::Unknown => false,
-                            }
+                            cell_matches(p, columns.column(*c).as_ref(), row).unwrap_or(false)
                         }),
                 )
             })

@@ -98,18 +98,58 @@ impl ColdTable {
         let full = self.file_schema(width);
         let rows = batch.num_rows();
         let mut arrays: Vec<ArrayRef> = batch.columns()[..held].to_vec();
-        for (c, missing) in self.missing.iter().enumerate().take(width).skip(held) {
-            arrays.push(match missing {
-                Some(one) => arrow::compute::take(
-                    one.as_ref(),
-                    &arrow::array::UInt32Array::from(vec![0u32; rows]),
-                    None,
-                )?,
-                None => arrow::array::new_null_array(full.field(c).data_type(), rows),
-            });
+        for c in held..width {
+            arrays.push(self.missing_column(c, full.field(c).data_type(), rows)?);
         }
         arrays.extend(batch.columns()[held..].iter().cloned());
         Ok(RecordBatch::try_new(full, arrays)?)
+    }
+}
+
+impl ColdTable {
+    /// Column `c` (of type `data_type`) for `rows` rows of a segment written before the
+    /// column was added: what [`ColdTable::missing`] says such rows read.
+    ///
+    /// # Errors
+    /// Arrow failures.
+    pub fn missing_column(
+        &self,
+        c: usize,
+        data_type: &DataType,
+        rows: usize,
+    ) -> Result<ArrayRef, ScanError> {
+        Ok(match &self.missing[c] {
+            Some(one) => arrow::compute::take(
+                one.as_ref(),
+                &arrow::array::UInt32Array::from(vec![0u32; rows]),
+                None,
+            )?,
+            None => arrow::array::new_null_array(data_type, rows),
+        })
+    }
+
+    /// Whether the cold version of `key` written at `seq` is the newest cold version of
+    /// that key (no override names a newer one).
+    pub fn not_superseded(&self, key: &[u8], seq: i64) -> bool {
+        self.overrides.get(key).is_none_or(|newer| *newer <= seq)
+    }
+
+    /// [`ColdTable::not_superseded`] for row `row` of `rows`, whose key columns are at
+    /// `pk`; without overrides, no key is encoded.
+    pub fn newest_at(&self, rows: &RecordBatch, pk: &[usize], row: usize, seq: i64) -> bool {
+        self.overrides.is_empty()
+            || ordered::encode_key(rows, pk, row).is_some_and(|key| self.not_superseded(&key, seq))
+    }
+}
+
+/// Whether the value at `row` of `array` satisfies `p`; `None` for a type without a byte
+/// order (no predicate can judge it).
+pub fn cell_matches(p: &Predicate, array: &dyn Array, row: usize) -> Option<bool> {
+    match ordered::cell(array, row) {
+        Cell::Null => Some(p.matches(None)),
+        Cell::Unordered => Some(p.matches(Some(None))),
+        Cell::Value(v) => Some(p.matches(Some(Some(&v)))),
+        Cell::Unknown => None,
     }
 }
 
@@ -250,8 +290,7 @@ pub async fn scan(
     let mut picks: Vec<(usize, usize)> = newest
         .iter()
         .filter(|(key, (seq, op, ..))| {
-            *op != crate::segment::op::DELETED
-                && table.overrides.get(*key).is_none_or(|newer| newer <= seq)
+            *op != crate::segment::op::DELETED && table.not_superseded(key, *seq)
         })
         .map(|(_, (_, _, batch, row))| (*batch, *row))
         .collect();
@@ -298,12 +337,7 @@ impl Versions<'_> {
         let mask: BooleanArray = (0..batch.num_rows())
             .map(|row| {
                 Some(self.checkable.iter().all(|(position, p)| {
-                    match ordered::cell(batch.column(*position).as_ref(), row) {
-                        Cell::Null => p.matches(None),
-                        Cell::Unordered => p.matches(Some(None)),
-                        Cell::Value(v) => p.matches(Some(Some(&v))),
-                        Cell::Unknown => true,
-                    }
+                    cell_matches(p, batch.column(*position).as_ref(), row).unwrap_or(true)
                 }))
             })
             .collect();
@@ -400,13 +434,7 @@ impl<'a> LiveRows<'a> {
             let ops = batch.column(width + 1).as_primitive::<Int16Type>();
             let mask: BooleanArray = (0..batch.num_rows())
                 .map(|row| {
-                    let newest =
-                        ordered::encode_key(&batch, &table.pk_positions, row).is_some_and(|key| {
-                            table
-                                .overrides
-                                .get(&key)
-                                .is_none_or(|newer| *newer <= seqs.value(row))
-                        });
+                    let newest = table.newest_at(&batch, &table.pk_positions, row, seqs.value(row));
                     Some(newest && ops.value(row) != crate::segment::op::DELETED)
                 })
                 .collect();

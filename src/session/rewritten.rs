@@ -385,8 +385,7 @@ pub async fn plan_query(
         }
         QueryRead::Write(write) => {
             let params = BoundParams {
-                utf8: settings.utf8,
-                utc: settings.utc,
+                settings,
                 ..BoundParams::none()
             };
             match reads
@@ -588,8 +587,7 @@ pub async fn bind(
         values: bind.params.clone(),
         binary: (0..bind.params.len()).map(|i| bind.is_binary(i)).collect(),
         declared: statement.param_types.clone(),
-        utf8: settings.utf8,
-        utc: settings.utc,
+        settings,
     };
     let reads = read_path(shared);
     match &statement.prepared {

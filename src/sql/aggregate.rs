@@ -298,9 +298,9 @@ pub fn rewrite_aggregate<'a>(
         let Some(N::ResTarget(t)) = target.node.as_mut() else {
             return None;
         };
-        let original = t.val.as_deref()?.clone();
         if t.name.is_empty() {
-            t.name = figure_name(&original);
+            let name = figure_name(t.val.as_deref()?);
+            t.name = name;
         }
         split.visit(t.val.as_deref_mut()?)?;
     }

@@ -95,12 +95,10 @@ pub struct BoundParams<'a> {
     pub binary: Vec<bool>,
     /// Per parameter: the type declared in Parse (0 or missing: inferred by the server).
     pub declared: Vec<u32>,
-    /// Text values are usable only when the session sends UTF-8 (or SQL_ASCII), the
-    /// encoding cold values are stored in.
-    pub utf8: bool,
-    /// Whether the session's TimeZone is UTC: timestamptz literals without an offset
-    /// then mean UTC.
-    pub utc: bool,
+    /// The session's settings: text values are usable only when it sends UTF-8 (or
+    /// SQL_ASCII), the encoding cold values are stored in; timestamptz literals without
+    /// an offset mean UTC when its TimeZone is UTC.
+    pub settings: Settings,
 }
 
 impl BoundParams<'_> {
@@ -139,7 +137,7 @@ impl BoundParams<'_> {
                 oid::UUID => column == ScalarType::Uuid,
                 _ => temporal.is_some(),
             };
-            return (usable && (self.utf8 || text.is_ascii()))
+            return (usable && (self.settings.utf8 || text.is_ascii()))
                 .then(|| Constant::Text(text.to_owned()));
         }
         if let Some(ty) = temporal {
@@ -184,7 +182,7 @@ impl BoundParams<'_> {
             }
             (oid::TEXT | oid::VARCHAR, _) if text_column => {
                 let text = std::str::from_utf8(value).ok()?;
-                (self.utf8 || text.is_ascii()).then(|| Constant::Text(text.to_owned()))
+                (self.settings.utf8 || text.is_ascii()).then(|| Constant::Text(text.to_owned()))
             }
             (oid::UUID, 16) if column == ScalarType::Uuid => Some(Constant::Text(
                 uuid::Uuid::from_slice(value).ok()?.hyphenated().to_string(),
@@ -198,13 +196,17 @@ impl BoundParams<'_> {
 mod tests {
     use super::*;
 
+    const UTF8: Settings = Settings {
+        utf8: true,
+        utc: false,
+    };
+
     fn one<'a>(value: &'a [u8], binary: bool, declared: u32) -> BoundParams<'a> {
         BoundParams {
             values: vec![Some(value)],
             binary: vec![binary],
             declared: vec![declared],
-            utf8: true,
-            utc: false,
+            settings: UTF8,
         }
     }
 
@@ -238,7 +240,7 @@ mod tests {
             Some(Constant::Text("é".into()))
         );
         let latin = BoundParams {
-            utf8: false,
+            settings: Settings::default(),
             ..one("é".as_bytes(), false, 0)
         };
         assert_eq!(latin.constant(1, ScalarType::Text(TextKind::Text)), None);
@@ -286,8 +288,7 @@ mod tests {
             values: vec![None],
             binary: vec![false],
             declared: vec![],
-            utf8: true,
-            utc: false,
+            settings: UTF8,
         };
         assert_eq!(p.constant(1, ScalarType::Int8), None);
         assert_eq!(p.constant(2, ScalarType::Int8), None);

@@ -362,7 +362,8 @@ pub fn to_prune(
         let ColdType::Scalar(scalar) = column.ty else {
             continue;
         };
-        let encode = |v: &Constant| encode(scalar, &resolve(v, scalar, params)?, params.utc);
+        let encode =
+            |v: &Constant| encode(scalar, &resolve(v, scalar, params)?, params.settings.utc);
         let attnum = column.attnum;
         let ranged = ranged(scalar);
         let predicate = match &p.comparison {
@@ -415,7 +416,7 @@ pub fn pinned_keys(
             .iter()
             .map(|v| {
                 let v = resolve(v, scalar, params)?;
-                encode(scalar, &v, params.utc)?;
+                encode(scalar, &v, params.settings.utc)?;
                 Some(match (scalar, v) {
                     (_, Constant::Int(i)) => serde_json::Value::from(i),
                     (ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8, Constant::Text(t)) => {
@@ -592,8 +593,10 @@ mod tests {
             values: vec![Some(&ten[..])],
             binary: vec![true],
             declared: vec![],
-            utf8: true,
-            utc: false,
+            settings: crate::sql::params::Settings {
+                utf8: true,
+                utc: false,
+            },
         };
         assert_eq!(
             to_prune(&got[..2], &columns, &params),

@@ -69,7 +69,7 @@ impl PreparedRead {
     pub fn cold_param_count(&self) -> usize {
         self.references
             .iter()
-            .map(|r| if r.aggregate.is_some() { 3 } else { 2 })
+            .map(PlannedReference::param_count)
             .sum()
     }
 
@@ -92,6 +92,18 @@ pub(super) struct PlannedReference {
     /// (`sql::aggregate`): its parameters are then the cold rows, the cold partials and
     /// the guard's plan, and each Bind fills one of the first two.
     pub(super) aggregate: Option<AggregatePlan>,
+}
+
+impl PlannedReference {
+    /// The parameters coldwire binds for it: cold rows (and cold partials, for an
+    /// aggregate), then the guard's plan.
+    pub(super) fn param_count(&self) -> usize {
+        if self.aggregate.is_some() {
+            3
+        } else {
+            2
+        }
+    }
 }
 
 /// The cold side of an aggregate reference for one execution.
@@ -123,11 +135,19 @@ fn key_bytes(text: &str, kind: KeyKind) -> Option<Vec<u8>> {
 pub(super) struct AggregatePlan {
     pub(super) group: Vec<usize>,
     pub(super) partials: Vec<Partial>,
-    pub(super) exact_where: bool,
-    pub(super) where_predicates: usize,
+    exact_where: bool,
+    where_predicates: usize,
     /// The key column's name and type.
     key: String,
     key_kind: KeyKind,
+}
+
+impl AggregatePlan {
+    /// Whether the cold engine evaluates the whole WHERE exactly with `predicates` (the
+    /// statement's conjuncts with one Bind's values): every conjunct became one.
+    pub(super) fn exact(&self, predicates: &[crate::segment::prune::Predicate]) -> bool {
+        self.exact_where && predicates.len() == self.where_predicates
+    }
 }
 
 /// Prepared writes by statement text and declared parameter count, with the registry
@@ -332,8 +352,9 @@ impl ReadPath {
                 // Partials when every conjunct is exact with these values, the session
                 // reads the current generation (a pinned snapshot may not see the
                 // mirror coldwire reads), and its encoding carries the text.
-                let exact = plan.exact_where && predicates.len() == plan.where_predicates;
-                partials = exact && !at.contains_key(&r.table_id) && params.utf8;
+                partials = plan.exact(&predicates)
+                    && !at.contains_key(&r.table_id)
+                    && params.settings.utf8;
                 // A retry (the guard saw the cold tier or the hot keys change) takes the
                 // rows when they fit: rows do not depend on which keys are hot, so cold
                 // writes that keep coming cannot starve it. So does a statement whose
@@ -374,7 +395,7 @@ impl ReadPath {
                 .increment(found.stats.bytes_read);
             metrics::counter!(crate::metrics::COLD_SEGMENTS_PRUNED_TOTAL)
                 .increment(found.stats.segments_pruned as u64);
-            if rows > 0 && !params.utf8 {
+            if rows > 0 && !params.settings.utf8 {
                 return Err(PlanError::Encoding);
             }
             let columns: Vec<ColdColumn> = cold
@@ -424,12 +445,8 @@ impl ReadPath {
         metrics::counter!(crate::metrics::COLD_SEGMENTS_PRUNED_TOTAL)
             .increment(stats.segments_pruned as u64);
         metrics::counter!(crate::metrics::COLD_BYTES_READ_TOTAL).increment(stats.bytes_read);
-        let mut empty = BytesMut::with_capacity(12);
-        empty.put_i32(0); // no dimensions
-        empty.put_i32(0); // no NULLs
-        empty.put_u32(r.row_type);
         Ok([
-            empty,
+            empty_array(r.row_type),
             jsonb(&serde_json::Value::Array(found.rows)),
             jsonb(&match &found.hot {
                 // No segment was ever written: nothing cold to leave out.
@@ -487,12 +504,8 @@ impl ReadPath {
             .references
             .iter()
             .flat_map(|r| {
-                let mut empty = BytesMut::with_capacity(12);
-                empty.put_i32(0); // no dimensions
-                empty.put_i32(0); // no NULLs
-                empty.put_u32(r.row_type);
                 let partials = r.aggregate.as_ref().map(|_| jsonb(&serde_json::json!([])));
-                std::iter::once(empty)
+                std::iter::once(empty_array(r.row_type))
                     .chain(partials)
                     .chain(std::iter::once(plan.clone()))
                     .collect::<Vec<_>>()
@@ -665,6 +678,15 @@ pub(super) fn highest_param(sql: &str) -> usize {
         })
         .max()
         .unwrap_or(0)
+}
+
+/// An empty array of element type `row_type`, in the binary array format: no cold rows.
+pub(super) fn empty_array(row_type: u32) -> BytesMut {
+    let mut empty = BytesMut::with_capacity(12);
+    empty.put_i32(0); // no dimensions
+    empty.put_i32(0); // no NULLs
+    empty.put_u32(row_type);
+    empty
 }
 
 /// `value` in jsonb's binary format (version byte 1, then the text).

@@ -94,8 +94,7 @@ impl ReadPath {
         candidates: &HashMap<i64, Vec<serde_json::Value>>,
     ) -> Plan {
         let params = BoundParams {
-            utf8: settings.utf8,
-            utc: settings.utc,
+            settings,
             ..BoundParams::none()
         };
         // Rehydrations go first, ahead of every statement of the string, while no
@@ -178,7 +177,7 @@ impl ReadPath {
             let cold = self.catalog.cold_table(r.table_id, true).await?;
             let predicates = to_prune(&r.predicates, &cold.columns, &BoundParams::none());
             let conditions: Vec<String> = r.predicates.iter().map(ToString::to_string).collect();
-            let count = if r.aggregate.is_some() { 3 } else { 2 };
+            let count = r.param_count();
             let numbers: Vec<String> = (param + 1..=param + count)
                 .map(|n| format!("${n}"))
                 .collect();
@@ -192,8 +191,7 @@ impl ReadPath {
                 cold.generation
             );
             if let Some(plan) = &r.aggregate {
-                let exact = plan.exact_where && predicates.len() == plan.where_predicates;
-                if exact {
+                if plan.exact(&predicates) {
                     let found = self.partials(r, plan, cold.clone(), predicates).await?;
                     let (groups, st) = (found.rows.len(), found.stats);
                     let _ = writeln!(
@@ -264,8 +262,7 @@ impl ReadPath {
         binary_results: bool,
     ) -> Plan {
         let params = BoundParams {
-            utf8: settings.utf8,
-            utc: settings.utc,
+            settings,
             ..BoundParams::none()
         };
         match self.cold_params(prepared, &params, at, fresh).await {

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 
 use super::path::{highest_param, jsonb, ReadPath, STATEMENT_CACHE_ENTRIES};
 use crate::cold::scan::{scan, ScanError};
@@ -71,7 +71,7 @@ impl PreparedWrite {
     fn execute_params<'a>(&'a self, params: &BoundParams<'a>) -> Option<BoundParams<'a>> {
         let (args, types) = self.execute.as_ref()?;
         let mut out = BoundParams {
-            utf8: params.utf8,
+            settings: params.settings,
             ..BoundParams::none()
         };
         for (i, arg) in args.iter().enumerate() {
@@ -246,7 +246,7 @@ impl ReadPath {
     ) -> Result<Option<OwnCall>, PlanError> {
         let executed = write.execute_params(params);
         let params = executed.as_ref().unwrap_or(params);
-        let mark = mark_params(&write.statement, params.utf8, append);
+        let mark = mark_params(&write.statement, params.settings.utf8, append);
         let candidates = candidates
             .get(&write.table_id)
             .map_or(&[][..], Vec::as_slice);
@@ -319,7 +319,7 @@ impl ReadPath {
         if seen.len() > self.max_rehydrate_rows {
             return Err(too_many());
         }
-        if !seen.is_empty() && !params.utf8 {
+        if !seen.is_empty() && !params.settings.utf8 {
             return Err(PlanError::Encoding);
         }
         let columns: Vec<ColdColumn> = cold
@@ -339,16 +339,15 @@ impl ReadPath {
             arrow::compute::concat_batches(&schema, &batches)
                 .map_err(|e| PlanError::Catalog(e.to_string()))?
         };
-        let mut array = BytesMut::new();
-        if rows.num_rows() == 0 {
+        let array = if rows.num_rows() == 0 {
             // An empty array of the row type (no scan ran, so no columns to check).
-            array.put_i32(0);
-            array.put_i32(0);
-            array.put_u32(write.row_type);
+            super::path::empty_array(write.row_type)
         } else {
+            let mut array = BytesMut::new();
             encode_record_array(&columns, write.row_type, &rows, &mut array)
                 .map_err(|e| PlanError::Catalog(e.to_string()))?;
-        }
+            array
+        };
         metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "write").increment(1);
         metrics::counter!(crate::metrics::ROWS_REHYDRATED_TOTAL).increment(seen.len() as u64);
         tracing::debug!(table = %write.table_name, rows = seen.len(), "cold rows to rehydrate");
