@@ -1,0 +1,370 @@
+//! Aggregate pushdown (DESIGN §6.5), as a pure function of the parse tree: a query that
+//! aggregates one tiered table is rewritten so that Postgres aggregates partials, not
+//! rows. The table becomes a derived table of partial rows from three branches:
+//!
+//! ```sql
+//! (WITH _cw_guard AS MATERIALIZED (SELECT coldwire.guard(<id>, <plan, or stale>, <name>) AS ok)
+//!  SELECT <group cols>, <partials> FROM ONLY s.t AS a WHERE (SELECT ok FROM _cw_guard) AND (<where>) GROUP BY <group cols>
+//!  UNION ALL
+//!  SELECT <group cols>, <partials> FROM unnest($r::s.t[]) AS a
+//!   WHERE (SELECT ok FROM _cw_guard) AND NOT EXISTS (<mirror has the key>) AND NOT EXISTS (<heap has the key>)
+//!     AND (<where>) GROUP BY <group cols>
+//!  UNION ALL
+//!  SELECT * FROM jsonb_to_recordset($j::jsonb) AS _cw_c(<group cols>, <partials>)
+//!  WHERE (SELECT ok FROM _cw_guard)) AS a
+//! ```
+//!
+//! and every aggregate of the client's target list, HAVING and ORDER BY becomes the
+//! aggregate that combines its partials (`count(*)` → `coalesce(sum(_cw_p0), 0)::int8`,
+//! `avg(x)` → `sum(_cw_p1) / sum(_cw_p2)`, …), so result types, NULL and empty-input
+//! rules, HAVING, ORDER BY and collation stay Postgres's. At each execution coldwire fills
+//! exactly one of the two cold branches: the partials that the cold engine computed
+//! (when every WHERE conjunct can be evaluated exactly on cold rows, §6.5), or, as any
+//! other read does, the cold rows that may match (Postgres applies the WHERE and
+//! aggregates them).
+//!
+//! Cold partials exclude the keys whose authoritative version is hot: the keys of the
+//! mirror inside the range of keys that segments hold (`bounds_<id>`), read when the
+//! partials are planned. The guard's plan then carries that set, and the statement
+//! checks it against the mirror in its own snapshot: when they differ (a cold row was
+//! written in between), the plan is stale and the guard raises the retryable condition.
+//!
+//! What qualifies: one SELECT (no WITH, set operation, DISTINCT, window, locking or
+//! subquery), FROM exactly one tiered table with a single-column integer, text or
+//! uuid key, GROUP BY plain columns, and aggregates from [`AggregateKind`] over plain columns (no DISTINCT,
+//! FILTER or ORDER BY inside), outside them only group columns, constants, parameters and
+//! a few scalar functions. Everything else takes the row path.
+
+mod conditions;
+mod derived;
+mod split;
+#[cfg(test)]
+mod tests;
+
+use pg_query::protobuf::{node::Node as N, SelectStmt, SetOperation};
+
+use super::rewrite::{dollar_quoted, TieredTable};
+use crate::values::{ColdType, ScalarType, TextKind};
+use split::{figure_name, Split};
+
+/// What a partial computes on cold rows (and hot ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartialKind {
+    /// `count(*)`: int8.
+    CountStar,
+    /// `count(x)`: int8.
+    Count,
+    /// `sum(x)` of an int2 or int4 column: int8.
+    SumInt,
+    /// `sum(x)` of an int8 column, or of any integer for `avg`: numeric.
+    SumNumeric,
+    /// `sum(x)` of a float8 column: float8.
+    SumFloat,
+    Min,
+    Max,
+    BoolAnd,
+    BoolOr,
+}
+
+/// One partial: what, over which column (a position in the table's columns), and its
+/// type as the derived table declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partial {
+    pub kind: PartialKind,
+    pub column: Option<usize>,
+    pub sql_type: String,
+}
+
+/// The client's aggregate functions coldwire splits into partials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggregateKind {
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+    BoolAnd,
+    BoolOr,
+}
+
+impl AggregateKind {
+    fn named(name: &str) -> Option<Self> {
+        Some(match name {
+            "count" => Self::Count,
+            "sum" => Self::Sum,
+            "avg" => Self::Avg,
+            "min" => Self::Min,
+            "max" => Self::Max,
+            "bool_and" | "every" => Self::BoolAnd,
+            "bool_or" => Self::BoolOr,
+            _ => return None,
+        })
+    }
+}
+
+/// The type of a table's single key column, as the mirror's keys are read and compared:
+/// sent as text, listed in one order (text in byte order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Int,
+    Text,
+    Uuid,
+}
+
+impl KeyKind {
+    /// The type a key's text is cast back to.
+    pub fn sql_type(self) -> &'static str {
+        match self {
+            KeyKind::Int => "int8",
+            KeyKind::Text => "text",
+            KeyKind::Uuid => "uuid",
+        }
+    }
+
+    /// What makes an ORDER BY of the key one order that the plan and the statement
+    /// both follow (byte order for text). The range itself is compared as `bounds_<id>`
+    /// was computed: in the column's own collation.
+    pub fn order(self) -> &'static str {
+        match self {
+            KeyKind::Text => " COLLATE \"C\"",
+            KeyKind::Int | KeyKind::Uuid => "",
+        }
+    }
+}
+
+/// A rewritten aggregate statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregateRewrite {
+    pub sql: String,
+    pub table_id: i64,
+    /// The table reference's location and qualifier, for [`super::predicates::extract`].
+    pub location: i32,
+    pub name: String,
+    /// Positions in the table's columns of the GROUP BY columns.
+    pub group: Vec<usize>,
+    pub partials: Vec<Partial>,
+    /// Whether the statement's WHERE is a conjunction the cold engine may evaluate
+    /// exactly (each conjunct one predicate of [`super::predicates`] on a column whose
+    /// comparison it computes as Postgres does); the Bind values decide the rest.
+    pub exact_where: bool,
+    /// The number of predicates the WHERE gives when it is exact.
+    pub where_predicates: usize,
+    /// The key column's type.
+    pub key_kind: KeyKind,
+    /// `$param`: the cold rows (row path); `$param + 1`: the cold partials (jsonb);
+    /// `$param + 2`: the guard's plan (jsonb).
+    pub param: usize,
+}
+
+/// The table as the rewrite needs it: names, keys, and per column its type as
+/// `format_type` writes it and how it is stored cold.
+pub struct AggregateTable<'a> {
+    pub table: &'a TieredTable,
+    pub types: &'a [(String, Option<ColdType>)],
+}
+
+/// The aggregate rewrite of `parsed` (the text's parse tree), with coldwire's parameters
+/// numbered after `client_params`; `None` when the statement does not qualify.
+pub fn rewrite_aggregate<'a>(
+    parsed: &pg_query::ParseResult,
+    client_params: usize,
+    resolve: impl Fn(Option<&str>, &str) -> Option<AggregateTable<'a>>,
+) -> Option<AggregateRewrite> {
+    let select = single_select(parsed)?;
+    let source = Source::of(select, resolve)?;
+    let group = source.group_columns(select)?;
+    let (outer, partials) = source.split(select, &group)?;
+
+    // WHERE: exact when every conjunct is one predicate the cold engine evaluates as
+    // Postgres does.
+    let (exact_where, where_predicates, where_text) = match select.where_clause.as_deref() {
+        None => (true, 0, String::new()),
+        Some(w) => {
+            let exact = conditions::exact_conjuncts(w, &source.alias, source.table, source.types);
+            let text = format!(" AND ({})", derived::deparse_expr(parsed, w)?);
+            (exact.is_some(), exact.unwrap_or(0), text)
+        }
+    };
+
+    let param = client_params + 1;
+    let derived = derived::derived_table(&source, &group, &partials, &where_text, param)?;
+    let sql = derived::around(parsed, outer, &source.alias, &derived)?;
+    Some(AggregateRewrite {
+        sql,
+        table_id: source.table.table_id,
+        location: source.location,
+        name: source.alias,
+        group,
+        partials,
+        exact_where,
+        where_predicates,
+        key_kind: source.key_kind,
+        param,
+    })
+}
+
+/// The statement's one SELECT, when it is of a form the rewrite keeps its meaning for (no
+/// subquery, WITH, set operation, DISTINCT, INTO, window, locking or VALUES).
+fn single_select(parsed: &pg_query::ParseResult) -> Option<&SelectStmt> {
+    let [raw] = parsed.protobuf.stmts.as_slice() else {
+        return None;
+    };
+    if conditions::has_sublink(parsed) {
+        return None;
+    }
+    let Some(N::SelectStmt(select)) = raw.stmt.as_ref()?.node.as_ref() else {
+        return None;
+    };
+    let select: &SelectStmt = select;
+    if select.with_clause.is_some()
+        || select.op != SetOperation::SetopNone as i32
+        || !select.distinct_clause.is_empty()
+        || select.into_clause.is_some()
+        || !select.window_clause.is_empty()
+        || !select.locking_clause.is_empty()
+        || !select.values_lists.is_empty()
+        || select.group_distinct
+    {
+        return None;
+    }
+    Some(select)
+}
+
+/// The one tiered table the SELECT reads, as the rewrite needs it.
+struct Source<'a> {
+    /// The table reference's location in the text.
+    location: i32,
+    table: &'a TieredTable,
+    types: &'a [(String, Option<ColdType>)],
+    key: &'a str,
+    key_kind: KeyKind,
+    /// The name the query refers to the table by.
+    alias: String,
+    /// The table's name as the client wrote it, for the guard's refusal message (`NULL`
+    /// when schema-qualified).
+    written: String,
+}
+
+impl<'a> Source<'a> {
+    /// The FROM item: exactly one tiered table, guarded, whose key is a single column of
+    /// a type whose text and order coldwire and Postgres agree on.
+    fn of(
+        select: &SelectStmt,
+        resolve: impl Fn(Option<&str>, &str) -> Option<AggregateTable<'a>>,
+    ) -> Option<Self> {
+        let [from] = select.from_clause.as_slice() else {
+            return None;
+        };
+        let Some(N::RangeVar(range)) = from.node.as_ref() else {
+            return None;
+        };
+        if !range.inh || !range.catalogname.is_empty() {
+            return None;
+        }
+        let schema = (!range.schemaname.is_empty()).then_some(range.schemaname.as_str());
+        let found = resolve(schema, &range.relname)?;
+        let table = found.table;
+        if !table.guarded || table.columns.len() != found.types.len() {
+            return None;
+        }
+        let [key] = table.pk.as_slice() else {
+            return None;
+        };
+        let key_position = table.columns.iter().position(|c| c == key)?;
+        let key_kind = match found.types[key_position].1 {
+            Some(ColdType::Scalar(ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8)) => {
+                KeyKind::Int
+            }
+            Some(ColdType::Scalar(ScalarType::Text(TextKind::Text | TextKind::Varchar))) => {
+                KeyKind::Text
+            }
+            Some(ColdType::Scalar(ScalarType::Uuid)) => KeyKind::Uuid,
+            _ => return None,
+        };
+        let alias = match &range.alias {
+            Some(a) if !a.colnames.is_empty() => return None,
+            Some(a) => a.aliasname.clone(),
+            None => table.name.clone(),
+        };
+        let written = if schema.is_some() {
+            "NULL".to_owned()
+        } else {
+            dollar_quoted(&range.relname)
+        };
+        Some(Source {
+            location: range.location,
+            table,
+            types: found.types,
+            key,
+            key_kind,
+            alias,
+            written,
+        })
+    }
+
+    fn column(&self, name: &str) -> Option<usize> {
+        self.table.columns.iter().position(|c| c == name)
+    }
+
+    /// GROUP BY: plain columns of the table, by name, output-column name or ordinal, of
+    /// types that group by their bytes.
+    fn group_columns(&self, select: &SelectStmt) -> Option<Vec<usize>> {
+        let mut group = Vec::new();
+        for g in &select.group_clause {
+            let position =
+                conditions::group_column(g, select, &self.alias, &|name| self.column(name))?;
+            if !matches!(self.types[position].1, Some(ColdType::Scalar(s)) if conditions::groupable(s))
+            {
+                return None;
+            }
+            if !group.contains(&position) {
+                group.push(position);
+            }
+        }
+        Some(group)
+    }
+
+    /// The outer query, its aggregates (target list, HAVING, ORDER BY) replaced by their
+    /// combinations, and the partials they need.
+    fn split(&self, select: &SelectStmt, group: &[usize]) -> Option<(SelectStmt, Vec<Partial>)> {
+        let mut outer = select.clone();
+        let mut split = Split {
+            alias: &self.alias,
+            table: self.table,
+            types: self.types,
+            group,
+            partials: Vec::new(),
+            aggregates: 0,
+        };
+        for target in &mut outer.target_list {
+            let Some(N::ResTarget(t)) = target.node.as_mut() else {
+                return None;
+            };
+            if t.name.is_empty() {
+                t.name = figure_name(t.val.as_deref()?);
+            }
+            split.visit(t.val.as_deref_mut()?)?;
+        }
+        if let Some(having) = outer.having_clause.as_deref_mut() {
+            split.visit(having)?;
+        }
+        for sort in &mut outer.sort_clause {
+            let Some(N::SortBy(s)) = sort.node.as_mut() else {
+                return None;
+            };
+            split.visit(s.node.as_deref_mut()?)?;
+        }
+        for limit in [outer.limit_count.as_deref(), outer.limit_offset.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            if !conditions::constant_only(limit) {
+                return None;
+            }
+        }
+        if split.aggregates == 0 && group.is_empty() {
+            return None;
+        }
+        Some((outer, split.partials))
+    }
+}

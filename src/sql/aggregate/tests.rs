@@ -1,0 +1,120 @@
+use super::*;
+
+fn events() -> (TieredTable, Vec<(String, Option<ColdType>)>) {
+    let table = TieredTable {
+        table_id: 7,
+        schema: "public".into(),
+        name: "events".into(),
+        columns: vec![
+            "id".into(),
+            "tenant".into(),
+            "amount".into(),
+            "note".into(),
+            "ok".into(),
+        ],
+        pk: vec!["id".into()],
+        guarded: true,
+    };
+    let types = vec![
+        ("bigint".into(), Some(ColdType::Scalar(ScalarType::Int8))),
+        ("integer".into(), Some(ColdType::Scalar(ScalarType::Int4))),
+        (
+            "double precision".into(),
+            Some(ColdType::Scalar(ScalarType::Float8)),
+        ),
+        (
+            "text".into(),
+            Some(ColdType::Scalar(ScalarType::Text(TextKind::Text))),
+        ),
+        ("boolean".into(), Some(ColdType::Scalar(ScalarType::Bool))),
+    ];
+    (table, types)
+}
+
+fn plan(sql: &str) -> Option<AggregateRewrite> {
+    let (table, types) = events();
+    let parsed = pg_query::parse(sql, 0).unwrap();
+    rewrite_aggregate(&parsed, 0, |_, name| {
+        (name == "events").then_some(AggregateTable {
+            table: &table,
+            types: &types,
+        })
+    })
+}
+
+#[test]
+fn splits_the_common_aggregates() {
+    let r = plan("SELECT tenant, count(*), sum(amount), avg(id) FROM events WHERE id > 5 GROUP BY tenant HAVING count(*) > 1 ORDER BY 2 DESC LIMIT 3").unwrap();
+    let kinds: Vec<PartialKind> = r.partials.iter().map(|p| p.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            PartialKind::CountStar,
+            PartialKind::SumFloat,
+            PartialKind::SumNumeric,
+            PartialKind::Count
+        ]
+    );
+    assert_eq!(r.group, [1]);
+    assert!(r.exact_where);
+    assert_eq!(r.where_predicates, 1);
+    assert!(
+        r.sql.contains("COALESCE(sum(_cw_p0), 0)::int8 AS count"),
+        "{}",
+        r.sql
+    );
+    assert!(
+        r.sql.contains("HAVING COALESCE(sum(_cw_p0), 0)::int8 > 1"),
+        "{}",
+        r.sql
+    );
+    assert!(
+        r.sql.contains("sum(_cw_p2) / sum(_cw_p3) AS avg"),
+        "{}",
+        r.sql
+    );
+    assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+}
+
+#[test]
+fn group_by_ordinals_and_output_names_resolve_to_columns() {
+    for sql in [
+        "SELECT tenant, count(*) FROM events GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 3",
+        "SELECT tenant AS t, count(*) FROM events GROUP BY t",
+        "SELECT events.tenant, sum(amount) FROM events GROUP BY events.tenant",
+    ] {
+        let r = plan(sql).unwrap_or_else(|| panic!("{sql}"));
+        assert_eq!(r.group, [1], "{sql}");
+    }
+}
+
+#[test]
+fn leaves_what_it_cannot_split() {
+    for sql in [
+        "SELECT count(DISTINCT tenant) FROM events",
+        "SELECT string_agg(note, ',') FROM events",
+        "SELECT min(note) FROM events",
+        "SELECT id, count(*) FROM events GROUP BY tenant",
+        "SELECT tenant + 1, count(*) FROM events GROUP BY 1",
+        "SELECT count(*) FROM events GROUP BY 2",
+        "SELECT count(*) FROM events e JOIN other o ON o.id = e.id",
+        "SELECT count(*) FROM events WHERE id IN (SELECT 1)",
+        "SELECT count(*) OVER () FROM events",
+        "SELECT count(*) FILTER (WHERE ok) FROM events",
+        "SELECT * FROM events",
+        "SELECT my_agg(tenant) FROM events GROUP BY tenant",
+    ] {
+        assert!(plan(sql).is_none(), "{sql}");
+    }
+}
+
+#[test]
+fn a_where_the_cold_side_cannot_compute_is_not_exact() {
+    let r = plan("SELECT count(*) FROM events WHERE note LIKE 'a%'").unwrap();
+    assert!(!r.exact_where);
+    let r = plan("SELECT count(*) FROM events WHERE note = 'a' AND id BETWEEN 1 AND 9").unwrap();
+    assert!(r.exact_where);
+    assert_eq!(r.where_predicates, 3);
+    let r = plan("SELECT count(*) FROM events WHERE amount > 1").unwrap();
+    assert!(!r.exact_where);
+}
