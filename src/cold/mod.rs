@@ -3,4 +3,5 @@
 //! facts as values and reads segments through [`crate::segment`] and [`crate::store`].
 
 pub mod engine;
+mod lookup;
 pub mod scan;

@@ -15,16 +15,13 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::{filter_record_batch, interleave};
-use arrow::datatypes::{DataType, Int16Type, Int64Type, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Int16Type, Int64Type, SchemaRef};
 use futures_util::{pin_mut, TryStreamExt};
-use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
-};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
-use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::ParquetMetaData;
-use parquet::file::page_index::column_index::ColumnIndexMetaData;
 
+use super::lookup::{bloom_filtered, page_selection};
 use crate::catalog::segments::ColdStateError;
 pub use crate::catalog::segments::ColdTable;
 use crate::segment::file::{footer, SegmentFile, SegmentReadError};
@@ -33,12 +30,6 @@ use crate::segment::prune::Predicate;
 use crate::store::ColdStore;
 use crate::values::ordered::{self, Cell};
 use crate::values::{arrow_schema, ColdColumn, ColdType, ScalarType};
-
-/// Bloom filters of pk columns kept in memory, by (segment path, row group, leaf column);
-/// segments are immutable. The cache starts over when full (a filter is ~100 KiB).
-static BLOOMS: std::sync::Mutex<Option<BloomCache>> = std::sync::Mutex::new(None);
-type BloomCache = HashMap<(String, usize, usize), Option<Arc<Sbbf>>>;
-const BLOOM_CACHE_ENTRIES: usize = 2048;
 
 /// Rows per decoded batch while scanning.
 const SCAN_BATCH_ROWS: usize = 8192;
@@ -444,189 +435,5 @@ impl<'a> LiveRows<'a> {
                 return Ok(Some(live));
             }
         }
-    }
-}
-
-/// Rows of `groups` (in order) on pages of the first pk column whose page statistics may
-/// satisfy every predicate on it, when the segment has a page index and the column is an
-/// integer: a lookup then reads and decodes only those pages of every column. `None` when
-/// nothing can be narrowed.
-fn page_selection(
-    metadata: &ParquetMetaData,
-    table: &ColdTable,
-    predicates: &[Predicate],
-    groups: &[usize],
-) -> Option<RowSelection> {
-    let column = &table.columns[*table.pk_positions.first()?];
-    let on_pk: Vec<&Predicate> = predicates
-        .iter()
-        .filter(|p| p.attnum() == column.attnum)
-        .collect();
-    if on_pk.is_empty() {
-        return None;
-    }
-    let leaf = metadata
-        .file_metadata()
-        .schema_descr()
-        .columns()
-        .iter()
-        .position(|c| c.path().parts() == [column.name.clone()])?;
-    let (column_index, offset_index) = (metadata.column_index()?, metadata.offset_index()?);
-    let mut selectors = Vec::new();
-    let mut narrowed = false;
-    for &g in groups {
-        let rows = usize::try_from(metadata.row_group(g).num_rows()).ok()?;
-        let pages = &offset_index.get(g)?.get(leaf)?.page_locations;
-        let bounds = page_bounds(column_index.get(g)?.get(leaf)?, pages.len())?;
-        for (i, page) in pages.iter().enumerate() {
-            let first = usize::try_from(page.first_row_index).ok()?;
-            let end = match pages.get(i + 1) {
-                Some(next) => usize::try_from(next.first_row_index).ok()?,
-                None => rows,
-            };
-            let keep = match bounds[i] {
-                Some((min, max)) => on_pk.iter().all(|p| {
-                    p.may_match(&crate::segment::prune::RangeStats {
-                        rows: (end - first) as i64,
-                        nulls: 0,
-                        unordered: 0,
-                        min: Some(&min),
-                        max: Some(&max),
-                    })
-                }),
-                None => true,
-            };
-            narrowed |= !keep;
-            selectors.push(if keep {
-                RowSelector::select(end - first)
-            } else {
-                RowSelector::skip(end - first)
-            });
-        }
-    }
-    narrowed.then(|| RowSelection::from(selectors))
-}
-
-/// A page's minimum and maximum in the order-preserving encoding.
-type PageBounds = ([u8; 8], [u8; 8]);
-
-/// Per page of an integer column's index: its bounds in the order-preserving encoding
-/// (`None`: unknown).
-fn page_bounds(index: &ColumnIndexMetaData, pages: usize) -> Option<Vec<Option<PageBounds>>> {
-    let bound = |min: Option<i64>, max: Option<i64>| Some((ordered::int(min?), ordered::int(max?)));
-    let out: Vec<_> = match index {
-        ColumnIndexMetaData::INT64(ix) => (0..pages)
-            .map(|i| bound(ix.min_value(i).copied(), ix.max_value(i).copied()))
-            .collect(),
-        ColumnIndexMetaData::INT32(ix) => (0..pages)
-            .map(|i| {
-                bound(
-                    ix.min_value(i).map(|v| i64::from(*v)),
-                    ix.max_value(i).map(|v| i64::from(*v)),
-                )
-            })
-            .collect(),
-        _ => return None,
-    };
-    (out.len() == pages).then_some(out)
-}
-
-/// Drops row groups whose pk bloom filter rules out every value an equality predicate on
-/// a pk column asks for.
-async fn bloom_filtered(
-    builder: &mut ParquetRecordBatchStreamBuilder<SegmentFile>,
-    path: &str,
-    table: &ColdTable,
-    predicates: &[Predicate],
-    groups: Vec<usize>,
-) -> Result<Vec<usize>, ScanError> {
-    let mut lookups: Vec<(usize, Vec<&[u8]>, DataType)> = Vec::new();
-    for p in predicates {
-        let values: Vec<&[u8]> = match p {
-            Predicate::Eq(_, v) => vec![v.as_slice()],
-            Predicate::In(_, vs) => vs.iter().map(Vec::as_slice).collect(),
-            _ => continue,
-        };
-        let Some(position) = table
-            .pk_positions
-            .iter()
-            .copied()
-            .find(|&c| table.columns[c].attnum == p.attnum())
-        else {
-            continue;
-        };
-        let Ok(leaf) = builder
-            .parquet_schema()
-            .columns()
-            .iter()
-            .position(|c| c.path().parts() == [table.columns[position].name.clone()])
-            .ok_or(())
-        else {
-            continue;
-        };
-        let field = builder.schema().field(position).data_type().clone();
-        lookups.push((leaf, values, field));
-    }
-    if lookups.is_empty() {
-        return Ok(groups);
-    }
-    let mut out = Vec::new();
-    for g in groups {
-        let mut possible = true;
-        for (leaf, values, data_type) in &lookups {
-            let key = (path.to_owned(), g, *leaf);
-            let cached = BLOOMS
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .as_ref()
-                .and_then(|m| m.get(&key).cloned());
-            let bloom = match cached {
-                Some(b) => b,
-                None => {
-                    let b = builder
-                        .get_row_group_column_bloom_filter(g, *leaf)
-                        .await?
-                        .map(Arc::new);
-                    let mut cache = BLOOMS
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let cache = cache.get_or_insert_with(HashMap::new);
-                    if cache.len() >= BLOOM_CACHE_ENTRIES {
-                        cache.clear();
-                    }
-                    cache.insert(key, b.clone());
-                    b
-                }
-            };
-            if let Some(bloom) = bloom {
-                possible &= values
-                    .iter()
-                    .any(|v| bloom_may_contain(&bloom, data_type, v));
-            }
-        }
-        if possible {
-            out.push(g);
-        }
-    }
-    Ok(out)
-}
-
-/// Whether `bloom` may hold the value whose order-preserving encoding is `encoded`, hashed
-/// as the Parquet writer hashed the column's physical values.
-fn bloom_may_contain(bloom: &Sbbf, data_type: &DataType, encoded: &[u8]) -> bool {
-    let int = || {
-        <[u8; 8]>::try_from(encoded)
-            .ok()
-            .map(|b| (u64::from_be_bytes(b) ^ (1 << 63)) as i64)
-    };
-    match data_type {
-        DataType::Int16 | DataType::Int32 | DataType::Date32 => int()
-            .and_then(|v| i32::try_from(v).ok())
-            .is_none_or(|v| bloom.check(&v)),
-        DataType::Int64
-        | DataType::Time64(TimeUnit::Microsecond)
-        | DataType::Timestamp(TimeUnit::Microsecond, _) => int().is_none_or(|v| bloom.check(&v)),
-        DataType::Utf8 | DataType::Binary | DataType::FixedSizeBinary(_) => bloom.check(encoded),
-        _ => true,
     }
 }

@@ -9,9 +9,11 @@ mod handshake;
 mod protocol;
 pub mod reads;
 mod relay;
+mod retry;
 mod rewritten;
 mod run;
 mod shared;
+mod sql_prepared;
 mod state;
 pub mod upstream;
 

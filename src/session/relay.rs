@@ -12,6 +12,7 @@ use tokio::sync::{Mutex as AsyncMutex, Notify};
 use super::answer::{answer_admin, wait_until_answered};
 use super::protocol::{self, ClientAction, ClientSide, ServerAction, UPSTREAM_INSPECTED};
 use super::reads::Plan;
+use super::retry::{retry, MAX_READ_RETRIES};
 use super::rewritten::{self, QueryRead, Stop};
 use super::shared::Shared;
 use super::state::{CopyOut, OwnPrefix, Phase, Retry, RewrittenGroup, SessionState};
@@ -19,7 +20,6 @@ use super::upstream::Io;
 use super::{SessionContext, SessionError};
 use crate::metrics::BYTES_RELAYED_TOTAL;
 use crate::wire::cancel::CancelRegistration;
-use crate::wire::extended as ext;
 use crate::wire::messages as msg;
 use crate::wire::startup::CancelKey;
 use crate::wire::{FrameScanner, WireError};
@@ -93,9 +93,6 @@ impl Direction {
     }
 }
 
-/// Retries of one statement after guard failures before the failure reaches the client.
-const MAX_READ_RETRIES: u8 = 10;
-
 /// Relays a session until either side ends it. On the way out, tells the client why (if
 /// its stream is at a message boundary) and Postgres that we are leaving.
 ///
@@ -159,11 +156,11 @@ pub async fn relay(
 }
 
 /// The client direction: what it forwards, what it plans first, what it answers itself.
-struct ClientDirection<'s, 'a> {
+pub(super) struct ClientDirection<'s, 'a> {
     tx: &'s mut WriteHalf<Box<dyn Io>>,
     dir: &'s mut Direction,
-    shared: &'s Shared<'a>,
-    retries: &'s mut tokio::sync::mpsc::UnboundedReceiver<(RewrittenGroup, u8)>,
+    pub(super) shared: &'s Shared<'a>,
+    pub(super) retries: &'s mut tokio::sync::mpsc::UnboundedReceiver<(RewrittenGroup, u8)>,
     bytes: metrics::Counter,
 }
 
@@ -303,114 +300,11 @@ impl ClientDirection<'_, '_> {
             .map_err(SessionError::UpstreamIo)
     }
 
-    /// Sends the retry of a group whose guard failed unseen. In autocommit the retry runs
-    /// holding its tables' locks shared (as reads in transaction blocks do), taken before
-    /// it is planned and given back after it, so flushes cannot finalize under it again:
-    /// however long it takes to plan, it is not refused with 40001 a second time.
-    async fn run_retry(&mut self, group: RewrittenGroup, attempt: u8) -> Result<(), SessionError> {
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retry_pending = false;
-        let held = self.hold_tables(group.retry.as_ref()).await?;
-        let sent = self.send_retry(group, attempt).await;
-        if !held.is_empty() {
-            let (reply, _) = tokio::sync::oneshot::channel();
-            self.shared.locked().own_group_sent(reply);
-            self.write_now(&mut super::reads::table_lock_frames(&held, false))
-                .await?;
-        }
-        sent
-    }
-
-    /// Takes the session-level shared locks of the tables `retry` reads or writes, when
-    /// the session is in autocommit with nothing outstanding; the tables held (none when
-    /// the lock could not be taken: the retry then runs as any other).
-    async fn hold_tables(&mut self, retry: Option<&Retry>) -> Result<Vec<i64>, SessionError> {
-        {
-            let state = self.shared.locked();
-            // A write retried to bring back keys that may be cold may need another round
-            // (DESIGN §7), which the release sent behind it would rule out: it holds nothing.
-            if state.phase != Phase::Idle
-                || state.outstanding_syncs() != 0
-                || !state.write_candidates.is_empty()
-            {
-                return Ok(Vec::new());
-            }
-        }
-        let mut tables = match retry {
-            Some(Retry::Query(query)) => match rewritten::prepare_query(query, self.shared).await {
-                Ok(Some(read)) => read.table_ids(),
-                _ => Vec::new(),
-            },
-            Some(Retry::Bind { bind, .. }) => rewritten::bound_tables(bind, self.shared),
-            None => Vec::new(),
-        };
-        tables.sort_unstable();
-        tables.dedup();
-        if tables.is_empty() {
-            return Ok(tables);
-        }
-        let (reply, result) = tokio::sync::oneshot::channel();
-        self.shared.locked().own_group_sent(reply);
-        self.write_now(&mut super::reads::table_lock_frames(&tables, true))
-            .await?;
-        match result.await {
-            Ok(Ok(_)) => Ok(tables),
-            Ok(Err(error)) => {
-                tracing::warn!(code = %error.code, message = %error.message, "holding the tables of a retried read failed");
-                Ok(Vec::new())
-            }
-            Err(_) => Ok(Vec::new()),
-        }
-    }
-
-    /// Plans and sends a group again.
-    async fn send_retry(&mut self, group: RewrittenGroup, attempt: u8) -> Result<(), SessionError> {
-        match group.retry {
-            Some(Retry::Query(query)) => {
-                self.run_read(query, attempt, group.client_row_descriptions, false)
-                    .await
-            }
-            Some(Retry::Bind { bind, execute }) => {
-                let bound = rewritten::bind(&bind, &HashMap::new(), true, self.shared).await?;
-                let own = bound
-                    .own_completions
-                    .map(|left| OwnPrefix { before: 0, left })
-                    .into_iter()
-                    .collect();
-                let mut out = bound.frames;
-                out.extend_from_slice(&execute);
-                out.extend_from_slice(&ext::empty(msg::SYNC));
-                let retry = (attempt < MAX_READ_RETRIES).then_some(Retry::Bind { bind, execute });
-                let bind_seen = group.drop_bind_complete || group.bind_completed;
-                {
-                    let mut state = self
-                        .shared
-                        .state
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    state.quiet_since_sync = true;
-                    state.rewritten_group_sent(RewrittenGroup {
-                        retry,
-                        attempt,
-                        drop_bind_complete: bind_seen,
-                        own,
-                        ..RewrittenGroup::default()
-                    });
-                }
-                self.write_now(&mut out).await
-            }
-            None => Ok(()),
-        }
-    }
-
     /// Plans a simple Query over tiered tables and sends what the plan says: the Query
     /// unchanged, coldwire's rewritten statement in its place, or coldwire's error.
     /// `boundary`: nothing of an extended-protocol group went upstream before it;
     /// `skip_row_descriptions`: the client has that many from failed attempts.
-    async fn run_read(
+    pub(super) async fn run_read(
         &mut self,
         query: BytesMut,
         attempt: u8,
@@ -555,7 +449,7 @@ impl ClientDirection<'_, '_> {
     }
 
     /// Writes coldwire's own frames upstream at once (the caller has done the bookkeeping).
-    async fn write_now(&mut self, out: &mut BytesMut) -> Result<(), SessionError> {
+    pub(super) async fn write_now(&mut self, out: &mut BytesMut) -> Result<(), SessionError> {
         self.bytes.increment(out.len() as u64);
         self.dir
             .write(self.tx, out)
@@ -649,15 +543,4 @@ async fn read_more<R: AsyncRead + Unpin>(
 ) -> std::io::Result<usize> {
     input.reserve(READ_CHUNK_BYTES);
     rx.read_buf(input).await
-}
-
-/// Hands a group whose failure was held back to the client direction, to run again.
-fn retry(group: RewrittenGroup, attempt: u8, shared: &Shared<'_>) {
-    metrics::counter!(crate::metrics::READ_RETRIES_TOTAL).increment(1);
-    tracing::info!(attempt, "cold segment set changed: running the read again");
-    if shared.retries.send((group, attempt)).is_err() {
-        let mut state = shared.locked();
-        state.retry_pending = false;
-        state.write_candidates.clear();
-    }
 }

@@ -20,6 +20,7 @@ use super::reads::{
     own_frames, Part, Plan, PreparedRead, PreparedWrite, ReadPath, OWN_COMPLETIONS,
 };
 use super::shared::Shared;
+use super::sql_prepared::{may_use_sql_prepared, sql_prepared, SqlPrepared};
 use super::state::{OwnPrefix, Phase, Prepared, RewrittenStatement, SessionState};
 use super::SessionError;
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
@@ -106,7 +107,7 @@ fn session_settings(state: &SessionState) -> Settings {
     Settings::of(|name| state.parameters.get(name).cloned())
 }
 
-fn read_path(shared: &Shared<'_>) -> Arc<ReadPath> {
+pub(super) fn read_path(shared: &Shared<'_>) -> Arc<ReadPath> {
     shared
         .reads()
         .expect("read stops exist only with a read path")
@@ -257,105 +258,6 @@ async fn prepare_sql(
     }
     let options = copy.options.map_err(|e| refused(e.code, e.message, None))?;
     Ok(Some(QueryRead::Copy(read, options)))
-}
-
-/// Words a text must hold to be a SQL-level PREPARE, EXECUTE, DEALLOCATE or DISCARD ALL.
-const SQL_PREPARED_WORDS: [&str; 4] = ["prepare", "execute", "deallocate", "discard"];
-
-/// Whether `sql` may be a SQL-level PREPARE, EXECUTE, DEALLOCATE or DISCARD that the
-/// session must follow (a superset: a substring test).
-pub fn may_use_sql_prepared(sql: &str, state: &SessionState) -> bool {
-    SQL_PREPARED_WORDS[1..]
-        .iter()
-        .any(|w| contains_ignore_ascii_case(sql, w))
-        && state.has_sql_prepared_writes()
-}
-
-/// What [`sql_prepared`] found.
-enum SqlPrepared {
-    /// An EXECUTE of a write the session prepared: the write to plan.
-    Execute(Arc<PreparedWrite>),
-    /// A PREPARE of a write to a tiered table (alone in its text).
-    PrepareWrite,
-    /// Anything else.
-    Other,
-}
-
-/// SQL-level PREPARE, EXECUTE and DEALLOCATE of writes to tiered tables (DESIGN §7.1):
-/// a PREPARE of such a write is remembered for the session (and relayed as it is), an
-/// EXECUTE of one is the write to plan (with its arguments for the prepared `$n`), a
-/// DEALLOCATE or DISCARD ALL forgets. In a string of several statements, PREPAREs and
-/// DEALLOCATEs are followed; an EXECUTE there is not planned, and the capture function
-/// refuses it if it writes (CW001).
-///
-/// # Errors
-/// The catalog could not be read.
-async fn sql_prepared(
-    sql: &str,
-    shared: &Shared<'_>,
-) -> Result<SqlPrepared, super::reads::PlanError> {
-    if !SQL_PREPARED_WORDS
-        .iter()
-        .any(|w| contains_ignore_ascii_case(sql, w))
-    {
-        return Ok(SqlPrepared::Other);
-    }
-    let Ok(parsed) = pg_query::parse(sql, 0) else {
-        return Ok(SqlPrepared::Other);
-    };
-    let statements: Vec<&pg_query::protobuf::node::Node> = parsed
-        .protobuf
-        .stmts
-        .iter()
-        .filter_map(|s| s.stmt.as_ref()?.node.as_ref())
-        .collect();
-    let texts = if statements.len() > 1 {
-        pg_query::split_with_parser(sql).unwrap_or_default()
-    } else {
-        vec![sql]
-    };
-    let mut found = SqlPrepared::Other;
-    for (node, text) in statements.iter().zip(texts) {
-        let node = crate::sql::classify::executed(node);
-        match Kind::of(node) {
-            Kind::Prepare { name } => {
-                let write = read_path(shared).prepare_write(text, 0).await?;
-                let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-                match write {
-                    Some(write) => {
-                        if statements.len() == 1 {
-                            found = SqlPrepared::PrepareWrite;
-                        }
-                        let types = crate::sql::classify::prepare_param_types(node);
-                        state.sql_prepared_write(name, write, types);
-                    }
-                    None => state.forget_sql_prepared(Some(&name)),
-                }
-            }
-            Kind::Deallocate { name } => shared
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .forget_sql_prepared(name.as_deref()),
-            Kind::DiscardAll => shared
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .forget_sql_prepared(None),
-            Kind::Execute { name } if statements.len() == 1 => {
-                let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some((write, types)) = state.sql_prepared(&name) {
-                    found = SqlPrepared::Execute(Arc::new(write.for_execute(
-                        sql,
-                        crate::sql::classify::execute_args(node),
-                        types.to_vec(),
-                    )));
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(found)
 }
 
 /// The plan for the simple Query `query`, already prepared; `at` and `fresh` as for

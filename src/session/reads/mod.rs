@@ -1,6 +1,7 @@
 //! Merged reads inside a session (DESIGN §6): the catalog cache shared by a proxy's
 //! sessions, and the planning of statements that read tiered tables.
 
+mod aggregate;
 mod catalog;
 mod own;
 mod path;

@@ -1,0 +1,137 @@
+//! Reads run again, unseen, after their guard failed because the cold tier changed as
+//! they started (DESIGN §6.4): the upstream direction holds the failure back and hands
+//! the group over; the client direction plans and sends it again where it ran.
+
+use std::collections::HashMap;
+use std::sync::PoisonError;
+
+use super::relay::ClientDirection;
+use super::rewritten;
+use super::shared::Shared;
+use super::state::{OwnPrefix, Phase, Retry, RewrittenGroup};
+use super::SessionError;
+use crate::wire::extended as ext;
+use crate::wire::messages as msg;
+
+/// Retries of one statement after guard failures before the failure reaches the client.
+pub(super) const MAX_READ_RETRIES: u8 = 10;
+
+impl ClientDirection<'_, '_> {
+    /// Sends the retry of a group whose guard failed unseen. In autocommit the retry runs
+    /// holding its tables' locks shared (as reads in transaction blocks do), taken before
+    /// it is planned and given back after it, so flushes cannot finalize under it again:
+    /// however long it takes to plan, it is not refused with 40001 a second time.
+    pub(super) async fn run_retry(
+        &mut self,
+        group: RewrittenGroup,
+        attempt: u8,
+    ) -> Result<(), SessionError> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retry_pending = false;
+        let held = self.hold_tables(group.retry.as_ref()).await?;
+        let sent = self.send_retry(group, attempt).await;
+        if !held.is_empty() {
+            let (reply, _) = tokio::sync::oneshot::channel();
+            self.shared.locked().own_group_sent(reply);
+            self.write_now(&mut super::reads::table_lock_frames(&held, false))
+                .await?;
+        }
+        sent
+    }
+
+    /// Takes the session-level shared locks of the tables `retry` reads or writes, when
+    /// the session is in autocommit with nothing outstanding; the tables held (none when
+    /// the lock could not be taken: the retry then runs as any other).
+    async fn hold_tables(&mut self, retry: Option<&Retry>) -> Result<Vec<i64>, SessionError> {
+        {
+            let state = self.shared.locked();
+            // A write retried to bring back keys that may be cold may need another round
+            // (DESIGN §7), which the release sent behind it would rule out: it holds nothing.
+            if state.phase != Phase::Idle
+                || state.outstanding_syncs() != 0
+                || !state.write_candidates.is_empty()
+            {
+                return Ok(Vec::new());
+            }
+        }
+        let mut tables = match retry {
+            Some(Retry::Query(query)) => match rewritten::prepare_query(query, self.shared).await {
+                Ok(Some(read)) => read.table_ids(),
+                _ => Vec::new(),
+            },
+            Some(Retry::Bind { bind, .. }) => rewritten::bound_tables(bind, self.shared),
+            None => Vec::new(),
+        };
+        tables.sort_unstable();
+        tables.dedup();
+        if tables.is_empty() {
+            return Ok(tables);
+        }
+        let (reply, result) = tokio::sync::oneshot::channel();
+        self.shared.locked().own_group_sent(reply);
+        self.write_now(&mut super::reads::table_lock_frames(&tables, true))
+            .await?;
+        match result.await {
+            Ok(Ok(_)) => Ok(tables),
+            Ok(Err(error)) => {
+                tracing::warn!(code = %error.code, message = %error.message, "holding the tables of a retried read failed");
+                Ok(Vec::new())
+            }
+            Err(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// Plans and sends a group again.
+    async fn send_retry(&mut self, group: RewrittenGroup, attempt: u8) -> Result<(), SessionError> {
+        match group.retry {
+            Some(Retry::Query(query)) => {
+                self.run_read(query, attempt, group.client_row_descriptions, false)
+                    .await
+            }
+            Some(Retry::Bind { bind, execute }) => {
+                let bound = rewritten::bind(&bind, &HashMap::new(), true, self.shared).await?;
+                let own = bound
+                    .own_completions
+                    .map(|left| OwnPrefix { before: 0, left })
+                    .into_iter()
+                    .collect();
+                let mut out = bound.frames;
+                out.extend_from_slice(&execute);
+                out.extend_from_slice(&ext::empty(msg::SYNC));
+                let retry = (attempt < MAX_READ_RETRIES).then_some(Retry::Bind { bind, execute });
+                let bind_seen = group.drop_bind_complete || group.bind_completed;
+                {
+                    let mut state = self
+                        .shared
+                        .state
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    state.quiet_since_sync = true;
+                    state.rewritten_group_sent(RewrittenGroup {
+                        retry,
+                        attempt,
+                        drop_bind_complete: bind_seen,
+                        own,
+                        ..RewrittenGroup::default()
+                    });
+                }
+                self.write_now(&mut out).await
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// Hands a group whose failure was held back to the client direction, to run again.
+pub(super) fn retry(group: RewrittenGroup, attempt: u8, shared: &Shared<'_>) {
+    metrics::counter!(crate::metrics::READ_RETRIES_TOTAL).increment(1);
+    tracing::info!(attempt, "cold segment set changed: running the read again");
+    if shared.retries.send((group, attempt)).is_err() {
+        let mut state = shared.locked();
+        state.retry_pending = false;
+        state.write_candidates.clear();
+    }
+}

@@ -1,0 +1,155 @@
+use super::*;
+
+fn located(sql: &str, name: &str, nth: usize) -> Vec<ColumnPredicate> {
+    let parsed = pg_query::parse(sql, 0).unwrap();
+    let mut locations: Vec<i32> = parsed
+        .protobuf
+        .nodes()
+        .into_iter()
+        .filter_map(|(n, ..)| match n {
+            NodeRef::RangeVar(rv) if rv.relname == "events" => Some(rv.location),
+            _ => None,
+        })
+        .collect();
+    locations.sort_unstable();
+    extract(&parsed, locations[nth], name)
+}
+
+fn p(column: &str, comparison: Comparison) -> ColumnPredicate {
+    ColumnPredicate {
+        column: column.into(),
+        comparison,
+    }
+}
+
+#[test]
+fn top_level_conjuncts_on_the_only_relation() {
+    let got = located(
+        "SELECT * FROM events WHERE id = 5 AND 10 > id AND kind IN ('a', 'b') AND at IS NULL AND id BETWEEN 1 AND 9 AND (id = 1 OR id = 2)",
+        "events",
+        0,
+    );
+    assert_eq!(
+        got,
+        vec![
+            p("id", Comparison::Eq(Constant::Int(5))),
+            p("id", Comparison::Below(Constant::Int(10), false)),
+            p(
+                "kind",
+                Comparison::In(vec![Constant::Text("a".into()), Constant::Text("b".into())])
+            ),
+            p("at", Comparison::IsNull),
+            p("id", Comparison::Above(Constant::Int(1), true)),
+            p("id", Comparison::Below(Constant::Int(9), true)),
+        ]
+    );
+}
+
+#[test]
+fn sums_of_parameters_and_integers_are_bounds_too() {
+    let got = located(
+        "SELECT * FROM events WHERE id BETWEEN $1 AND $1 + 99 AND id > 7 - 2 AND id < 1 + $2",
+        "events",
+        0,
+    );
+    let sum = |x: Constant, k| Constant::Sum(Box::new(x), k);
+    assert_eq!(
+        got,
+        vec![
+            p("id", Comparison::Above(Constant::Param(1), true)),
+            p("id", Comparison::Below(sum(Constant::Param(1), 99), true)),
+            p("id", Comparison::Above(sum(Constant::Int(7), -2), false)),
+            p("id", Comparison::Below(sum(Constant::Param(2), 1), false)),
+        ]
+    );
+    let columns = vec![SegmentColumn {
+        name: "id".into(),
+        attnum: 1,
+        ty: ColdType::Scalar(ScalarType::Int8),
+    }];
+    let ten = 10i64.to_be_bytes();
+    let params = BoundParams {
+        values: vec![Some(&ten[..])],
+        binary: vec![true],
+        declared: vec![],
+        settings: crate::sql::params::Settings {
+            utf8: true,
+            utc: false,
+        },
+    };
+    assert_eq!(
+        to_prune(&got[..2], &columns, &params),
+        vec![
+            Predicate::Above(1, ordered::int(10).to_vec(), true),
+            Predicate::Below(1, ordered::int(109).to_vec(), true)
+        ]
+    );
+    assert_eq!(got[1].to_string(), "id <= $1 + 99");
+}
+
+#[test]
+fn joins_need_qualified_columns_and_outer_joins_give_nothing() {
+    let sql =
+        "SELECT * FROM events e JOIN other o ON o.id = e.id WHERE e.id = 3 AND id = 4 AND o.x = 1";
+    assert_eq!(
+        located(sql, "e", 0),
+        vec![p("id", Comparison::Eq(Constant::Int(3)))]
+    );
+    let sql = "SELECT * FROM other o LEFT JOIN events e ON o.id = e.id WHERE e.kind IS NULL";
+    assert!(located(sql, "e", 0).is_empty());
+    let sql = "SELECT * FROM events e LEFT JOIN other o ON o.id = e.id WHERE e.id = 3";
+    assert_eq!(
+        located(sql, "e", 0),
+        vec![p("id", Comparison::Eq(Constant::Int(3)))]
+    );
+}
+
+#[test]
+fn subqueries_have_their_own_where() {
+    let sql = "SELECT * FROM other WHERE id IN (SELECT id FROM events WHERE id = 7) AND id = 8";
+    assert_eq!(
+        located(sql, "events", 0),
+        vec![p("id", Comparison::Eq(Constant::Int(7)))]
+    );
+}
+
+#[test]
+fn only_encodable_constants_become_prune_predicates() {
+    let columns = vec![
+        SegmentColumn {
+            name: "id".into(),
+            attnum: 1,
+            ty: ColdType::Scalar(ScalarType::Int8),
+        },
+        SegmentColumn {
+            name: "kind".into(),
+            attnum: 2,
+            ty: ColdType::Scalar(ScalarType::Text(TextKind::Text)),
+        },
+        SegmentColumn {
+            name: "at".into(),
+            attnum: 3,
+            ty: ColdType::Scalar(ScalarType::Timestamptz),
+        },
+    ];
+    let got = to_prune(
+        &[
+            p("id", Comparison::Eq(Constant::Text("42".into()))),
+            p("kind", Comparison::Below(Constant::Text("m".into()), false)),
+            p("kind", Comparison::Eq(Constant::Text("m".into()))),
+            p("at", Comparison::Eq(Constant::Text("2026-01-01".into()))),
+            p("at", Comparison::IsNotNull),
+            p("missing", Comparison::IsNull),
+        ],
+        &columns,
+        &BoundParams::none(),
+    );
+    assert_eq!(
+        got,
+        vec![
+            Predicate::Eq(1, ordered::int(42).to_vec()),
+            Predicate::Eq(2, b"m".to_vec()),
+            Predicate::IsNotNull(3)
+        ]
+    );
+}
