@@ -12,17 +12,20 @@
 //! - [`store`]: the cold store (object_store by URL, create-if-absent publishing).
 //! - [`segment`]: the one definition of a segment file: its columns, seq and op, writer
 //!   settings, the writer, footer and page reading, pruning by statistics, the page cache.
-//! - [`sql`]: statements read with pg_query: classification, the read and write rewrites,
-//!   predicates, quoting.
+//! - [`sql`]: statements read with pg_query: classification, the read, aggregate and
+//!   write rewrites, predicates, quoting.
 //! - [`catalog`]: the `coldwire` schema in Postgres: migrations, capture DDL, typed access
 //!   (registry, segments, jobs), policies, lock classes, the conditions coldwire retries on,
 //!   a pool of catalog connections. [`config`] sits beside it.
-//! - [`cold`]: cold reads, from a table's cold state (a value) and the store.
+//! - [`cold`]: cold reads, from a table's cold state (a value) and the store: the rows a
+//!   statement needs (`scan`, narrowed by `lookup`) and aggregate partials (`engine`, on
+//!   DataFusion).
 //! - [`flush`]: flush jobs, start to finish.
 //! - [`admin`]: the admin calls coldwire answers itself.
 //! - [`error`]: coldwire's errors as clients see them, the one mapping to SQLSTATEs.
 //! - [`session`]: one client connection: handshake, upstream, `protocol` (what becomes of
-//!   every frame, sans-IO), `relay` (the I/O), reads and writes of tiered tables.
+//!   every frame, sans-IO), `relay` (the I/O), `retry` (reads run again unseen), `reads`
+//!   (planning reads, aggregates and writes of tiered tables).
 //! - [`server`]: listeners, the accept loop, graceful shutdown; [`demo`]: the embedded
 //!   default, a throwaway local Postgres (also used by the tests).
 //!

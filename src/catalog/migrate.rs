@@ -21,7 +21,7 @@ pub struct Migration {
     /// The statements, run as one batch inside the migration transaction.
     pub sql: &'static str,
     /// After `sql`, re-create the capture function of every tiered table and drop what the
-    /// current [`CaptureSpec::install`] no longer creates ([`CaptureSpec::upgrade`]).
+    /// current [`CaptureSpec::install`](super::capture::CaptureSpec::install) no longer creates ([`CaptureSpec::upgrade`](super::capture::CaptureSpec::upgrade)).
     pub upgrade_capture: bool,
 }
 

@@ -24,7 +24,7 @@ pub struct FlushOutcome {
 /// (A query on `client` itself would queue behind the COPY stream.)
 ///
 /// # Errors
-/// Postgres, encoding, Parquet or store failures; [`FlushError::Fenced`] when the job was
+/// Postgres, encoding, Parquet or store failures; `FlushError::Fenced` when the job was
 /// reclaimed meanwhile. Nothing this attempt did is visible until the finalize commits.
 pub async fn run(
     client: &mut Client,

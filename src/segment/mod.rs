@@ -1,7 +1,7 @@
 //! The one definition of a segment file (DESIGN §3): a Parquet file of a tiered table's
 //! rows, its columns in table order followed by [`SEQ_COLUMN`] and [`OP_COLUMN`], rows
 //! sorted by primary key, written with [`writer_properties`]. [`writer`] writes one and
-//! gathers the statistics the catalog records, [`file`] reads footers and pages back by
+//! gathers the statistics the catalog records, [`file`](mod@file) reads footers and pages back by
 //! byte ranges, [`prune`] judges which segments and row groups a predicate can skip, and
 //! [`page_cache`] keeps decoded pages of narrow reads. Below both the flush and cold reads.
 
@@ -49,7 +49,7 @@ const DICTIONARY_PAGE_BYTES: usize = 16 * 1024;
 
 /// zstd, page-level statistics (so a page index), bloom filters on the pk columns, rows
 /// sorted by pk and declared so, and the encoding each column falls back to when its
-/// dictionary fills ([`fallback_encoding`]).
+/// dictionary fills (`fallback_encoding`).
 pub fn writer_properties(
     pk: &[String],
     schema: &arrow::datatypes::Schema,

@@ -27,7 +27,7 @@ pub struct PreparedWrite {
     pub table_id: i64,
     /// `schema.table`, for messages.
     pub table_name: String,
-    /// As [`PreparedRead::client_params`].
+    /// As [`PreparedRead::client_params`](super::PreparedRead::client_params).
     pub client_params: usize,
     touched: Touched,
     /// As [`crate::sql::writes::Write::inserted`].
