@@ -1,6 +1,6 @@
 //! Aggregate pushdown (DESIGN §6.5) and conditions evaluated on cold rows. A seeded
 //! generator of aggregate queries over one tiered table (count, sum, avg, min, max,
-//! bool_and, bool_or × column types with NULLs, NaN, ±Infinity and extreme integers ×
+//! bool_and, bool_or, and aggregates over DISTINCT values × column types with NULLs, NaN, ±Infinity and extreme integers ×
 //! GROUP BY with NULL groups × WHERE on integers, text, dates and timestamps × HAVING ×
 //! ORDER BY/LIMIT) runs through coldwire and directly on a plain control table with the
 //! same history, after updates and deletes of cold rows and several flushes, over the
@@ -74,7 +74,7 @@ fn generate(rng: &mut StdRng) -> Query {
             group.push(g);
         }
     }
-    let aggregates: [(&str, bool); 22] = [
+    let aggregates: [(&str, bool); 30] = [
         ("count(*)", false),
         ("count(1)", false),
         ("count(note)", false),
@@ -97,6 +97,14 @@ fn generate(rng: &mut StdRng) -> Query {
         ("bool_and(flag)", false),
         ("bool_or(flag)", false),
         ("max(small)", false),
+        ("count(DISTINCT tenant)", false),
+        ("count(DISTINCT note)", false),
+        ("count(DISTINCT day)", false),
+        ("sum(DISTINCT small)", false),
+        ("avg(DISTINCT tenant)", false),
+        ("min(DISTINCT label)", false),
+        ("string_agg(DISTINCT label, ',' ORDER BY label)", false),
+        ("array_agg(DISTINCT flag)", false),
     ];
     let mut select: Vec<String> = group.iter().map(|g| (*g).to_owned()).collect();
     let mut approximate = Vec::new();

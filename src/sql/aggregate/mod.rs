@@ -31,9 +31,11 @@
 //!
 //! What qualifies: one SELECT (no WITH, set operation, DISTINCT, window, locking or
 //! subquery), FROM exactly one tiered table with a single-column integer, text or
-//! uuid key, GROUP BY plain columns, and aggregates from [`AggregateKind`] over plain columns (no DISTINCT,
-//! FILTER or ORDER BY inside), outside them only group columns, constants, parameters and
-//! a few scalar functions. Everything else takes the row path.
+//! uuid key, GROUP BY plain columns, and aggregates from [`AggregateKind`] over plain
+//! columns (no FILTER or ORDER BY inside), outside them only group columns, constants,
+//! parameters and a few scalar functions. An aggregate over DISTINCT values of a column
+//! (`count(DISTINCT x)`) stays as written: the partial rows are then grouped by `x` as
+//! well, so they carry each group's set of values. Everything else takes the row path.
 
 mod conditions;
 mod derived;
@@ -140,7 +142,8 @@ pub struct AggregateRewrite {
     /// The table reference's location and qualifier, for [`super::predicates::extract`].
     pub location: i32,
     pub name: String,
-    /// Positions in the table's columns of the GROUP BY columns.
+    /// Positions in the table's columns of the columns the partial rows are grouped by:
+    /// the GROUP BY columns, then those of DISTINCT aggregates.
     pub group: Vec<usize>,
     pub partials: Vec<Partial>,
     /// Whether the statement's WHERE is a conjunction the cold engine may evaluate
@@ -173,7 +176,15 @@ pub fn rewrite_aggregate<'a>(
     let select = single_select(parsed)?;
     let source = Source::of(select, resolve)?;
     let group = source.group_columns(select)?;
-    let (outer, partials) = source.split(select, &group)?;
+    let (outer, partials, distinct) = source.split(select, &group)?;
+    // The partial rows are grouped by the client's groups and the DISTINCT aggregates'
+    // columns.
+    let mut group = group;
+    for d in distinct {
+        if !group.contains(&d) {
+            group.push(d);
+        }
+    }
 
     // WHERE: exact when every conjunct is one predicate the cold engine evaluates as
     // Postgres does.
@@ -326,7 +337,11 @@ impl<'a> Source<'a> {
 
     /// The outer query, its aggregates (target list, HAVING, ORDER BY) replaced by their
     /// combinations, and the partials they need.
-    fn split(&self, select: &SelectStmt, group: &[usize]) -> Option<(SelectStmt, Vec<Partial>)> {
+    fn split(
+        &self,
+        select: &SelectStmt,
+        group: &[usize],
+    ) -> Option<(SelectStmt, Vec<Partial>, Vec<usize>)> {
         let mut outer = select.clone();
         let mut split = Split {
             alias: &self.alias,
@@ -335,6 +350,7 @@ impl<'a> Source<'a> {
             group,
             partials: Vec::new(),
             aggregates: 0,
+            distinct: Vec::new(),
         };
         for target in &mut outer.target_list {
             let Some(N::ResTarget(t)) = target.node.as_mut() else {
@@ -365,6 +381,6 @@ impl<'a> Source<'a> {
         if split.aggregates == 0 && group.is_empty() {
             return None;
         }
-        Some((outer, split.partials))
+        Some((outer, split.partials, split.distinct))
     }
 }

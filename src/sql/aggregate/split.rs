@@ -48,6 +48,10 @@ const OTHER_AGGREGATES: &[&str] = &[
     "grouping",
 ];
 
+/// Aggregates coldwire answers over DISTINCT values only (see
+/// [`Split::distinct_aggregate`]).
+const DISTINCT_ONLY: &[&str] = &["array_agg", "string_agg"];
+
 /// Scalar functions allowed around aggregates and group columns in the outer query.
 const SCALAR_FUNCTIONS: &[&str] = &[
     "round", "trunc", "abs", "ceil", "ceiling", "floor", "sqrt", "to_char", "sign", "upper",
@@ -62,6 +66,8 @@ pub(super) struct Split<'a> {
     pub(super) group: &'a [usize],
     pub(super) partials: Vec<Partial>,
     pub(super) aggregates: usize,
+    /// Columns of DISTINCT aggregates, which the partial rows are grouped by as well.
+    pub(super) distinct: Vec<usize>,
 }
 
 impl Split<'_> {
@@ -75,6 +81,11 @@ impl Split<'_> {
         match node.node.as_mut()? {
             N::FuncCall(f) => {
                 let name = function_name(f)?;
+                if f.agg_distinct && f.over.is_none() {
+                    self.distinct_aggregate(&name, f)?;
+                    self.aggregates += 1;
+                    return Some(());
+                }
                 if let Some(kind) = AggregateKind::named(&name) {
                     if f.over.is_some() {
                         return None;
@@ -239,6 +250,44 @@ impl Split<'_> {
             _ => return None,
         };
         combination(&text)
+    }
+
+    /// An aggregate over the DISTINCT values of one column (`count(DISTINCT x)`,
+    /// `sum(DISTINCT x)`, `array_agg(DISTINCT x ORDER BY x)`, …) depends only on the set
+    /// of values per group, so it stays as written and the partial rows carry the set:
+    /// they are grouped by its column too (a column of a type that groups by its bytes;
+    /// Postgres makes the values distinct again under its own equality).
+    fn distinct_aggregate(&mut self, name: &str, f: &FuncCall) -> Option<()> {
+        let known = AggregateKind::named(name).is_some() || DISTINCT_ONLY.contains(&name);
+        if !known || f.agg_filter.is_some() || f.agg_within_group || f.func_variadic {
+            return None;
+        }
+        let (arg, rest) = f.args.split_first()?;
+        // string_agg's delimiter: a constant.
+        if !rest.iter().all(super::conditions::constant_only)
+            || (name != "string_agg" && !rest.is_empty())
+        {
+            return None;
+        }
+        let column = column_of(arg, self.alias, true)?;
+        let position = self.table.columns.iter().position(|n| *n == column)?;
+        if !matches!(self.types[position].1, Some(ColdType::Scalar(s)) if super::conditions::groupable(s))
+        {
+            return None;
+        }
+        // ORDER BY inside: only the argument itself (Postgres requires it with DISTINCT).
+        for sort in &f.agg_order {
+            let Some(N::SortBy(s)) = sort.node.as_ref() else {
+                return None;
+            };
+            if column_of(s.node.as_deref()?, self.alias, true)? != column {
+                return None;
+            }
+        }
+        if !self.distinct.contains(&position) {
+            self.distinct.push(position);
+        }
+        Some(())
     }
 
     /// The name of the partial `kind` of `column`, added unless the same one exists.

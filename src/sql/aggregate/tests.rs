@@ -91,8 +91,13 @@ fn group_by_ordinals_and_output_names_resolve_to_columns() {
 #[test]
 fn leaves_what_it_cannot_split() {
     for sql in [
-        "SELECT count(DISTINCT tenant) FROM events",
         "SELECT string_agg(note, ',') FROM events",
+        "SELECT count(DISTINCT amount) FROM events",
+        "SELECT count(DISTINCT tenant + 1) FROM events",
+        "SELECT count(DISTINCT tenant) FILTER (WHERE ok) FROM events",
+        "SELECT array_agg(DISTINCT tenant ORDER BY note) FROM events",
+        "SELECT string_agg(DISTINCT note, note) FROM events",
+        "SELECT jsonb_agg(DISTINCT note) FROM events",
         "SELECT min(note) FROM events",
         "SELECT id, count(*) FROM events GROUP BY tenant",
         "SELECT tenant + 1, count(*) FROM events GROUP BY 1",
@@ -117,4 +122,22 @@ fn a_where_the_cold_side_cannot_compute_is_not_exact() {
     assert_eq!(r.where_predicates, 3);
     let r = plan("SELECT count(*) FROM events WHERE amount > 1").unwrap();
     assert!(!r.exact_where);
+}
+
+#[test]
+fn distinct_aggregates_group_the_partial_rows_by_their_column() {
+    let r = plan("SELECT note, count(DISTINCT tenant), sum(DISTINCT tenant), count(*) FROM events GROUP BY note").unwrap();
+    assert_eq!(r.group, [3, 1], "{}", r.sql);
+    assert_eq!(r.partials.len(), 1);
+    assert!(r.sql.contains("count(DISTINCT tenant)"), "{}", r.sql);
+    assert!(r.sql.contains("GROUP BY note"), "{}", r.sql);
+    let r = plan("SELECT count(DISTINCT note), string_agg(DISTINCT note, ',' ORDER BY note), array_agg(DISTINCT ok) FROM events").unwrap();
+    assert_eq!(r.group, [3, 4], "{}", r.sql);
+    assert!(r.partials.is_empty());
+    assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+    // The key itself: one partial row per cold row, still exact.
+    assert_eq!(
+        plan("SELECT count(DISTINCT id) FROM events").unwrap().group,
+        [0]
+    );
 }
