@@ -37,9 +37,10 @@ use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use super::scan::{cell_matches, columns_held, ColdTable, ScanError};
 use crate::segment::file::{footer, SegmentFile};
 use crate::segment::prune::Predicate;
-use crate::sql::aggregate::{Partial, PartialKind};
+use crate::sql::aggregate::{GroupColumn, Partial, PartialKind};
 use crate::store::ColdStore;
 use crate::values::ordered::{self, Cell};
+use crate::values::trunc::TruncUnit;
 
 /// Rows per decoded batch.
 const BATCH_ROWS: usize = 8192;
@@ -72,13 +73,13 @@ pub async fn cold_partials(
     table: Arc<ColdTable>,
     predicates: Vec<Predicate>,
     excluded: HashSet<Vec<u8>>,
-    group: &[usize],
+    group: &[GroupColumn],
     partials: &[Partial],
     max_groups: usize,
 ) -> Result<(Vec<serde_json::Value>, PartialStats), ScanError> {
     let mut needed: Vec<usize> = group
         .iter()
-        .copied()
+        .map(|g| g.column)
         .chain(partials.iter().filter_map(|p| p.column))
         .chain(table.pk_positions.iter().copied())
         .chain(
@@ -90,10 +91,29 @@ pub async fn cold_partials(
     needed.sort_unstable();
     needed.dedup();
     let full = table.file_schema(table.columns.len());
+    // The needed columns, then one per truncated group column (`_cw_g<i>`).
+    let truncs: Vec<Trunc> = group
+        .iter()
+        .enumerate()
+        .filter_map(|(i, g)| {
+            Some(Trunc {
+                group: i,
+                from: needed.iter().position(|&c| c == g.column)?,
+                unit: g.trunc?,
+            })
+        })
+        .collect();
     let schema: SchemaRef = Arc::new(Schema::new(
         needed
             .iter()
             .map(|&c| full.field(c).as_ref().clone())
+            .chain(truncs.iter().map(|t| {
+                Field::new(
+                    format!("_cw_g{}", t.group),
+                    full.field(needed[t.from]).data_type().clone(),
+                    true,
+                )
+            }))
             .collect::<Vec<Field>>(),
     ));
     // The row groups to read, pruned by the catalog's and the footers' statistics, spread
@@ -122,8 +142,12 @@ pub async fn cold_partials(
         .target_partitions()
         .clamp(1, units.len().max(1));
     let stats = Arc::new(std::sync::Mutex::new(stats));
-    let (predicates, excluded, needed) =
-        (Arc::new(predicates), Arc::new(excluded), Arc::new(needed));
+    let (predicates, excluded, needed, truncs) = (
+        Arc::new(predicates),
+        Arc::new(excluded),
+        Arc::new(needed),
+        Arc::new(truncs),
+    );
     let sources: Vec<Arc<dyn PartitionStream>> = (0..partitions)
         .map(|p| {
             Arc::new(LiveSource {
@@ -133,6 +157,7 @@ pub async fn cold_partials(
                 predicates: predicates.clone(),
                 excluded: excluded.clone(),
                 needed: needed.clone(),
+                truncs: truncs.clone(),
                 schema: schema.clone(),
                 stats: stats.clone(),
             }) as Arc<dyn PartitionStream>
@@ -144,7 +169,11 @@ pub async fn cold_partials(
         .map_err(|e| engine_error(&e))?;
     let group_exprs: Vec<Expr> = group
         .iter()
-        .map(|&g| ident(table.columns[g].name.clone()))
+        .enumerate()
+        .map(|(i, g)| match g.trunc {
+            None => ident(table.columns[g.column].name.clone()),
+            Some(_) => ident(format!("_cw_g{i}")),
+        })
         .collect();
     let aggregates: Vec<Expr> = partials
         .iter()
@@ -180,7 +209,7 @@ pub async fn cold_partials(
     }
     let names: Vec<String> = group
         .iter()
-        .map(|&g| table.columns[g].name.clone())
+        .map(|g| table.columns[g.column].name.clone())
         .chain((0..partials.len()).map(|i| format!("_cw_p{i}")))
         .collect();
     let mut out = Vec::with_capacity(rows);
@@ -203,6 +232,15 @@ fn engine_error(e: &datafusion::error::DataFusionError) -> ScanError {
     ScanError::Engine(e.to_string())
 }
 
+/// A group column computed from a read one: `date_trunc(unit, needed[from])`, the
+/// engine's column `_cw_g<group>`.
+#[derive(Debug, Clone, Copy)]
+struct Trunc {
+    group: usize,
+    from: usize,
+    unit: TruncUnit,
+}
+
 /// One row group of one segment: what a partition reads at a time.
 #[derive(Debug, Clone, Copy)]
 struct Unit {
@@ -221,6 +259,8 @@ struct LiveSource {
     excluded: Arc<HashSet<Vec<u8>>>,
     /// Positions in the table's columns of the columns read, ascending.
     needed: Arc<Vec<usize>>,
+    /// Columns computed after them.
+    truncs: Arc<Vec<Trunc>>,
     schema: SchemaRef,
     stats: Arc<std::sync::Mutex<PartialStats>>,
 }
@@ -334,6 +374,13 @@ impl LiveState {
                 let data_type = s.schema.field(arrays.len()).data_type();
                 arrays.push(table.missing_column(c, data_type, rows)?);
             }
+        }
+        for t in s.truncs.iter() {
+            let from = arrays[t.from].as_primitive::<TimestampMicrosecondType>();
+            let truncated = from
+                .unary::<_, TimestampMicrosecondType>(|v| t.unit.apply(v))
+                .with_timezone_opt(from.timezone());
+            arrays.push(Arc::new(truncated));
         }
         let columns = RecordBatch::try_new(s.schema.clone(), arrays)?;
         let seqs = batch.column(read).as_primitive::<Int64Type>();

@@ -77,15 +77,22 @@ pub async fn answer_admin(
                 let outcome = match (&request.function, &request.args[..], &reads) {
                     // Planned like the read it explains, by the session's read path.
                     (AdminFunction::Explain, [Resolved::Text(sql)], Some(reads)) => {
-                        reads.explain(sql).await.map(Value::String).map_err(|e| {
-                            let e = e.client_error();
-                            AdminError::Postgres {
-                                code: e.code,
-                                message: e.message,
-                                detail: e.detail,
-                                hint: e.hint,
-                            }
-                        })
+                        let settings = crate::sql::params::Settings::of(|name| {
+                            shared.locked().parameters.get(name).cloned()
+                        });
+                        reads
+                            .explain(sql, settings)
+                            .await
+                            .map(Value::String)
+                            .map_err(|e| {
+                                let e = e.client_error();
+                                AdminError::Postgres {
+                                    code: e.code,
+                                    message: e.message,
+                                    detail: e.detail,
+                                    hint: e.hint,
+                                }
+                            })
                     }
                     (AdminFunction::Explain, _, None) => Err(AdminError::Disabled),
                     _ => shared.ctx.admin.execute(request).await,

@@ -13,6 +13,7 @@ pub mod numeric;
 pub mod ordered;
 pub mod record;
 pub mod temporal;
+pub mod trunc;
 pub mod types;
 
 pub use copy_decode::CopyDecoder;

@@ -13,7 +13,8 @@ use crate::cold::engine::{cold_partials, PartialStats};
 use crate::cold::scan::ColdTable;
 use crate::error::PlanError;
 use crate::segment::prune::Predicate;
-use crate::sql::aggregate::{rewrite_aggregate, AggregateTable, KeyKind, Partial};
+use crate::sql::aggregate::{rewrite_aggregate, AggregateTable, GroupColumn, KeyKind, Partial};
+use crate::sql::params::Settings;
 use crate::sql::predicates::extract;
 
 /// An aggregate whose key conditions leave at most this many keys reads its cold rows
@@ -52,8 +53,10 @@ fn key_bytes(text: &str, kind: KeyKind) -> Option<Vec<u8>> {
 /// What an aggregate statement needs at each Bind.
 #[derive(Debug)]
 pub(super) struct AggregatePlan {
-    pub(super) group: Vec<usize>,
+    pub(super) group: Vec<GroupColumn>,
     pub(super) partials: Vec<Partial>,
+    /// A timestamptz column is truncated: partials only in UTC sessions.
+    needs_utc: bool,
     exact_where: bool,
     where_predicates: usize,
     /// The key column's name and type.
@@ -62,10 +65,14 @@ pub(super) struct AggregatePlan {
 }
 
 impl AggregatePlan {
-    /// Whether the cold engine evaluates the whole WHERE exactly with `predicates` (the
-    /// statement's conjuncts with one Bind's values): every conjunct became one.
-    pub(super) fn exact(&self, predicates: &[Predicate]) -> bool {
-        self.exact_where && predicates.len() == self.where_predicates
+    /// Whether the cold engine computes the partials exactly as Postgres would in a
+    /// session with `settings`, with `predicates` (the statement's conjuncts with one
+    /// Bind's values): every conjunct became one, and a truncated timestamptz is cut at
+    /// UTC midnights (hours, …) as the session's TimeZone would.
+    pub(super) fn exact(&self, predicates: &[Predicate], settings: Settings) -> bool {
+        self.exact_where
+            && predicates.len() == self.where_predicates
+            && (!self.needs_utc || settings.utc)
     }
 }
 
@@ -169,6 +176,7 @@ pub(super) fn rewrite_aggregate_read(
             row_type: tiered.row_type,
             aggregate: Some(AggregatePlan {
                 group: rewritten.group,
+                needs_utc: rewritten.needs_utc,
                 partials: rewritten.partials,
                 exact_where: rewritten.exact_where,
                 where_predicates: rewritten.where_predicates,

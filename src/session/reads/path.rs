@@ -298,7 +298,7 @@ impl ReadPath {
                 // Partials when every conjunct is exact with these values, the session
                 // reads the current generation (a pinned snapshot may not see the
                 // mirror coldwire reads), and its encoding carries the text.
-                partials = plan.exact(&predicates)
+                partials = plan.exact(&predicates, params.settings)
                     && !at.contains_key(&r.table_id)
                     && params.settings.utf8;
                 // A retry (the guard saw the cold tier or the hot keys change) takes the

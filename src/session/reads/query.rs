@@ -162,11 +162,12 @@ impl ReadPath {
 
     /// `coldwire.explain(sql)`: the rewritten text of `sql` and, per reference to a
     /// tiered table, the conditions the cold planner prunes by and what the scan kept and
-    /// pruned, planned for the tables' current generations (parameters unbound).
+    /// pruned, planned for the tables' current generations (parameters unbound) in a
+    /// session with `settings`.
     ///
     /// # Errors
     /// The catalog or the cold store could not be read.
-    pub async fn explain(&self, sql: &str) -> Result<String, PlanError> {
+    pub async fn explain(&self, sql: &str, settings: Settings) -> Result<String, PlanError> {
         use std::fmt::Write;
         let Some(read) = self.prepare(sql, 0).await? else {
             return Ok("The statement reads no tiered table (or is not a single read coldwire rewrites): it is relayed unchanged.".into());
@@ -191,7 +192,7 @@ impl ReadPath {
                 cold.generation
             );
             if let Some(plan) = &r.aggregate {
-                if plan.exact(&predicates) {
+                if plan.exact(&predicates, settings) {
                     let found = self.partials(r, plan, cold.clone(), predicates).await?;
                     let (groups, st) = (found.rows.len(), found.stats);
                     let _ = writeln!(

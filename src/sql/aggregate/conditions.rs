@@ -1,10 +1,13 @@
-//! What qualifies: GROUP BY items resolved to columns, constants, subqueries, and the
+//! What qualifies: GROUP BY items resolved to columns (or `date_trunc` of one), constants, subqueries, and the
 //! WHERE conjuncts the cold engine evaluates exactly.
 
 use pg_query::protobuf::{node::Node as N, AExprKind, BoolExprType, Node, SelectStmt};
 
+use super::split::function_name;
+use super::GroupColumn;
 use crate::sql::predicates::{column_of, conjuncts_of, operator, ColumnPredicate};
 use crate::sql::rewrite::TieredTable;
+use crate::values::trunc::TruncUnit;
 use crate::values::{ColdType, ScalarType, TextKind};
 
 /// Whether `scalar` values group as Postgres groups them when their bytes are equal (a
@@ -25,15 +28,15 @@ pub(super) fn groupable(scalar: ScalarType) -> bool {
 
 /// The table column a GROUP BY item names, resolved as Postgres resolves it: an integer
 /// is a target's position, a name is an input column first and a target's name second;
-/// the target must then be a plain column.
+/// the target must then be a plain column or `date_trunc` of one.
 pub(super) fn group_column(
     item: &Node,
     select: &SelectStmt,
     alias: &str,
     column: &impl Fn(&str) -> Option<usize>,
-) -> Option<usize> {
+) -> Option<GroupColumn> {
     let target_column = |target: &Node| match target.node.as_ref()? {
-        N::ResTarget(t) => column(&column_of(t.val.as_deref()?, alias, true)?),
+        N::ResTarget(t) => group_expression(t.val.as_deref()?, alias, column),
         _ => None,
     };
     match item.node.as_ref()? {
@@ -47,7 +50,7 @@ pub(super) fn group_column(
         N::ColumnRef(c) => {
             let name = column_of(item, alias, true)?;
             if let Some(position) = column(&name) {
-                return Some(position);
+                return Some(GroupColumn::plain(position));
             }
             if c.fields.len() != 1 {
                 return None;
@@ -61,6 +64,45 @@ pub(super) fn group_column(
                 [only] => target_column(only),
                 _ => None,
             }
+        }
+        _ => group_expression(item, alias, column),
+    }
+}
+
+/// A plain column of the table, or `date_trunc('<unit>', column)` with a unit
+/// [`TruncUnit`] knows (the column's type is checked by the caller).
+pub(super) fn group_expression(
+    node: &Node,
+    alias: &str,
+    column: &impl Fn(&str) -> Option<usize>,
+) -> Option<GroupColumn> {
+    match node.node.as_ref()? {
+        N::ColumnRef(_) => column(&column_of(node, alias, true)?).map(GroupColumn::plain),
+        N::FuncCall(f) => {
+            if function_name(f)? != "date_trunc"
+                || f.agg_star
+                || f.agg_distinct
+                || f.over.is_some()
+                || f.agg_filter.is_some()
+                || !f.agg_order.is_empty()
+                || f.func_variadic
+            {
+                return None;
+            }
+            let [unit, arg] = f.args.as_slice() else {
+                return None;
+            };
+            let Some(N::AConst(c)) = unit.node.as_ref() else {
+                return None;
+            };
+            let Some(pg_query::protobuf::a_const::Val::Sval(text)) = c.val.as_ref() else {
+                return None;
+            };
+            let position = column(&column_of(arg, alias, true)?)?;
+            Some(GroupColumn {
+                column: position,
+                trunc: Some(TruncUnit::named(&text.sval)?),
+            })
         }
         _ => None,
     }

@@ -3,7 +3,7 @@
 
 use pg_query::protobuf::{self, node::Node as N, Node, ResTarget, SelectStmt, SetOperation};
 
-use super::{Partial, PartialKind, Source};
+use super::{GroupColumn, Partial, PartialKind, Source};
 use crate::sql::quote::quote_ident;
 
 /// The name the derived table stands under while the outer query is deparsed.
@@ -46,7 +46,7 @@ pub(super) fn deparse_expr(parsed: &pg_query::ParseResult, node: &Node) -> Optio
 /// checks the plan of `$param + 2`.
 pub(super) fn derived_table(
     source: &Source,
-    group: &[usize],
+    group: &[GroupColumn],
     partials: &[Partial],
     where_text: &str,
     param: usize,
@@ -61,11 +61,15 @@ pub(super) fn derived_table(
     );
     let group_cols: Vec<String> = group
         .iter()
-        .map(|&g| quote_ident(&table.columns[g]))
+        .map(|g| quote_ident(&table.columns[g.column]))
         .collect();
-    let group_refs: Vec<String> = group_cols
+    let group_refs: Vec<String> = group
         .iter()
-        .map(|c| format!("{q_alias}.{c}"))
+        .zip(&group_cols)
+        .map(|(g, c)| match g.trunc {
+            None => format!("{q_alias}.{c}"),
+            Some(unit) => format!("date_trunc('{}', {q_alias}.{c})", unit.name()),
+        })
         .collect();
     let mut select_list: Vec<String> = group_refs
         .iter()
@@ -98,7 +102,7 @@ pub(super) fn derived_table(
     let mut definitions: Vec<String> = group
         .iter()
         .zip(&group_cols)
-        .map(|(&g, c)| format!("{c} {}", source.types[g].0))
+        .map(|(g, c)| format!("{c} {}", source.types[g.column].0))
         .collect();
     definitions.extend(
         partials

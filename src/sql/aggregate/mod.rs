@@ -35,7 +35,10 @@
 //! columns (no FILTER or ORDER BY inside), outside them only group columns, constants,
 //! parameters and a few scalar functions. An aggregate over DISTINCT values of a column
 //! (`count(DISTINCT x)`) stays as written: the partial rows are then grouped by `x` as
-//! well, so they carry each group's set of values. Everything else takes the row path.
+//! well, so they carry each group's set of values. A GROUP BY of `date_trunc('<unit>', c)`
+//! (c a timestamp or timestamptz column) groups the partial rows by it and names the
+//! result `c`; the outer query's `date_trunc('<unit>', c)` then truncates again, which
+//! changes nothing. Everything else takes the row path.
 
 mod conditions;
 mod derived;
@@ -46,6 +49,7 @@ mod tests;
 use pg_query::protobuf::{node::Node as N, SelectStmt, SetOperation};
 
 use super::rewrite::{dollar_quoted, TieredTable};
+use crate::values::trunc::TruncUnit;
 use crate::values::{ColdType, ScalarType, TextKind};
 use split::{figure_name, Split};
 
@@ -134,6 +138,23 @@ impl KeyKind {
     }
 }
 
+/// A column the partial rows are grouped by: its position in the table's columns, and
+/// the unit when the client groups by `date_trunc(unit, column)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupColumn {
+    pub column: usize,
+    pub trunc: Option<TruncUnit>,
+}
+
+impl GroupColumn {
+    pub fn plain(column: usize) -> Self {
+        GroupColumn {
+            column,
+            trunc: None,
+        }
+    }
+}
+
 /// A rewritten aggregate statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AggregateRewrite {
@@ -142,9 +163,12 @@ pub struct AggregateRewrite {
     /// The table reference's location and qualifier, for [`super::predicates::extract`].
     pub location: i32,
     pub name: String,
-    /// Positions in the table's columns of the columns the partial rows are grouped by:
-    /// the GROUP BY columns, then those of DISTINCT aggregates.
-    pub group: Vec<usize>,
+    /// The columns the partial rows are grouped by: the GROUP BY items, then the columns
+    /// of DISTINCT aggregates.
+    pub group: Vec<GroupColumn>,
+    /// A timestamptz column is truncated (`date_trunc`), which cold-side matches
+    /// Postgres only in a session whose TimeZone is UTC.
+    pub needs_utc: bool,
     pub partials: Vec<Partial>,
     /// Whether the statement's WHERE is a conjunction the cold engine may evaluate
     /// exactly (each conjunct one predicate of [`super::predicates`] on a column whose
@@ -181,10 +205,20 @@ pub fn rewrite_aggregate<'a>(
     // columns.
     let mut group = group;
     for d in distinct {
-        if !group.contains(&d) {
-            group.push(d);
+        match group.iter().find(|g| g.column == d) {
+            Some(g) if g.trunc.is_none() => {}
+            // The derived table's column holds the truncated values.
+            Some(_) => return None,
+            None => group.push(GroupColumn::plain(d)),
         }
     }
+    let needs_utc = group.iter().any(|g| {
+        g.trunc.is_some()
+            && matches!(
+                source.types[g.column].1,
+                Some(ColdType::Scalar(ScalarType::Timestamptz))
+            )
+    });
 
     // WHERE: exact when every conjunct is one predicate the cold engine evaluates as
     // Postgres does.
@@ -206,6 +240,7 @@ pub fn rewrite_aggregate<'a>(
         location: source.location,
         name: source.alias,
         group,
+        needs_utc,
         partials,
         exact_where,
         where_predicates,
@@ -318,18 +353,26 @@ impl<'a> Source<'a> {
     }
 
     /// GROUP BY: plain columns of the table, by name, output-column name or ordinal, of
-    /// types that group by their bytes.
-    fn group_columns(&self, select: &SelectStmt) -> Option<Vec<usize>> {
-        let mut group = Vec::new();
+    /// types that group by their bytes, or `date_trunc` of a timestamp or timestamptz
+    /// column; one item per column (the derived table holds it once).
+    fn group_columns(&self, select: &SelectStmt) -> Option<Vec<GroupColumn>> {
+        let mut group: Vec<GroupColumn> = Vec::new();
         for g in &select.group_clause {
-            let position =
-                conditions::group_column(g, select, &self.alias, &|name| self.column(name))?;
-            if !matches!(self.types[position].1, Some(ColdType::Scalar(s)) if conditions::groupable(s))
-            {
+            let item = conditions::group_column(g, select, &self.alias, &|name| self.column(name))?;
+            let Some(ColdType::Scalar(scalar)) = self.types[item.column].1 else {
+                return None;
+            };
+            let fits = match item.trunc {
+                None => conditions::groupable(scalar),
+                Some(_) => matches!(scalar, ScalarType::Timestamp | ScalarType::Timestamptz),
+            };
+            if !fits {
                 return None;
             }
-            if !group.contains(&position) {
-                group.push(position);
+            match group.iter().find(|g| g.column == item.column) {
+                Some(g) if *g == item => {}
+                Some(_) => return None,
+                None => group.push(item),
             }
         }
         Some(group)
@@ -340,7 +383,7 @@ impl<'a> Source<'a> {
     fn split(
         &self,
         select: &SelectStmt,
-        group: &[usize],
+        group: &[GroupColumn],
     ) -> Option<(SelectStmt, Vec<Partial>, Vec<usize>)> {
         let mut outer = select.clone();
         let mut split = Split {

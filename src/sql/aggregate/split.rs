@@ -3,8 +3,8 @@
 
 use pg_query::protobuf::{self, node::Node as N, FuncCall, Node};
 
-use super::conditions::non_null_constant;
-use super::{AggregateKind, Partial, PartialKind};
+use super::conditions::{group_expression, non_null_constant};
+use super::{AggregateKind, GroupColumn, Partial, PartialKind};
 use crate::sql::predicates::column_of;
 use crate::sql::rewrite::TieredTable;
 use crate::values::{ColdType, ScalarType};
@@ -63,7 +63,7 @@ pub(super) struct Split<'a> {
     pub(super) alias: &'a str,
     pub(super) table: &'a TieredTable,
     pub(super) types: &'a [(String, Option<ColdType>)],
-    pub(super) group: &'a [usize],
+    pub(super) group: &'a [GroupColumn],
     pub(super) partials: Vec<Partial>,
     pub(super) aggregates: usize,
     /// Columns of DISTINCT aggregates, which the partial rows are grouped by as well.
@@ -76,7 +76,18 @@ impl Split<'_> {
         if let Some(N::ColumnRef(_)) = node.node {
             let name = column_of(node, self.alias, true)?;
             let position = self.table.columns.iter().position(|n| *n == name)?;
-            return self.group.contains(&position).then_some(());
+            return self
+                .group
+                .contains(&GroupColumn::plain(position))
+                .then_some(());
+        }
+        // A GROUP BY expression (`date_trunc('day', at)`): the derived table's column holds
+        // it already, and truncating again changes nothing.
+        if let Some(N::FuncCall(_)) = node.node {
+            let column = |name: &str| self.table.columns.iter().position(|n| n == name);
+            if let Some(g) = group_expression(node, self.alias, &column) {
+                return self.group.contains(&g).then_some(());
+            }
         }
         match node.node.as_mut()? {
             N::FuncCall(f) => {
@@ -326,7 +337,7 @@ fn combination(text: &str) -> Option<Node> {
 }
 
 /// The lower-case name of a function call (the last part of a qualified name).
-fn function_name(f: &FuncCall) -> Option<String> {
+pub(super) fn function_name(f: &FuncCall) -> Option<String> {
     match f.funcname.last()?.node.as_ref()? {
         N::String(s) => {
             // `pg_catalog.count` is count; another schema's count is not.

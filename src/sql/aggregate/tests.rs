@@ -11,6 +11,7 @@ fn events() -> (TieredTable, Vec<(String, Option<ColdType>)>) {
             "amount".into(),
             "note".into(),
             "ok".into(),
+            "at".into(),
         ],
         pk: vec!["id".into()],
         guarded: true,
@@ -27,6 +28,10 @@ fn events() -> (TieredTable, Vec<(String, Option<ColdType>)>) {
             Some(ColdType::Scalar(ScalarType::Text(TextKind::Text))),
         ),
         ("boolean".into(), Some(ColdType::Scalar(ScalarType::Bool))),
+        (
+            "timestamp with time zone".into(),
+            Some(ColdType::Scalar(ScalarType::Timestamptz)),
+        ),
     ];
     (table, types)
 }
@@ -42,6 +47,10 @@ fn plan(sql: &str) -> Option<AggregateRewrite> {
     })
 }
 
+fn columns(r: &AggregateRewrite) -> Vec<usize> {
+    r.group.iter().map(|g| g.column).collect()
+}
+
 #[test]
 fn splits_the_common_aggregates() {
     let r = plan("SELECT tenant, count(*), sum(amount), avg(id) FROM events WHERE id > 5 GROUP BY tenant HAVING count(*) > 1 ORDER BY 2 DESC LIMIT 3").unwrap();
@@ -55,7 +64,7 @@ fn splits_the_common_aggregates() {
             PartialKind::Count
         ]
     );
-    assert_eq!(r.group, [1]);
+    assert_eq!(columns(&r), [1]);
     assert!(r.exact_where);
     assert_eq!(r.where_predicates, 1);
     assert!(
@@ -84,7 +93,7 @@ fn group_by_ordinals_and_output_names_resolve_to_columns() {
         "SELECT events.tenant, sum(amount) FROM events GROUP BY events.tenant",
     ] {
         let r = plan(sql).unwrap_or_else(|| panic!("{sql}"));
-        assert_eq!(r.group, [1], "{sql}");
+        assert_eq!(columns(&r), [1], "{sql}");
     }
 }
 
@@ -108,6 +117,15 @@ fn leaves_what_it_cannot_split() {
         "SELECT count(*) FILTER (WHERE ok) FROM events",
         "SELECT * FROM events",
         "SELECT my_agg(tenant) FROM events GROUP BY tenant",
+        "SELECT date_trunc('day', at), count(*) FROM events GROUP BY at",
+        "SELECT date_trunc('day', at), count(*) FROM events GROUP BY 1, at",
+        "SELECT date_trunc('day', at), count(*) FROM events GROUP BY 1, date_trunc('hour', at)",
+        "SELECT date_trunc('decade', at), count(*) FROM events GROUP BY 1",
+        "SELECT date_trunc('day', at, 'Europe/Paris'), count(*) FROM events GROUP BY 1",
+        "SELECT date_trunc('day', tenant), count(*) FROM events GROUP BY 1",
+        "SELECT at, count(*) FROM events GROUP BY date_trunc('day', at)",
+        "SELECT date_trunc('day', at), count(DISTINCT at) FROM events GROUP BY 1",
+        "SELECT other.date_trunc('day', at), count(*) FROM events GROUP BY 1",
     ] {
         assert!(plan(sql).is_none(), "{sql}");
     }
@@ -127,17 +145,41 @@ fn a_where_the_cold_side_cannot_compute_is_not_exact() {
 #[test]
 fn distinct_aggregates_group_the_partial_rows_by_their_column() {
     let r = plan("SELECT note, count(DISTINCT tenant), sum(DISTINCT tenant), count(*) FROM events GROUP BY note").unwrap();
-    assert_eq!(r.group, [3, 1], "{}", r.sql);
+    assert_eq!(columns(&r), [3, 1], "{}", r.sql);
     assert_eq!(r.partials.len(), 1);
     assert!(r.sql.contains("count(DISTINCT tenant)"), "{}", r.sql);
     assert!(r.sql.contains("GROUP BY note"), "{}", r.sql);
     let r = plan("SELECT count(DISTINCT note), string_agg(DISTINCT note, ',' ORDER BY note), array_agg(DISTINCT ok) FROM events").unwrap();
-    assert_eq!(r.group, [3, 4], "{}", r.sql);
+    assert_eq!(columns(&r), [3, 4], "{}", r.sql);
     assert!(r.partials.is_empty());
     assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
     // The key itself: one partial row per cold row, still exact.
     assert_eq!(
-        plan("SELECT count(DISTINCT id) FROM events").unwrap().group,
+        columns(&plan("SELECT count(DISTINCT id) FROM events").unwrap()),
         [0]
+    );
+}
+
+#[test]
+fn date_trunc_groups_by_the_truncated_column() {
+    for sql in [
+        "SELECT date_trunc('day', at), count(*), min(at) FROM events GROUP BY 1 ORDER BY 1",
+        "SELECT date_trunc('DAY', at) AS d, count(*) FROM events GROUP BY d",
+        "SELECT date_trunc('day', e.at), count(*) FROM events e GROUP BY date_trunc('day', e.at)",
+        "SELECT tenant, pg_catalog.date_trunc('day', at), sum(tenant) FROM events GROUP BY 1, 2",
+    ] {
+        let r = plan(sql).unwrap_or_else(|| panic!("{sql}"));
+        let truncated: Vec<_> = r.group.iter().filter(|g| g.trunc.is_some()).collect();
+        assert_eq!(truncated.len(), 1, "{sql}");
+        assert_eq!(truncated[0].column, 5, "{sql}");
+        assert_eq!(truncated[0].trunc, Some(TruncUnit::Day), "{sql}");
+        assert!(r.needs_utc, "{sql}");
+        assert!(r.sql.contains("date_trunc('day', "), "{}", r.sql);
+        assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+    }
+    assert!(
+        !plan("SELECT tenant, count(*) FROM events GROUP BY 1")
+            .unwrap()
+            .needs_utc
     );
 }
