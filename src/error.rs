@@ -94,6 +94,21 @@ impl PlanError {
                 format!("coldwire: the query would read more than {cap} cold rows of {table}"),
                 Some("Add a condition on the primary key, or raise max_cold_rows in coldwire's configuration.".into()),
             ),
+            PlanError::Scan(ScanError::TooMuchMemory { table, cap }) => fields(
+                "54000",
+                format!(
+                    "coldwire: the cold rows of {table} this query needs take more than {} MiB in coldwire",
+                    cap >> 20
+                ),
+                Some("Narrow the query with conditions coldwire evaluates on cold rows (the primary key, integers, dates, timestamps, text equality), aggregate in the query, or raise max_cold_memory_mb in coldwire's configuration.".into()),
+            ),
+            PlanError::Scan(ScanError::ArrayTooLarge { table, bytes }) => fields(
+                "54000",
+                format!(
+                    "coldwire: the cold rows of {table} this query needs take {bytes} bytes as one array, more than Postgres accepts as one value (1 GB)"
+                ),
+                Some("Narrow the query with conditions coldwire evaluates on cold rows, or aggregate in the query.".into()),
+            ),
             PlanError::Scan(ScanError::TooManyGroups { table, cap }) => fields(
                 "54000",
                 format!("coldwire: the query would aggregate more than {cap} groups of cold rows of {table}"),

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
-use coldwire::cold::scan::{scan, ColdTable, ScanError, ScanOutput};
+use coldwire::cold::scan::{scan, ColdTable, ScanError, ScanLimits, ScanOutput};
 use coldwire::segment::prune::Predicate;
 use coldwire::store::backend::StoreOptions;
 use coldwire::store::ColdStore;
@@ -119,13 +119,20 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
     let kind: i16 = 2;
 
     // Everything: exactly the control table.
-    let all = scan(&store, &table, &[], 100_000).await.unwrap();
+    let all = scan(&store, &table, &[], ScanLimits::rows(100_000))
+        .await
+        .unwrap();
     assert_eq!(rows(&all), control(&direct, "true").await);
 
     // A point lookup reads only the segments that can hold the key.
-    let one = scan(&store, &table, &[Predicate::Eq(1, int(7))], 100_000)
-        .await
-        .unwrap();
+    let one = scan(
+        &store,
+        &table,
+        &[Predicate::Eq(1, int(7))],
+        ScanLimits::rows(100_000),
+    )
+    .await
+    .unwrap();
     assert_eq!(rows(&one), control(&direct, "id = 7").await);
     assert!(
         one.stats.segments_pruned >= table.segments.len() - 2,
@@ -134,16 +141,21 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
     );
     // A deleted key stays deleted; a key nobody wrote is found nowhere.
     assert!(rows(
-        &scan(&store, &table, &[Predicate::Eq(1, int(20))], 100_000)
-            .await
-            .unwrap()
+        &scan(
+            &store,
+            &table,
+            &[Predicate::Eq(1, int(20))],
+            ScanLimits::rows(100_000)
+        )
+        .await
+        .unwrap()
     )
     .is_empty());
     let absent = scan(
         &store,
         &table,
         &[Predicate::In(1, vec![int(1500), int(99_999)])],
-        100_000,
+        ScanLimits::rows(100_000),
     )
     .await
     .unwrap();
@@ -154,7 +166,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
         &store,
         &table,
         &[Predicate::Below(1, int(100), false)],
-        100_000,
+        ScanLimits::rows(100_000),
     )
     .await
     .unwrap();
@@ -163,7 +175,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
         &store,
         &table,
         &[Predicate::Eq(kind, b"v2".to_vec())],
-        100_000,
+        ScanLimits::rows(100_000),
     )
     .await
     .unwrap();
@@ -175,7 +187,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
             &store,
             &table,
             &[Predicate::Eq(kind, value.clone().into_bytes())],
-            100_000,
+            ScanLimits::rows(100_000),
         )
         .await
         .unwrap();
@@ -192,7 +204,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
             Predicate::Above(1, int(2990), true),
             Predicate::Eq(kind, b"k3".to_vec()),
         ],
-        100_000,
+        ScanLimits::rows(100_000),
     )
     .await
     .unwrap();
@@ -202,10 +214,23 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
     );
 
     // The cap names the table.
-    match scan(&store, &table, &[], 10).await {
+    match scan(&store, &table, &[], ScanLimits::rows(10)).await {
         Err(ScanError::TooManyRows { table, cap }) => {
             assert_eq!((table.as_str(), cap), ("public.events", 10))
         }
         other => panic!("expected the cap: {:?}", other.map(|o| o.stats)),
     }
+    // So does the memory bound; the rows it admits come back whole.
+    let bytes = |rows: usize| ScanLimits {
+        rows: usize::MAX,
+        bytes: rows,
+    };
+    match scan(&store, &table, &[], bytes(10_000)).await {
+        Err(ScanError::TooMuchMemory { table, cap }) => {
+            assert_eq!((table.as_str(), cap), ("public.events", 10_000))
+        }
+        other => panic!("expected the memory bound: {:?}", other.map(|o| o.stats)),
+    }
+    let roomy = scan(&store, &table, &[], bytes(64 << 20)).await.unwrap();
+    assert_eq!(rows(&roomy), rows(&all));
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use coldwire::cold::scan::{scan, ColdTable};
+use coldwire::cold::scan::{scan, ColdTable, ScanLimits};
 use coldwire::sql::params::BoundParams;
 use coldwire::sql::predicates::{extract, to_prune};
 use coldwire::sql::rewrite::{rewrite, TieredTable};
@@ -99,7 +99,9 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
 
     let table = ColdTable::load(&mut direct, id, None).await.unwrap();
     let store = ColdStore::open(&store_url, &StoreOptions::default()).unwrap();
-    let cold = scan(&store, &table, &[], 1_000_000).await.unwrap();
+    let cold = scan(&store, &table, &[], ScanLimits::rows(1_000_000))
+        .await
+        .unwrap();
     let columns: Vec<ColdColumn> = table
         .columns
         .iter()
@@ -159,7 +161,9 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
                 &table.columns,
                 &BoundParams::none(),
             );
-            let selected = scan(&store, &table, &predicates, 1_000_000).await.unwrap();
+            let selected = scan(&store, &table, &predicates, ScanLimits::rows(1_000_000))
+                .await
+                .unwrap();
             assert!(selected.rows.num_rows() <= cold.rows.num_rows());
             if sql.contains("id IN (1, 2, 3") {
                 assert!(

@@ -454,3 +454,84 @@ async fn delta_encoded_pages_read_back_every_value_exactly() {
         assert_eq!(got, expected, "{sql}");
     }
 }
+
+/// At default settings, a read that needs more cold rows than the old row cap (100,000)
+/// answers like the plain table; the bound that remains is on memory, and a read past it
+/// fails with 54000 naming the table and `max_cold_memory_mb`, and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_many_cold_rows_answer_at_default_settings_and_memory_bounds_them() {
+    let db = create_db("manycold");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE wide(id bigint PRIMARY KEY, n int4, note text);
+             INSERT INTO wide SELECT g, g % 97, 'n' || g FROM generate_series(1, 150000) g;
+             CREATE TABLE control AS SELECT * FROM wide;
+             CREATE TABLE big(id bigint PRIMARY KEY, body text);
+             INSERT INTO big SELECT g, repeat(chr(65 + g % 26), 1000) FROM generate_series(1, 3000) g;",
+        )
+        .await
+        .unwrap();
+    let url = cluster().url(&db);
+    let defaults = Proxy::start(&["--service-url", &url, "--cold-store", &store]).await;
+    let c = defaults.connect(&db).await;
+    for table in ["wide", "big"] {
+        admin_call(&c, &format!(r#"SELECT coldwire.tier_table('{table}', '{{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}}')"#))
+            .await
+            .unwrap();
+        admin_call(
+            &c,
+            &format!("SELECT coldwire.flush_table('{table}', wait => true)"),
+        )
+        .await
+        .unwrap();
+    }
+    // `note LIKE` is not evaluated cold-side: every cold row is bound to the statement.
+    let summary = "SELECT count(*), sum(n), max(note) FROM {t} WHERE note LIKE 'n%'";
+    let rows = "SELECT id, n, note FROM {t} WHERE note LIKE 'n1%' ORDER BY id";
+    for sql in [summary, rows] {
+        assert_eq!(
+            simple_rows(&c, &sql.replace("{t}", "wide")).await.unwrap(),
+            simple_rows(&direct, &sql.replace("{t}", "control"))
+                .await
+                .unwrap(),
+            "{sql}"
+        );
+    }
+    // 3 MB of cold text against a 1 MiB bound.
+    let bounded = Proxy::start(&[
+        "--service-url",
+        &url,
+        "--cold-store",
+        &store,
+        "--max-cold-memory-mb",
+        "1",
+    ])
+    .await;
+    let c = bounded.connect(&db).await;
+    let err = c
+        .simple_query("SELECT count(*) FROM big WHERE body LIKE 'A%'")
+        .await
+        .unwrap_err();
+    let db_err = err.as_db_error().unwrap();
+    assert_eq!(db_err.code().code(), "54000", "{db_err:?}");
+    assert!(
+        db_err.message().contains("big") && db_err.message().contains("1 MiB"),
+        "{db_err:?}"
+    );
+    assert!(db_err
+        .hint()
+        .is_some_and(|h| h.contains("max_cold_memory_mb")));
+    // A narrower read fits, and the session went on.
+    assert_eq!(
+        simple_rows(
+            &c,
+            "SELECT count(*) FROM big WHERE body LIKE 'A%' AND id <= 500"
+        )
+        .await
+        .unwrap(),
+        vec![vec![Some("19".to_owned())]]
+    );
+}

@@ -55,6 +55,36 @@ pub enum ScanError {
     TooManyGroups { table: String, cap: usize },
     #[error("the query would read more than {cap} cold rows of table {table}")]
     TooManyRows { table: String, cap: usize },
+    #[error("the cold rows of table {table} the query needs take more than {cap} bytes")]
+    TooMuchMemory { table: String, cap: usize },
+    #[error("the cold rows of table {table} take {bytes} bytes as one array")]
+    ArrayTooLarge { table: String, bytes: usize },
+}
+
+/// What one scan may bring back: keys, and bytes of decoded rows held (Arrow buffers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanLimits {
+    pub rows: usize,
+    pub bytes: usize,
+}
+
+impl ScanLimits {
+    /// The limits of `max_cold_rows` and `max_cold_memory_mb` (MiB), 0 meaning none.
+    pub fn configured(rows: usize, memory_mb: usize) -> Self {
+        let unbounded = |n: usize| if n == 0 { usize::MAX } else { n };
+        ScanLimits {
+            rows: unbounded(rows),
+            bytes: unbounded(memory_mb.saturating_mul(1 << 20)),
+        }
+    }
+
+    /// At most `rows` keys, whatever their size.
+    pub fn rows(rows: usize) -> Self {
+        ScanLimits {
+            rows,
+            bytes: usize::MAX,
+        }
+    }
 }
 
 impl ColdTable {
@@ -187,15 +217,16 @@ pub struct ScanOutput {
 }
 
 /// Scans `table`'s cold tier for rows that may satisfy every predicate, returning at most
-/// `max_rows` keys.
+/// `limits.rows` keys held in at most `limits.bytes` of decoded batches.
 ///
 /// # Errors
-/// Store or decoding failures; [`ScanError::TooManyRows`] past the cap.
+/// Store or decoding failures; [`ScanError::TooManyRows`] or
+/// [`ScanError::TooMuchMemory`] past a limit.
 pub async fn scan(
     store: &ColdStore,
     table: &ColdTable,
     predicates: &[Predicate],
-    max_rows: usize,
+    limits: ScanLimits,
 ) -> Result<ScanOutput, ScanError> {
     let table_width = table.columns.len();
     let schema = table.file_schema(table_width);
@@ -213,7 +244,8 @@ pub async fn scan(
     let mut found = Versions {
         table,
         checkable,
-        max_rows,
+        limits,
+        bytes: 0,
         rows_scanned: 0,
         kept: Vec::new(),
         newest: HashMap::new(),
@@ -313,7 +345,9 @@ struct Versions<'a> {
     table: &'a ColdTable,
     /// Predicates checked row by row, with their column's position.
     checkable: Vec<(usize, &'a Predicate)>,
-    max_rows: usize,
+    limits: ScanLimits,
+    /// Bytes of the batches kept.
+    bytes: usize,
     rows_scanned: usize,
     kept: Vec<RecordBatch>,
     /// key → (seq, op, batch, row) of the newest version seen.
@@ -349,15 +383,23 @@ impl Versions<'_> {
                 Some(seen) if seen.0 >= version.0 => {}
                 Some(seen) => *seen = version,
                 None => {
-                    if self.newest.len() >= self.max_rows {
+                    if self.newest.len() >= self.limits.rows {
                         return Err(ScanError::TooManyRows {
                             table: self.table.name.clone(),
-                            cap: self.max_rows,
+                            cap: self.limits.rows,
                         });
                     }
                     self.newest.insert(key, version);
                 }
             }
+        }
+        // Batches the reader decoded may share buffers; the filtered ones own theirs.
+        self.bytes = self.bytes.saturating_add(batch.get_array_memory_size());
+        if self.bytes > self.limits.bytes {
+            return Err(ScanError::TooMuchMemory {
+                table: self.table.name.clone(),
+                cap: self.limits.bytes,
+            });
         }
         self.kept.push(batch);
         Ok(())

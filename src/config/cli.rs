@@ -62,9 +62,12 @@ pub struct ServeArgs {
     /// Largest client message in bytes [default: 134217728].
     #[arg(long, env = "COLDWIRE_MAX_MESSAGE_BYTES")]
     pub max_message_bytes: Option<usize>,
-    /// Most cold rows one table reference of a read may bring back [default: 100000].
+    /// Most cold rows one table reference of a read may bring back; 0: no bound [default: 0].
     #[arg(long, env = "COLDWIRE_MAX_COLD_ROWS")]
     pub max_cold_rows: Option<usize>,
+    /// Most MiB the cold rows of one table reference of a read may take; 0: no bound [default: 256].
+    #[arg(long, env = "COLDWIRE_MAX_COLD_MEMORY_MB")]
+    pub max_cold_memory_mb: Option<usize>,
     /// Most cold rows one write may bring back into the heap [default: 100000].
     #[arg(long, env = "COLDWIRE_MAX_REHYDRATE_ROWS")]
     pub max_rehydrate_rows: Option<usize>,
@@ -116,6 +119,9 @@ impl ServeArgs {
         }
         if let Some(v) = a.max_cold_rows {
             c.max_cold_rows = v;
+        }
+        if let Some(v) = a.max_cold_memory_mb {
+            c.max_cold_memory_mb = v;
         }
         if let Some(v) = a.cold_cache_mb {
             c.cold_cache_mb = v;

@@ -73,8 +73,14 @@ pub struct Config {
     /// few cores shared with Postgres, 1 may relay faster (see bench/README.md).
     pub worker_threads: usize,
     /// Most cold rows one reference in a read may bring back; a read that would exceed it
-    /// fails with 54000 naming the table. Default 100000.
+    /// fails with 54000 naming the table. Default 0: no bound on rows, only on memory
+    /// (`max_cold_memory_mb`).
     pub max_cold_rows: usize,
+    /// Most memory the cold rows of one table reference in a read may take in coldwire
+    /// (decoded, in MiB) before they are bound to the statement; a read that would exceed
+    /// it fails with 54000 naming the table and the setting. 0: no bound. Default 256.
+    /// Aggregates answered from cold partials are bound by neither.
+    pub max_cold_memory_mb: usize,
     /// Most cold rows one write (UPDATE, DELETE, upsert, locking read) may bring back into
     /// the heap before it runs; a write whose conditions bound no fewer fails with 54000
     /// naming the table. Default 100000.
@@ -124,7 +130,8 @@ impl Default for Config {
             connect_timeout_ms: 5000,
             shutdown_grace_secs: 30,
             worker_threads: 0,
-            max_cold_rows: 100_000,
+            max_cold_rows: 0,
+            max_cold_memory_mb: 256,
             max_rehydrate_rows: 100_000,
             max_databases: 16,
             cold_cache_mb: 256,

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::catalog::{self, CatalogError};
+use crate::cold::scan::ScanLimits;
 use crate::config::{Config, ConfigError};
 use crate::session::databases::Databases;
 use crate::session::{self, SessionContext};
@@ -89,7 +90,7 @@ impl Server {
                 let databases = Arc::new(Databases::new(
                     service.clone(),
                     store.clone(),
-                    config.max_cold_rows,
+                    ScanLimits::configured(config.max_cold_rows, config.max_cold_memory_mb),
                     config.max_rehydrate_rows,
                     config.max_databases,
                 ));

@@ -16,6 +16,7 @@ use super::reads::ReadPath;
 use crate::admin::executor::{AdminExecutor, AdminFuture, AdminRequest};
 use crate::admin::{AdminError, AdminFunction, Tiering};
 use crate::catalog::{self, CatalogError};
+use crate::cold::scan::ScanLimits;
 use crate::store::ColdStore;
 
 /// How often a proxy looks for databases other proxies started serving.
@@ -39,7 +40,7 @@ pub struct Databases {
     service: tokio_postgres::Config,
     default_database: String,
     store: ColdStore,
-    max_cold_rows: usize,
+    cold_limits: ScanLimits,
     max_rehydrate_rows: usize,
     max_databases: usize,
     tiers: RwLock<HashMap<String, Arc<Tier>>>,
@@ -57,7 +58,7 @@ impl Databases {
     pub fn new(
         service: tokio_postgres::Config,
         store: ColdStore,
-        max_cold_rows: usize,
+        cold_limits: ScanLimits,
         max_rehydrate_rows: usize,
         max_databases: usize,
     ) -> Self {
@@ -66,7 +67,7 @@ impl Databases {
             service,
             default_database: default_database.clone(),
             store,
-            max_cold_rows,
+            cold_limits,
             max_rehydrate_rows,
             max_databases,
             tiers: RwLock::new(HashMap::new()),
@@ -97,7 +98,7 @@ impl Databases {
             reads: Arc::new(ReadPath::new(
                 service,
                 self.store.clone(),
-                self.max_cold_rows,
+                self.cold_limits,
                 self.max_rehydrate_rows,
             )),
             admin,

@@ -18,7 +18,7 @@ use super::aggregate::{rewrite_aggregate_read, AggregatePlan, NARROW_KEYS};
 use super::catalog::CatalogCache;
 use super::writes::PreparedWrite;
 use crate::catalog::registry::Registry;
-use crate::cold::scan::{scan, ColdTable, ScanError};
+use crate::cold::scan::{scan, ColdTable, ScanError, ScanLimits};
 use crate::error::fields;
 pub use crate::error::PlanError;
 use crate::segment::prune::integer_values;
@@ -32,6 +32,14 @@ use crate::values::record::encode_record_array;
 use crate::values::ColdColumn;
 use crate::wire::messages::ErrorFields;
 use pg_query::protobuf::{node::Node as N, ObjectType};
+
+/// Most cold rows a retried aggregate reads as rows before it takes partials again.
+const RETRY_ROWS: usize = 100_000;
+
+/// The largest array of cold rows bound as one parameter: Postgres allocates at most
+/// 1 GB - 1 for one value (MaxAllocSize), and the array's header and the row headers
+/// around the encoded fields stay under this margin.
+const MAX_ARRAY_BYTES: usize = 1_000_000_000;
 
 /// Views over views expanded at most this deep.
 const MAX_VIEW_DEPTH: usize = 8;
@@ -104,7 +112,8 @@ type WriteCache = HashMap<(String, usize), (u64, Option<Arc<PreparedWrite>>)>;
 pub struct ReadPath {
     pub(super) catalog: CatalogCache,
     pub(super) store: ColdStore,
-    pub(super) max_cold_rows: usize,
+    /// What the cold rows of one table reference may take.
+    pub(super) limits: ScanLimits,
     statements: Mutex<StatementCache>,
     pub(super) max_rehydrate_rows: usize,
     /// As `statements`, for writes.
@@ -115,13 +124,13 @@ impl ReadPath {
     pub fn new(
         service: tokio_postgres::Config,
         store: ColdStore,
-        max_cold_rows: usize,
+        limits: ScanLimits,
         max_rehydrate_rows: usize,
     ) -> Self {
         Self {
             catalog: CatalogCache::new(service),
             store,
-            max_cold_rows,
+            limits,
             statements: Mutex::new(HashMap::new()),
             max_rehydrate_rows,
             writes: Mutex::new(HashMap::new()),
@@ -316,8 +325,19 @@ impl ReadPath {
                     continue;
                 }
             }
-            let found = match scan(&self.store, cold, &predicates, self.max_cold_rows).await {
-                Err(ScanError::TooManyRows { .. }) if partials => {
+            // A retry that could take partials tries rows only while they are few.
+            let limits = if partials {
+                ScanLimits {
+                    rows: self.limits.rows.min(RETRY_ROWS),
+                    ..self.limits
+                }
+            } else {
+                self.limits
+            };
+            let found = match scan(&self.store, cold, &predicates, limits).await {
+                Err(ScanError::TooManyRows { .. } | ScanError::TooMuchMemory { .. })
+                    if partials =>
+                {
                     let plan = r.aggregate.as_ref().expect("partials are planned");
                     out.extend(
                         self.partial_params(r, plan, cold.clone(), predicates)
@@ -352,6 +372,12 @@ impl ReadPath {
             let mut array = BytesMut::new();
             encode_record_array(&columns, r.row_type, &found.rows, &mut array)
                 .map_err(|e| PlanError::Catalog(e.to_string()))?;
+            if array.len() > MAX_ARRAY_BYTES {
+                return Err(PlanError::Scan(ScanError::ArrayTooLarge {
+                    table: cold.name.clone(),
+                    bytes: array.len(),
+                }));
+            }
             out.push(array);
             if r.aggregate.is_some() {
                 out.push(jsonb(&serde_json::json!([])));

@@ -225,7 +225,7 @@ impl ReadPath {
                 },
                 predicates.len()
             );
-            match scan(&self.store, &cold, &predicates, self.max_cold_rows).await {
+            match scan(&self.store, &cold, &predicates, self.limits).await {
                 Ok(found) => {
                     let st = found.stats;
                     let _ = writeln!(
@@ -244,6 +244,9 @@ impl ReadPath {
                 }
                 Err(ScanError::TooManyRows { cap, .. }) => {
                     let _ = writeln!(out, "  Cold rows: more than max_cold_rows ({cap}); the statement would fail with 54000");
+                }
+                Err(ScanError::TooMuchMemory { cap, .. }) => {
+                    let _ = writeln!(out, "  Cold rows: more than max_cold_memory_mb ({} MiB); the statement would fail with 54000", cap >> 20);
                 }
                 Err(e) => return Err(e.into()),
             }

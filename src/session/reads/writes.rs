@@ -9,7 +9,7 @@ use std::sync::{Arc, PoisonError};
 use bytes::BytesMut;
 
 use super::path::{highest_param, jsonb, ReadPath, STATEMENT_CACHE_ENTRIES};
-use crate::cold::scan::{scan, ScanError};
+use crate::cold::scan::{scan, ScanError, ScanLimits};
 use crate::error::fields;
 use crate::error::PlanError;
 use crate::session::reads::OwnCall;
@@ -304,7 +304,17 @@ impl ReadPath {
         let mut batches = Vec::new();
         for scan_predicates in &scans {
             let predicates = to_prune(scan_predicates, &cold.columns, params);
-            let found = match scan(&self.store, &cold, &predicates, self.max_rehydrate_rows).await {
+            let found = match scan(
+                &self.store,
+                &cold,
+                &predicates,
+                ScanLimits {
+                    rows: self.max_rehydrate_rows,
+                    ..self.limits
+                },
+            )
+            .await
+            {
                 Err(ScanError::TooManyRows { .. }) => return Err(too_many()),
                 other => other?,
             };
