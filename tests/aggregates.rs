@@ -96,7 +96,7 @@ fn generate(rng: &mut StdRng) -> Query {
             group.push(g);
         }
     }
-    let aggregates: [(&str, bool); 30] = [
+    let aggregates: [(&str, bool); 39] = [
         ("count(*)", false),
         ("count(1)", false),
         ("count(note)", false),
@@ -127,6 +127,18 @@ fn generate(rng: &mut StdRng) -> Query {
         ("min(DISTINCT label)", false),
         ("string_agg(DISTINCT label, ',' ORDER BY label)", false),
         ("array_agg(DISTINCT flag)", false),
+        ("count(*) FILTER (WHERE tenant = 1)", false),
+        ("count(note) FILTER (WHERE day >= '2020-03-01')", false),
+        ("sum(qty) FILTER (WHERE note IS NULL)", false),
+        ("sum(qty) FILTER (WHERE small < 0 AND id > 5000)", false),
+        ("avg(small) FILTER (WHERE label = 'L1')", false),
+        ("min(at) FILTER (WHERE tenant IN (2, 3))", false),
+        ("max(day) FILTER (WHERE flag IS NOT NULL)", false),
+        (
+            "bool_or(flag) FILTER (WHERE ts > '2000-01-01 02:00:00')",
+            false,
+        ),
+        ("sum(amount) FILTER (WHERE id BETWEEN 100 AND 9000)", true),
     ];
     let mut select: Vec<String> = group.iter().map(|g| (*g).to_owned()).collect();
     let mut approximate = Vec::new();
@@ -409,6 +421,24 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
         .clone()
         .unwrap();
     assert!(text.contains("Path: aggregate of cold rows"), "{text}");
+    let text = simple_rows(
+        c,
+        &explain("SELECT count(*) FILTER (WHERE flag), count(*) FROM events"),
+    )
+    .await
+    .unwrap()[0][0]
+        .clone()
+        .unwrap();
+    assert!(text.contains("Path: aggregate of cold rows"), "{text}");
+    let text = simple_rows(
+        c,
+        &explain("SELECT count(*) FILTER (WHERE tenant = 2), count(*) FROM events"),
+    )
+    .await
+    .unwrap()[0][0]
+        .clone()
+        .unwrap();
+    assert!(text.contains("Path: aggregate pushdown"), "{text}");
     // Outside UTC, a timestamptz literal without an offset depends on the session's
     // TimeZone: the row path (narrowed by the key) answers; with an offset, partials.
     t.both("SET TimeZone = 'America/New_York'").await;
@@ -422,6 +452,8 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
         "SELECT date_trunc('day', at), count(*) FROM {t} WHERE id < 900 GROUP BY 1 ORDER BY 1",
         // A timestamp's days are the same in every zone: partials.
         "SELECT date_trunc('day', ts), count(*), max(at) FROM {t} GROUP BY 1 ORDER BY 1",
+        // A FILTER the cold engine cannot evaluate: cold rows, narrowed by the key.
+        "SELECT tenant, count(*) FILTER (WHERE note LIKE 'n1%'), sum(qty) FILTER (WHERE flag) FROM {t} WHERE id < 900 GROUP BY 1 ORDER BY 1",
     ] {
         t.same(sql).await;
     }

@@ -45,6 +45,15 @@ use crate::values::trunc::TruncUnit;
 /// Rows per decoded batch.
 const BATCH_ROWS: usize = 8192;
 
+/// What to compute: the partials, per group, each under its FILTER's predicates
+/// (`filters`, indexed by [`Partial::filter`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Aggregation<'a> {
+    pub group: &'a [GroupColumn],
+    pub partials: &'a [Partial],
+    pub filters: &'a [Vec<Predicate>],
+}
+
 /// What a partials query read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PartialStats {
@@ -73,10 +82,14 @@ pub async fn cold_partials(
     table: Arc<ColdTable>,
     predicates: Vec<Predicate>,
     excluded: HashSet<Vec<u8>>,
-    group: &[GroupColumn],
-    partials: &[Partial],
+    aggregation: Aggregation<'_>,
     max_groups: usize,
 ) -> Result<(Vec<serde_json::Value>, PartialStats), ScanError> {
+    let Aggregation {
+        group,
+        partials,
+        filters,
+    } = aggregation;
     let mut needed: Vec<usize> = group
         .iter()
         .map(|g| g.column)
@@ -85,6 +98,7 @@ pub async fn cold_partials(
         .chain(
             predicates
                 .iter()
+                .chain(filters.iter().flatten())
                 .filter_map(|p| table.columns.iter().position(|c| c.attnum == p.attnum())),
         )
         .collect();
@@ -103,6 +117,29 @@ pub async fn cold_partials(
             })
         })
         .collect();
+    // Then one per partial under a FILTER (`_cw_a<i>`): its argument, NULL where the
+    // condition does not hold (every aggregate split into partials ignores NULLs).
+    let masked: Vec<Masked> = partials
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let checks = filters.get(p.filter?)?;
+            Some(Masked {
+                partial: i,
+                from: p.column.and_then(|c| needed.iter().position(|&n| n == c)),
+                checks: checks
+                    .iter()
+                    .filter_map(|check| {
+                        let column = table
+                            .columns
+                            .iter()
+                            .position(|c| c.attnum == check.attnum())?;
+                        Some((needed.iter().position(|&n| n == column)?, check.clone()))
+                    })
+                    .collect(),
+            })
+        })
+        .collect();
     let schema: SchemaRef = Arc::new(Schema::new(
         needed
             .iter()
@@ -113,6 +150,13 @@ pub async fn cold_partials(
                     full.field(needed[t.from]).data_type().clone(),
                     true,
                 )
+            }))
+            .chain(masked.iter().map(|m| {
+                let data_type = match m.from {
+                    Some(from) => full.field(needed[from]).data_type().clone(),
+                    None => DataType::Int64,
+                };
+                Field::new(format!("_cw_a{}", m.partial), data_type, true)
             }))
             .collect::<Vec<Field>>(),
     ));
@@ -142,11 +186,12 @@ pub async fn cold_partials(
         .target_partitions()
         .clamp(1, units.len().max(1));
     let stats = Arc::new(std::sync::Mutex::new(stats));
-    let (predicates, excluded, needed, truncs) = (
+    let (predicates, excluded, needed, truncs, masked) = (
         Arc::new(predicates),
         Arc::new(excluded),
         Arc::new(needed),
         Arc::new(truncs),
+        Arc::new(masked),
     );
     let sources: Vec<Arc<dyn PartitionStream>> = (0..partitions)
         .map(|p| {
@@ -158,6 +203,7 @@ pub async fn cold_partials(
                 excluded: excluded.clone(),
                 needed: needed.clone(),
                 truncs: truncs.clone(),
+                masked: masked.clone(),
                 schema: schema.clone(),
                 stats: stats.clone(),
             }) as Arc<dyn PartitionStream>
@@ -179,8 +225,12 @@ pub async fn cold_partials(
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let arg = || ident(table.columns[p.column.unwrap_or_default()].name.clone());
+            let arg = || match p.filter {
+                Some(_) => ident(format!("_cw_a{i}")),
+                None => ident(table.columns[p.column.unwrap_or_default()].name.clone()),
+            };
             let e = match p.kind {
+                PartialKind::CountStar if p.filter.is_some() => count(arg()),
                 PartialKind::CountStar => count(lit(1i64)),
                 PartialKind::Count => count(arg()),
                 PartialKind::SumInt => sum(cast(arg(), DataType::Int64)),
@@ -241,6 +291,16 @@ struct Trunc {
     unit: TruncUnit,
 }
 
+/// The argument of a partial under a FILTER, computed from the read columns: column
+/// `needed[from]` (or 1, for `count(*)`) where every check holds, else NULL.
+#[derive(Debug, Clone)]
+struct Masked {
+    partial: usize,
+    from: Option<usize>,
+    /// The FILTER's predicates, with the position in the needed columns of theirs.
+    checks: Vec<(usize, Predicate)>,
+}
+
 /// One row group of one segment: what a partition reads at a time.
 #[derive(Debug, Clone, Copy)]
 struct Unit {
@@ -259,8 +319,9 @@ struct LiveSource {
     excluded: Arc<HashSet<Vec<u8>>>,
     /// Positions in the table's columns of the columns read, ascending.
     needed: Arc<Vec<usize>>,
-    /// Columns computed after them.
+    /// Columns computed after them: truncated group columns, then masked arguments.
     truncs: Arc<Vec<Trunc>>,
+    masked: Arc<Vec<Masked>>,
     schema: SchemaRef,
     stats: Arc<std::sync::Mutex<PartialStats>>,
 }
@@ -381,6 +442,22 @@ impl LiveState {
                 .unary::<_, TimestampMicrosecondType>(|v| t.unit.apply(v))
                 .with_timezone_opt(from.timezone());
             arrays.push(Arc::new(truncated));
+        }
+        for m in s.masked.iter() {
+            // Exact FILTER conjuncts: a value no predicate can judge fails, as above.
+            let outside: BooleanArray =
+                (0..rows)
+                    .map(|row| {
+                        Some(!m.checks.iter().all(|(c, p)| {
+                            cell_matches(p, arrays[*c].as_ref(), row).unwrap_or(false)
+                        }))
+                    })
+                    .collect();
+            let arg: ArrayRef = match m.from {
+                Some(from) => arrays[from].clone(),
+                None => Arc::new(arrow::array::Int64Array::from_value(1, rows)),
+            };
+            arrays.push(arrow::compute::nullif(&arg, &outside)?);
         }
         let columns = RecordBatch::try_new(s.schema.clone(), arrays)?;
         let seqs = batch.column(read).as_primitive::<Int64Type>();

@@ -9,13 +9,16 @@ use bytes::BytesMut;
 use super::catalog::HotKeys;
 use super::path::{empty_array, jsonb, PlannedReference, PreparedRead, ReadPath};
 use crate::catalog::registry::Registry;
-use crate::cold::engine::{cold_partials, PartialStats};
+use crate::cold::engine::{cold_partials, Aggregation, PartialStats};
 use crate::cold::scan::ColdTable;
 use crate::error::PlanError;
 use crate::segment::prune::Predicate;
-use crate::sql::aggregate::{rewrite_aggregate, AggregateTable, GroupColumn, KeyKind, Partial};
-use crate::sql::params::Settings;
+use crate::sql::aggregate::{
+    rewrite_aggregate, AggregateFilter, AggregateTable, GroupColumn, KeyKind, Partial,
+};
+use crate::sql::params::BoundParams;
 use crate::sql::predicates::extract;
+use crate::sql::predicates::to_prune;
 
 /// An aggregate whose key conditions leave at most this many keys reads its cold rows
 /// (a few pages through the page cache) rather than computing partials.
@@ -57,6 +60,8 @@ pub(super) struct AggregatePlan {
     pub(super) partials: Vec<Partial>,
     /// A timestamptz column is truncated: partials only in UTC sessions.
     needs_utc: bool,
+    /// The FILTER conditions of its partials.
+    filters: Vec<AggregateFilter>,
     exact_where: bool,
     where_predicates: usize,
     /// The key column's name and type.
@@ -65,14 +70,31 @@ pub(super) struct AggregatePlan {
 }
 
 impl AggregatePlan {
-    /// Whether the cold engine computes the partials exactly as Postgres would in a
-    /// session with `settings`, with `predicates` (the statement's conjuncts with one
-    /// Bind's values): every conjunct became one, and a truncated timestamptz is cut at
-    /// UTC midnights (hours, …) as the session's TimeZone would.
-    pub(super) fn exact(&self, predicates: &[Predicate], settings: Settings) -> bool {
-        self.exact_where
-            && predicates.len() == self.where_predicates
-            && (!self.needs_utc || settings.utc)
+    /// The FILTER conditions of the partials with one Bind's values, when the cold
+    /// engine computes the partials exactly as Postgres would for it: `predicates` (the
+    /// WHERE's conjuncts with its values) and every FILTER's are all exact, and a
+    /// truncated timestamptz is cut at UTC midnights (hours, …) as the session's
+    /// TimeZone would. `None`: Postgres aggregates the cold rows.
+    pub(super) fn cold_filters(
+        &self,
+        predicates: &[Predicate],
+        cold: &ColdTable,
+        params: &BoundParams<'_>,
+    ) -> Option<Vec<Vec<Predicate>>> {
+        if !self.exact_where
+            || predicates.len() != self.where_predicates
+            || (self.needs_utc && !params.settings.utc)
+        {
+            return None;
+        }
+        self.filters
+            .iter()
+            .map(|f| {
+                let exact = f.exact?;
+                let resolved = to_prune(&f.predicates, &cold.columns, params);
+                (resolved.len() == exact).then_some(resolved)
+            })
+            .collect()
     }
 }
 
@@ -85,10 +107,11 @@ impl ReadPath {
         plan: &AggregatePlan,
         cold: Arc<ColdTable>,
         predicates: Vec<Predicate>,
+        filters: Vec<Vec<Predicate>>,
     ) -> Result<[BytesMut; 3], PlanError> {
         let generation = cold.generation;
         let name = cold.name.clone();
-        let found = self.partials(r, plan, cold, predicates).await?;
+        let found = self.partials(r, plan, cold, predicates, filters).await?;
         let stats = found.stats;
         tracing::debug!(
             table = %name,
@@ -129,6 +152,7 @@ impl ReadPath {
         plan: &AggregatePlan,
         cold: Arc<ColdTable>,
         predicates: Vec<Predicate>,
+        filters: Vec<Vec<Predicate>>,
     ) -> Result<ColdPartials, PlanError> {
         let hot = self
             .catalog
@@ -144,8 +168,11 @@ impl ReadPath {
             cold,
             predicates,
             excluded,
-            &plan.group,
-            &plan.partials,
+            Aggregation {
+                group: &plan.group,
+                partials: &plan.partials,
+                filters: &filters,
+            },
             MAX_PARTIAL_ROWS,
         )
         .await?;
@@ -177,6 +204,7 @@ pub(super) fn rewrite_aggregate_read(
             aggregate: Some(AggregatePlan {
                 group: rewritten.group,
                 needs_utc: rewritten.needs_utc,
+                filters: rewritten.filters,
                 partials: rewritten.partials,
                 exact_where: rewritten.exact_where,
                 where_predicates: rewritten.where_predicates,

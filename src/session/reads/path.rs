@@ -302,14 +302,14 @@ impl ReadPath {
         for r in &prepared.references {
             let cold = &tables[&r.table_id];
             let predicates = to_prune(&r.predicates, &cold.columns, params);
-            let mut partials = false;
+            let mut filters = None;
             if let Some(plan) = &r.aggregate {
                 // Partials when every conjunct is exact with these values, the session
                 // reads the current generation (a pinned snapshot may not see the
                 // mirror coldwire reads), and its encoding carries the text.
-                partials = plan.exact(&predicates, params.settings)
-                    && !at.contains_key(&r.table_id)
-                    && params.settings.utf8;
+                filters = plan
+                    .cold_filters(&predicates, cold, params)
+                    .filter(|_| !at.contains_key(&r.table_id) && params.settings.utf8);
                 // A retry (the guard saw the cold tier or the hot keys change) takes the
                 // rows when they fit: rows do not depend on which keys are hot, so cold
                 // writes that keep coming cannot starve it. So does a statement whose
@@ -317,14 +317,15 @@ impl ReadPath {
                 // planning partials.
                 let key = cold.pk_positions.first().map(|&k| cold.columns[k].attnum);
                 let narrow = key.is_some_and(|k| integer_values(&predicates, k) <= NARROW_KEYS);
-                if partials && !fresh && !narrow {
+                if let Some(filters) = filters.as_ref().filter(|_| !fresh && !narrow) {
                     out.extend(
-                        self.partial_params(r, plan, cold.clone(), predicates)
+                        self.partial_params(r, plan, cold.clone(), predicates, filters.clone())
                             .await?,
                     );
                     continue;
                 }
             }
+            let partials = filters.is_some();
             // A retry that could take partials tries rows only while they are few.
             let limits = if partials {
                 ScanLimits {
@@ -339,8 +340,9 @@ impl ReadPath {
                     if partials =>
                 {
                     let plan = r.aggregate.as_ref().expect("partials are planned");
+                    let filters = filters.unwrap_or_default();
                     out.extend(
-                        self.partial_params(r, plan, cold.clone(), predicates)
+                        self.partial_params(r, plan, cold.clone(), predicates, filters)
                             .await?,
                     );
                     continue;

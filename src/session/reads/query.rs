@@ -192,8 +192,14 @@ impl ReadPath {
                 cold.generation
             );
             if let Some(plan) = &r.aggregate {
-                if plan.exact(&predicates, settings) {
-                    let found = self.partials(r, plan, cold.clone(), predicates).await?;
+                let unbound = BoundParams {
+                    settings,
+                    ..BoundParams::none()
+                };
+                if let Some(filters) = plan.cold_filters(&predicates, &cold, &unbound) {
+                    let found = self
+                        .partials(r, plan, cold.clone(), predicates, filters)
+                        .await?;
                     let (groups, st) = (found.rows.len(), found.stats);
                     let _ = writeln!(
                         out,

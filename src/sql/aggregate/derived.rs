@@ -3,7 +3,7 @@
 
 use pg_query::protobuf::{self, node::Node as N, Node, ResTarget, SelectStmt, SetOperation};
 
-use super::{GroupColumn, Partial, PartialKind, Source};
+use super::{AggregateFilter, GroupColumn, Partial, PartialKind, Source};
 use crate::sql::quote::quote_ident;
 
 /// The name the derived table stands under while the outer query is deparsed.
@@ -48,6 +48,7 @@ pub(super) fn derived_table(
     source: &Source,
     group: &[GroupColumn],
     partials: &[Partial],
+    filters: &[AggregateFilter],
     where_text: &str,
     param: usize,
 ) -> Option<String> {
@@ -80,17 +81,26 @@ pub(super) fn derived_table(
         let arg = p
             .column
             .map(|c| format!("{q_alias}.{}", quote_ident(&table.columns[c])));
-        let expr = match (p.kind, arg) {
-            (PartialKind::CountStar, _) => "count(*)".to_owned(),
-            (PartialKind::Count, Some(a)) => format!("count({a})"),
-            (PartialKind::SumInt | PartialKind::SumFloat, Some(a)) => format!("sum({a})"),
-            (PartialKind::SumNumeric, Some(a)) => format!("sum({a})::numeric"),
-            (PartialKind::Min, Some(a)) => format!("min({a})"),
-            (PartialKind::Max, Some(a)) => format!("max({a})"),
-            (PartialKind::BoolAnd, Some(a)) => format!("bool_and({a})"),
-            (PartialKind::BoolOr, Some(a)) => format!("bool_or({a})"),
+        let (function, arg) = match (p.kind, arg) {
+            (PartialKind::CountStar, _) => ("count", "*".to_owned()),
+            (PartialKind::Count, Some(a)) => ("count", a),
+            (PartialKind::SumInt | PartialKind::SumFloat | PartialKind::SumNumeric, Some(a)) => {
+                ("sum", a)
+            }
+            (PartialKind::Min, Some(a)) => ("min", a),
+            (PartialKind::Max, Some(a)) => ("max", a),
+            (PartialKind::BoolAnd, Some(a)) => ("bool_and", a),
+            (PartialKind::BoolOr, Some(a)) => ("bool_or", a),
             _ => return None,
         };
+        let filter = match p.filter {
+            None => String::new(),
+            Some(f) => format!(" FILTER (WHERE {})", filters.get(f)?.text),
+        };
+        let mut expr = format!("{function}({arg}){filter}");
+        if p.kind == PartialKind::SumNumeric {
+            expr = format!("({expr})::numeric");
+        }
         select_list.push(format!("{expr} AS _cw_p{i}"));
     }
     let select_list = select_list.join(", ");

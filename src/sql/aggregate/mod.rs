@@ -32,7 +32,8 @@
 //! What qualifies: one SELECT (no WITH, set operation, DISTINCT, window, locking or
 //! subquery), FROM exactly one tiered table with a single-column integer, text or
 //! uuid key, GROUP BY plain columns, and aggregates from [`AggregateKind`] over plain
-//! columns (no FILTER or ORDER BY inside), outside them only group columns, constants,
+//! columns (no ORDER BY inside; a FILTER is applied to the partial: by Postgres in the
+//! hot and row branches, by the cold engine when exact), outside them only group columns, constants,
 //! parameters and a few scalar functions. An aggregate over DISTINCT values of a column
 //! (`count(DISTINCT x)`) stays as written: the partial rows are then grouped by `x` as
 //! well, so they carry each group's set of values. A GROUP BY of `date_trunc('<unit>', c)`
@@ -48,6 +49,7 @@ mod tests;
 
 use pg_query::protobuf::{node::Node as N, SelectStmt, SetOperation};
 
+use super::predicates::ColumnPredicate;
 use super::rewrite::{dollar_quoted, TieredTable};
 use crate::values::trunc::TruncUnit;
 use crate::values::{ColdType, ScalarType, TextKind};
@@ -72,13 +74,27 @@ pub enum PartialKind {
     BoolOr,
 }
 
-/// One partial: what, over which column (a position in the table's columns), and its
-/// type as the derived table declares it.
+/// One partial: what, over which column (a position in the table's columns), under
+/// which FILTER (an index in [`AggregateRewrite::filters`]), and its type as the derived
+/// table declares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partial {
     pub kind: PartialKind,
     pub column: Option<usize>,
+    pub filter: Option<usize>,
     pub sql_type: String,
+}
+
+/// The condition of an aggregate's `FILTER (WHERE …)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregateFilter {
+    /// Its text, as the hot and row branches apply it.
+    pub text: String,
+    /// Its conjuncts on the table's columns, `$n` unresolved.
+    pub predicates: Vec<ColumnPredicate>,
+    /// When every conjunct is one predicate the cold engine evaluates exactly: how many
+    /// (a Bind whose values leave fewer is computed by Postgres, from rows).
+    pub exact: Option<usize>,
 }
 
 /// The client's aggregate functions coldwire splits into partials.
@@ -170,6 +186,8 @@ pub struct AggregateRewrite {
     /// Postgres only in a session whose TimeZone is UTC.
     pub needs_utc: bool,
     pub partials: Vec<Partial>,
+    /// The FILTER conditions the partials refer to.
+    pub filters: Vec<AggregateFilter>,
     /// Whether the statement's WHERE is a conjunction the cold engine may evaluate
     /// exactly (each conjunct one predicate of [`super::predicates`] on a column whose
     /// comparison it computes as Postgres does); the Bind values decide the rest.
@@ -200,7 +218,22 @@ pub fn rewrite_aggregate<'a>(
     let select = single_select(parsed)?;
     let source = Source::of(select, resolve)?;
     let group = source.group_columns(select)?;
-    let (outer, partials, distinct) = source.split(select, &group)?;
+    let Outer {
+        select: outer,
+        partials,
+        distinct,
+        filters,
+    } = source.split(select, &group)?;
+    let filters = filters
+        .into_iter()
+        .map(|(node, predicates, exact)| {
+            Some(AggregateFilter {
+                text: derived::deparse_expr(parsed, &node)?,
+                predicates,
+                exact,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
     // The partial rows are grouped by the client's groups and the DISTINCT aggregates'
     // columns.
     let mut group = group;
@@ -232,7 +265,7 @@ pub fn rewrite_aggregate<'a>(
     };
 
     let param = client_params + 1;
-    let derived = derived::derived_table(&source, &group, &partials, &where_text, param)?;
+    let derived = derived::derived_table(&source, &group, &partials, &filters, &where_text, param)?;
     let sql = derived::around(parsed, outer, &source.alias, &derived)?;
     Some(AggregateRewrite {
         sql,
@@ -242,6 +275,7 @@ pub fn rewrite_aggregate<'a>(
         group,
         needs_utc,
         partials,
+        filters,
         exact_where,
         where_predicates,
         key_kind: source.key_kind,
@@ -274,6 +308,15 @@ fn single_select(parsed: &pg_query::ParseResult) -> Option<&SelectStmt> {
         return None;
     }
     Some(select)
+}
+
+/// The outer query with its aggregates replaced, and what the derived table must give it.
+struct Outer {
+    select: SelectStmt,
+    partials: Vec<Partial>,
+    /// Columns of DISTINCT aggregates.
+    distinct: Vec<usize>,
+    filters: Vec<split::Filter>,
 }
 
 /// The one tiered table the SELECT reads, as the rewrite needs it.
@@ -380,11 +423,7 @@ impl<'a> Source<'a> {
 
     /// The outer query, its aggregates (target list, HAVING, ORDER BY) replaced by their
     /// combinations, and the partials they need.
-    fn split(
-        &self,
-        select: &SelectStmt,
-        group: &[GroupColumn],
-    ) -> Option<(SelectStmt, Vec<Partial>, Vec<usize>)> {
+    fn split(&self, select: &SelectStmt, group: &[GroupColumn]) -> Option<Outer> {
         let mut outer = select.clone();
         let mut split = Split {
             alias: &self.alias,
@@ -394,6 +433,8 @@ impl<'a> Source<'a> {
             partials: Vec::new(),
             aggregates: 0,
             distinct: Vec::new(),
+            filters: Vec::new(),
+            filter: None,
         };
         for target in &mut outer.target_list {
             let Some(N::ResTarget(t)) = target.node.as_mut() else {
@@ -424,6 +465,11 @@ impl<'a> Source<'a> {
         if split.aggregates == 0 && group.is_empty() {
             return None;
         }
-        Some((outer, split.partials, split.distinct))
+        Some(Outer {
+            select: outer,
+            partials: split.partials,
+            distinct: split.distinct,
+            filters: split.filters,
+        })
     }
 }

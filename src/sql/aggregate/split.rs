@@ -3,9 +3,9 @@
 
 use pg_query::protobuf::{self, node::Node as N, FuncCall, Node};
 
-use super::conditions::{group_expression, non_null_constant};
+use super::conditions::{exact_conjuncts, group_expression, non_null_constant};
 use super::{AggregateKind, GroupColumn, Partial, PartialKind};
-use crate::sql::predicates::column_of;
+use crate::sql::predicates::{column_of, conjuncts_of, ColumnPredicate};
 use crate::sql::rewrite::TieredTable;
 use crate::values::{ColdType, ScalarType};
 
@@ -68,7 +68,15 @@ pub(super) struct Split<'a> {
     pub(super) aggregates: usize,
     /// Columns of DISTINCT aggregates, which the partial rows are grouped by as well.
     pub(super) distinct: Vec<usize>,
+    /// The FILTER conditions met, one per aggregate that has one.
+    pub(super) filters: Vec<Filter>,
+    /// The FILTER of the aggregate being split, as an index in `filters`.
+    pub(super) filter: Option<usize>,
 }
+
+/// A FILTER condition: its node, its conjuncts, and how many predicates it gives when
+/// the cold engine evaluates it exactly.
+pub(super) type Filter = (Node, Vec<ColumnPredicate>, Option<usize>);
 
 impl Split<'_> {
     /// Replaces the aggregates in `node`; `None` when something does not qualify.
@@ -160,14 +168,25 @@ impl Split<'_> {
 
     /// The combination of partials that stands for aggregate `f`.
     fn aggregate(&mut self, kind: AggregateKind, f: &FuncCall) -> Option<Node> {
-        if f.agg_distinct
-            || f.agg_filter.is_some()
-            || !f.agg_order.is_empty()
-            || f.agg_within_group
-            || f.func_variadic
-        {
+        if f.agg_distinct || !f.agg_order.is_empty() || f.agg_within_group || f.func_variadic {
             return None;
         }
+        self.filter = match f.agg_filter.as_deref() {
+            None => None,
+            Some(condition) => {
+                let predicates = conjuncts_of(condition, self.alias, true);
+                let exact = exact_conjuncts(condition, self.alias, self.table, self.types);
+                self.filters.push((condition.clone(), predicates, exact));
+                Some(self.filters.len() - 1)
+            }
+        };
+        let combined = self.combine(kind, f);
+        self.filter = None;
+        combined
+    }
+
+    /// As [`Split::aggregate`], under the FILTER set there.
+    fn combine(&mut self, kind: AggregateKind, f: &FuncCall) -> Option<Node> {
         if f.agg_star {
             return (kind == AggregateKind::Count)
                 .then(|| self.partial(PartialKind::CountStar, None, "int8"))
@@ -306,13 +325,14 @@ impl Split<'_> {
         let index = match self
             .partials
             .iter()
-            .position(|p| p.kind == kind && p.column == column)
+            .position(|p| p.kind == kind && p.column == column && p.filter == self.filter)
         {
             Some(i) => i,
             None => {
                 self.partials.push(Partial {
                     kind,
                     column,
+                    filter: self.filter,
                     sql_type: sql_type.to_owned(),
                 });
                 self.partials.len() - 1

@@ -114,7 +114,6 @@ fn leaves_what_it_cannot_split() {
         "SELECT count(*) FROM events e JOIN other o ON o.id = e.id",
         "SELECT count(*) FROM events WHERE id IN (SELECT 1)",
         "SELECT count(*) OVER () FROM events",
-        "SELECT count(*) FILTER (WHERE ok) FROM events",
         "SELECT * FROM events",
         "SELECT my_agg(tenant) FROM events GROUP BY tenant",
         "SELECT date_trunc('day', at), count(*) FROM events GROUP BY at",
@@ -182,4 +181,34 @@ fn date_trunc_groups_by_the_truncated_column() {
             .unwrap()
             .needs_utc
     );
+}
+
+#[test]
+fn filters_travel_with_their_partials() {
+    let r = plan("SELECT count(*) FILTER (WHERE tenant = 3), count(*), sum(id) FILTER (WHERE note = 'a' AND id > 5), max(id) FILTER (WHERE ok) FROM events").unwrap();
+    let filters: Vec<Option<usize>> = r.partials.iter().map(|p| p.filter).collect();
+    assert_eq!(
+        filters,
+        [Some(0), None, Some(1), Some(2)],
+        "{:?}",
+        r.partials
+    );
+    assert_eq!(r.filters[0].exact, Some(1));
+    assert_eq!(r.filters[1].exact, Some(2));
+    // A bool column alone is not a comparison the cold engine reads: Postgres computes it.
+    assert_eq!(r.filters[2].exact, None);
+    assert!(
+        r.sql
+            .contains("count(*) FILTER (WHERE tenant = 3) AS _cw_p0"),
+        "{}",
+        r.sql
+    );
+    assert!(
+        r.sql.contains(
+            "(sum(\"events\".\"id\") FILTER (WHERE note = 'a' AND id > 5))::numeric AS _cw_p2"
+        ),
+        "{}",
+        r.sql
+    );
+    assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
 }
