@@ -169,6 +169,13 @@ fn generate(rng: &mut StdRng) -> Query {
         "day < DATE '2020-0{m}-20'",
         "at >= TIMESTAMPTZ '2024-01-0{m} 06:00:00+00'",
         "ts BETWEEN '2000-01-01 00:10:00'::timestamp AND '2000-01-01 0{m}:00:00'::timestamp",
+        "amount > {s}.5",
+        "amount <= {m}0",
+        "amount BETWEEN 10 AND 4{s}.25",
+        "amount = 12.5",
+        "amount IN (0.125, 1.5, 'Infinity')",
+        "amount < '-1e2'",
+        "amount >= ' infinity'",
     ];
     let mut wheres = Vec::new();
     for _ in 0..rng.random_range(0..3) {
@@ -421,6 +428,27 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
         .clone()
         .unwrap();
     assert!(text.contains("Path: aggregate of cold rows"), "{text}");
+    // A float8 parameter, binary: partials (no cap met), like the control's answer.
+    for v in [10.5f64, -0.0, f64::INFINITY, 124.875] {
+        let sql = "SELECT count(*), sum(qty)::text FROM {t} WHERE amount >= $1";
+        let got = c
+            .query_one(&sql.replace("{t}", "events"), &[&v])
+            .await
+            .unwrap();
+        let expected = t
+            .direct
+            .query_one(&sql.replace("{t}", "control"), &[&v])
+            .await
+            .unwrap();
+        assert_eq!(
+            (got.get::<_, i64>(0), got.get::<_, Option<String>>(1)),
+            (
+                expected.get::<_, i64>(0),
+                expected.get::<_, Option<String>>(1)
+            ),
+            "{v}"
+        );
+    }
     let text = simple_rows(
         c,
         &explain("SELECT count(*) FILTER (WHERE flag), count(*) FROM events"),
@@ -452,6 +480,8 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
         "SELECT date_trunc('day', at), count(*) FROM {t} WHERE id < 900 GROUP BY 1 ORDER BY 1",
         // A timestamp's days are the same in every zone: partials.
         "SELECT date_trunc('day', ts), count(*), max(at) FROM {t} GROUP BY 1 ORDER BY 1",
+        // NaN has no place in the order coldwire compares by: cold rows.
+        "SELECT count(*), sum(qty) FROM {t} WHERE amount < 'NaN' AND id < 900",
         // A FILTER the cold engine cannot evaluate: cold rows, narrowed by the key.
         "SELECT tenant, count(*) FILTER (WHERE note LIKE 'n1%'), sum(qty) FILTER (WHERE flag) FROM {t} WHERE id < 900 GROUP BY 1 ORDER BY 1",
     ] {

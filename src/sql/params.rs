@@ -17,6 +17,10 @@ pub enum Constant {
     Sum(Box<Constant>, i64),
     /// A literal cast to a date or timestamp type (`DATE '2024-01-01'`).
     Typed(ScalarType, String),
+    /// A numeric literal that is not an integer (`10.5`, `1e3`), as written.
+    Decimal(String),
+    /// A binary float8 parameter (its bits).
+    Float(u64),
 }
 
 impl std::fmt::Display for Constant {
@@ -27,6 +31,8 @@ impl std::fmt::Display for Constant {
             Constant::Param(n) => write!(f, "${n}"),
             Constant::Sum(x, k) if *k < 0 => write!(f, "{x} - {}", k.unsigned_abs()),
             Constant::Sum(x, k) => write!(f, "{x} + {k}"),
+            Constant::Decimal(t) => write!(f, "{t}"),
+            Constant::Float(bits) => write!(f, "{:?}::float8", f64::from_bits(*bits)),
             Constant::Typed(ty, t) => {
                 let name = match ty {
                     ScalarType::Date => "date",
@@ -48,6 +54,7 @@ pub(crate) mod oid {
     pub const UNKNOWN: u32 = 705;
     pub const VARCHAR: u32 = 1043;
     pub const UUID: u32 = 2950;
+    pub const FLOAT8: u32 = 701;
     pub const DATE: u32 = 1082;
     pub const TIMESTAMP: u32 = 1114;
     pub const TIMESTAMPTZ: u32 = 1184;
@@ -135,6 +142,7 @@ impl BoundParams<'_> {
                 oid::INT2 | oid::INT4 | oid::INT8 => int_column,
                 oid::TEXT | oid::VARCHAR => text_column,
                 oid::UUID => column == ScalarType::Uuid,
+                oid::FLOAT8 => column == ScalarType::Float8,
                 _ => temporal.is_some(),
             };
             return (usable && (self.settings.utf8 || text.is_ascii()))
@@ -166,6 +174,7 @@ impl BoundParams<'_> {
                 ScalarType::Text(TextKind::Text) => oid::TEXT,
                 ScalarType::Text(TextKind::Varchar) => oid::VARCHAR,
                 ScalarType::Uuid => oid::UUID,
+                ScalarType::Float8 => oid::FLOAT8,
                 _ => return None,
             },
             other => other,
@@ -183,6 +192,9 @@ impl BoundParams<'_> {
             (oid::TEXT | oid::VARCHAR, _) if text_column => {
                 let text = std::str::from_utf8(value).ok()?;
                 (self.settings.utf8 || text.is_ascii()).then(|| Constant::Text(text.to_owned()))
+            }
+            (oid::FLOAT8, 8) if column == ScalarType::Float8 => {
+                Some(Constant::Float(u64::from_be_bytes(value.try_into().ok()?)))
             }
             (oid::UUID, 16) if column == ScalarType::Uuid => Some(Constant::Text(
                 uuid::Uuid::from_slice(value).ok()?.hyphenated().to_string(),

@@ -326,14 +326,19 @@ pub fn constant(node: &Node) -> Option<Constant> {
     match c.val.as_ref()? {
         a_const::Val::Ival(i) => Some(Constant::Int(i.ival.into())),
         a_const::Val::Sval(s) => Some(Constant::Text(s.sval.clone())),
-        // Integers beyond int4 arrive as "float" text.
-        a_const::Val::Fval(f) => f.fval.parse::<i64>().ok().map(Constant::Int),
+        // Integers beyond int4 arrive as "float" text, like decimals.
+        a_const::Val::Fval(f) => Some(
+            f.fval
+                .parse::<i64>()
+                .map_or_else(|_| Constant::Decimal(f.fval.clone()), Constant::Int),
+        ),
         _ => None,
     }
 }
 
 /// Whether `<`, `<=`, `>`, `>=` and `BETWEEN` on a column of `scalar` compare as its
-/// order-preserving encoding does, under every setting and collation: integers, and
+/// order-preserving encoding does, under every setting and collation: integers, float8
+/// (-0 is 0, and NaN, which has no encoding, is above every number as in Postgres), and
 /// dates and timestamps once their constants are read (see [`to_prune`]).
 pub fn ranged(scalar: ScalarType) -> bool {
     matches!(
@@ -341,10 +346,50 @@ pub fn ranged(scalar: ScalarType) -> bool {
         ScalarType::Int2
             | ScalarType::Int4
             | ScalarType::Int8
+            | ScalarType::Float8
             | ScalarType::Date
             | ScalarType::Timestamp
             | ScalarType::Timestamptz
     )
+}
+
+/// A float8 constant as Postgres reads it for a float8 comparison: an integer (cast
+/// exactly as `int8::float8` rounds), a decimal literal or a string in plain decimal
+/// notation (correctly rounded, as `float8in` does), `Infinity`, or a binary parameter.
+/// `None` for NaN (outside the encoding), for anything whose reading could differ
+/// (hexadecimal, other words), and for values out of float8's range (Postgres raises
+/// an error for those, which the statement then does).
+fn float8_constant(value: &Constant) -> Option<f64> {
+    let decimal = |text: &str| -> Option<f64> {
+        let t = text.trim_matches(|c: char| c.is_ascii_whitespace());
+        let lower = t.to_ascii_lowercase();
+        match lower.trim_start_matches(['+', '-']) {
+            "infinity" | "inf" => {
+                return Some(if lower.starts_with('-') {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                })
+            }
+            _ => {}
+        }
+        let plain = t
+            .bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.' | b'e' | b'E'));
+        let v: f64 = t.parse().ok().filter(|_| plain && !t.is_empty())?;
+        // Overflow to infinity or underflow to zero: Postgres refuses the literal.
+        let digits_nonzero = t
+            .split(['e', 'E'])
+            .next()
+            .is_some_and(|m| m.bytes().any(|b| (b'1'..=b'9').contains(&b)));
+        (v.is_finite() && (v != 0.0 || !digits_nonzero)).then_some(v)
+    };
+    match value {
+        Constant::Int(v) => Some(*v as f64),
+        Constant::Decimal(t) | Constant::Text(t) => decimal(t),
+        Constant::Float(bits) => Some(f64::from_bits(*bits)).filter(|v| !v.is_nan()),
+        _ => None,
+    }
 }
 
 /// The predicates the cold planner can use, for a table with `columns`, with the
@@ -503,6 +548,9 @@ fn encode(scalar: ScalarType, value: &Constant, utc: bool) -> Option<Vec<u8>> {
         };
     }
     match (scalar, value) {
+        (ScalarType::Float8, v) => float8_constant(v)
+            .and_then(ordered::float)
+            .map(|b| b.to_vec()),
         (ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8, Constant::Int(v)) => int(*v),
         (ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8, Constant::Text(s)) => {
             s.trim().parse::<i64>().ok().and_then(int)

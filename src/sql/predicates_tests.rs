@@ -153,3 +153,27 @@ fn only_encodable_constants_become_prune_predicates() {
         ]
     );
 }
+
+#[test]
+fn float8_constants_read_as_postgres_reads_them() {
+    use crate::values::ordered::float;
+    let f = |c: Constant| float8_constant(&c);
+    assert_eq!(f(Constant::Int(10)), Some(10.0));
+    assert_eq!(f(Constant::Decimal("10.5".into())), Some(10.5));
+    assert_eq!(f(Constant::Decimal("1e3".into())), Some(1000.0));
+    assert_eq!(f(Constant::Text(" -0.125 ".into())), Some(-0.125));
+    assert_eq!(f(Constant::Text("-Infinity".into())), Some(f64::NEG_INFINITY));
+    assert_eq!(f(Constant::Text("inf".into())), Some(f64::INFINITY));
+    assert_eq!(f(Constant::Float(2.5f64.to_bits())), Some(2.5));
+    // No encoding, or a reading that could differ, or a literal Postgres refuses.
+    for text in ["NaN", "0x1p3", "1e400", "1e-400", "", "1,5", "ten"] {
+        assert_eq!(f(Constant::Text(text.into())), None, "{text}");
+    }
+    assert_eq!(f(Constant::Float(f64::NAN.to_bits())), None);
+    assert_eq!(f(Constant::Text("0e5".into())), Some(0.0));
+    // -0 and 0 are one value.
+    assert_eq!(
+        encode(ScalarType::Float8, &Constant::Text("-0".into()), true),
+        float(0.0).map(|b| b.to_vec())
+    );
+}

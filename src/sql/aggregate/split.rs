@@ -174,6 +174,11 @@ impl Split<'_> {
         self.filter = match f.agg_filter.as_deref() {
             None => None,
             Some(condition) => {
+                // The statement's walk for subqueries does not reach into FILTER: only
+                // plain conditions on the row qualify.
+                if !plain_condition(condition) {
+                    return None;
+                }
                 let predicates = conjuncts_of(condition, self.alias, true);
                 let exact = exact_conjuncts(condition, self.alias, self.table, self.types);
                 self.filters.push((condition.clone(), predicates, exact));
@@ -339,6 +344,25 @@ impl Split<'_> {
             }
         };
         format!("_cw_p{index}")
+    }
+}
+
+/// Whether `node` is built of columns, constants, parameters, operators, casts, AND, OR,
+/// NOT and NULL tests only: no subquery (which could read the tiered table unmerged), no
+/// function.
+fn plain_condition(node: &Node) -> bool {
+    let all = |nodes: &[Node]| nodes.iter().all(plain_condition);
+    match node.node.as_ref() {
+        Some(N::ColumnRef(_) | N::AConst(_) | N::ParamRef(_)) => true,
+        Some(N::AExpr(e)) => {
+            e.lexpr.as_deref().is_none_or(plain_condition)
+                && e.rexpr.as_deref().is_none_or(plain_condition)
+        }
+        Some(N::BoolExpr(b)) => all(&b.args),
+        Some(N::NullTest(t)) => t.arg.as_deref().is_some_and(plain_condition),
+        Some(N::TypeCast(c)) => c.arg.as_deref().is_some_and(plain_condition),
+        Some(N::List(l)) => all(&l.items),
+        _ => false,
     }
 }
 
