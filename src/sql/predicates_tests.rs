@@ -162,7 +162,10 @@ fn float8_constants_read_as_postgres_reads_them() {
     assert_eq!(f(Constant::Decimal("10.5".into())), Some(10.5));
     assert_eq!(f(Constant::Decimal("1e3".into())), Some(1000.0));
     assert_eq!(f(Constant::Text(" -0.125 ".into())), Some(-0.125));
-    assert_eq!(f(Constant::Text("-Infinity".into())), Some(f64::NEG_INFINITY));
+    assert_eq!(
+        f(Constant::Text("-Infinity".into())),
+        Some(f64::NEG_INFINITY)
+    );
     assert_eq!(f(Constant::Text("inf".into())), Some(f64::INFINITY));
     assert_eq!(f(Constant::Float(2.5f64.to_bits())), Some(2.5));
     // No encoding, or a reading that could differ, or a literal Postgres refuses.

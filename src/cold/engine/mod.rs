@@ -1,0 +1,212 @@
+//! Cold partials (DESIGN §6.5): the partial aggregates of a table's live cold rows,
+//! computed by Apache DataFusion over a stream of those rows.
+//!
+//! The stream is coldwire's own table provider over the segment list of the generation
+//! being read (no listing of the store): segments and row groups are pruned by the
+//! catalog's statistics, only the referenced columns (and the key, seq and op) are
+//! decoded, the WHERE conjuncts are evaluated exactly ([`crate::sql::aggregate`] admits
+//! only conjuncts whose comparison matches Postgres's), and the newest-version rules are
+//! applied as each batch passes: tombstones dropped, versions an override supersedes
+//! dropped, and keys whose authoritative version is hot (`excluded`) dropped. DataFusion
+//! then groups and aggregates; its output, a few rows, goes to Postgres as jsonb.
+//! Memory: one decoded batch plus DataFusion's group table.
+
+mod layout;
+mod source;
+mod text;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::DataType;
+use datafusion::catalog::streaming::StreamingTable;
+use datafusion::functions_aggregate::expr_fn::{bool_and, bool_or, count, max, min, sum};
+use datafusion::logical_expr::{cast, ident, lit, Expr};
+use datafusion::physical_plan::streaming::PartitionStream;
+use datafusion::prelude::SessionContext;
+
+use super::scan::{ColdTable, ScanError};
+use crate::segment::file::footer;
+use crate::segment::prune::Predicate;
+use crate::sql::aggregate::{GroupColumn, Partial, PartialKind};
+use crate::store::ColdStore;
+use layout::Layout;
+use source::{LiveSource, Unit};
+
+/// What to compute: the partials, per group, each under its FILTER's predicates
+/// (`filters`, indexed by [`Partial::filter`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Aggregation<'a> {
+    pub group: &'a [GroupColumn],
+    pub partials: &'a [Partial],
+    pub filters: &'a [Vec<Predicate>],
+}
+
+/// What a partials query read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartialStats {
+    pub segments: usize,
+    pub segments_pruned: usize,
+    pub row_groups_pruned: usize,
+    pub rows_scanned: u64,
+    pub rows_aggregated: u64,
+    /// Bytes read from the store (footers excluded).
+    pub bytes_read: u64,
+}
+
+/// The cold partials of `table` for the groups and partials of `aggregation`, over the
+/// live cold rows that satisfy every predicate (all exact) and whose single-column key
+/// (its order-preserving encoding) is not in `excluded`: one jsonb object per group,
+/// keyed by the group columns' names and `_cw_p<i>`, every value as the text Postgres's
+/// input function reads back.
+///
+/// At most `max_groups` partial rows are produced (a GROUP BY of the key would give one
+/// per cold row).
+///
+/// # Errors
+/// Store, decoding and engine failures; [`ScanError::TooManyGroups`] past `max_groups`.
+pub async fn cold_partials(
+    store: &ColdStore,
+    table: Arc<ColdTable>,
+    predicates: Vec<Predicate>,
+    excluded: HashSet<Vec<u8>>,
+    aggregation: Aggregation<'_>,
+    max_groups: usize,
+) -> Result<(Vec<serde_json::Value>, PartialStats), ScanError> {
+    let layout = Arc::new(Layout::new(&table, &predicates, aggregation));
+    let mut stats = PartialStats::default();
+    let units = row_groups(store, &table, &predicates, &mut stats).await?;
+    // The row groups spread over as many partitions as the engine runs at once.
+    let ctx = SessionContext::new();
+    let partitions = ctx
+        .state()
+        .config()
+        .target_partitions()
+        .clamp(1, units.len().max(1));
+    let stats = Arc::new(std::sync::Mutex::new(stats));
+    let (predicates, excluded) = (Arc::new(predicates), Arc::new(excluded));
+    let sources: Vec<Arc<dyn PartitionStream>> = (0..partitions)
+        .map(|p| {
+            Arc::new(LiveSource {
+                store: store.clone(),
+                table: table.clone(),
+                units: Arc::new(units.iter().skip(p).step_by(partitions).copied().collect()),
+                predicates: predicates.clone(),
+                excluded: excluded.clone(),
+                layout: layout.clone(),
+                stats: stats.clone(),
+            }) as Arc<dyn PartitionStream>
+        })
+        .collect();
+    let provider =
+        StreamingTable::try_new(layout.schema.clone(), sources).map_err(|e| engine_error(&e))?;
+    let (group_exprs, aggregates) = expressions(&table, aggregation);
+    let batches = ctx
+        .read_table(Arc::new(provider))
+        .map_err(|e| engine_error(&e))?
+        .aggregate(group_exprs, aggregates)
+        .map_err(|e| engine_error(&e))?
+        .collect()
+        .await
+        .map_err(|e| engine_error(&e))?;
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if rows > max_groups {
+        return Err(ScanError::TooManyGroups {
+            table: table.name.clone(),
+            cap: max_groups,
+        });
+    }
+    let names: Vec<String> = aggregation
+        .group
+        .iter()
+        .map(|g| table.columns[g.column].name.clone())
+        .chain((0..aggregation.partials.len()).map(|i| format!("_cw_p{i}")))
+        .collect();
+    let mut out = Vec::with_capacity(rows);
+    for batch in &batches {
+        for row in 0..batch.num_rows() {
+            let mut object = serde_json::Map::new();
+            for (c, name) in names.iter().enumerate() {
+                object.insert(
+                    name.clone(),
+                    text::json_text(batch.column(c).as_ref(), row)?,
+                );
+            }
+            out.push(serde_json::Value::Object(object));
+        }
+    }
+    let stats = *stats
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Ok((out, stats))
+}
+
+/// The row groups to read, pruned by the catalog's and the footers' statistics.
+async fn row_groups(
+    store: &ColdStore,
+    table: &ColdTable,
+    predicates: &[Predicate],
+    stats: &mut PartialStats,
+) -> Result<Vec<Unit>, ScanError> {
+    let mut units = Vec::new();
+    for (index, segment) in table.segments.iter().enumerate() {
+        stats.segments += 1;
+        if !segment.may_match(predicates) {
+            stats.segments_pruned += 1;
+            continue;
+        }
+        let metadata = footer(store, &segment.path).await?;
+        let row_group_rows: Vec<i64> = metadata.row_groups().iter().map(|g| g.num_rows()).collect();
+        let groups = segment.row_groups_to_read(predicates, &row_group_rows);
+        stats.row_groups_pruned += row_group_rows.len() - groups.len();
+        units.extend(groups.into_iter().map(|g| Unit {
+            segment: index,
+            row_group: g,
+        }));
+    }
+    Ok(units)
+}
+
+/// DataFusion's group expressions and aggregates for `aggregation`, over the stream's
+/// columns (see [`Layout`]).
+fn expressions(table: &ColdTable, aggregation: Aggregation<'_>) -> (Vec<Expr>, Vec<Expr>) {
+    let group_exprs = aggregation
+        .group
+        .iter()
+        .enumerate()
+        .map(|(i, g)| match g.trunc {
+            None => ident(table.columns[g.column].name.clone()),
+            Some(_) => ident(format!("_cw_g{i}")),
+        })
+        .collect();
+    let aggregates = aggregation
+        .partials
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let arg = || match p.filter {
+                Some(_) => ident(format!("_cw_a{i}")),
+                None => ident(table.columns[p.column.unwrap_or_default()].name.clone()),
+            };
+            let e = match p.kind {
+                PartialKind::CountStar if p.filter.is_some() => count(arg()),
+                PartialKind::CountStar => count(lit(1i64)),
+                PartialKind::Count => count(arg()),
+                PartialKind::SumInt => sum(cast(arg(), DataType::Int64)),
+                PartialKind::SumNumeric => sum(cast(arg(), DataType::Decimal128(38, 0))),
+                PartialKind::SumFloat => sum(arg()),
+                PartialKind::Min => min(arg()),
+                PartialKind::Max => max(arg()),
+                PartialKind::BoolAnd => bool_and(arg()),
+                PartialKind::BoolOr => bool_or(arg()),
+            };
+            e.alias(format!("_cw_p{i}"))
+        })
+        .collect();
+    (group_exprs, aggregates)
+}
+
+fn engine_error(e: &datafusion::error::DataFusionError) -> ScanError {
+    ScanError::Engine(e.to_string())
+}
