@@ -428,9 +428,36 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
         .clone()
         .unwrap();
     assert!(text.contains("Path: aggregate of cold rows"), "{text}");
-    // A float8 parameter, binary: partials (no cap met), like the control's answer.
+    // Float8 parameters, binary, declared float8: partials (no cap met), like the
+    // control's answer.
+    let sql = "SELECT count(*), sum(qty)::text FROM {t} WHERE amount >= $1";
+    let typed = [tokio_postgres::types::Type::FLOAT8];
+    let tiered = c
+        .prepare_typed(&sql.replace("{t}", "events"), &typed)
+        .await
+        .unwrap();
+    let control = t
+        .direct
+        .prepare_typed(&sql.replace("{t}", "control"), &typed)
+        .await
+        .unwrap();
     for v in [10.5f64, -0.0, f64::INFINITY, 124.875] {
-        let sql = "SELECT count(*), sum(qty)::text FROM {t} WHERE amount >= $1";
+        let got = c.query_one(&tiered, &[&v]).await.unwrap();
+        let expected = t.direct.query_one(&control, &[&v]).await.unwrap();
+        assert_eq!(
+            (got.get::<_, i64>(0), got.get::<_, Option<String>>(1)),
+            (
+                expected.get::<_, i64>(0),
+                expected.get::<_, Option<String>>(1)
+            ),
+            "{v}"
+        );
+    }
+    // An integer parameter compared with a float8 column (eight binary bytes that are
+    // not a float8), and a decimal under an integer cast (5.7::int4 is 6): the row path,
+    // narrowed by the key, answers like the control.
+    let sql = "SELECT count(*), sum(qty)::text FROM {t} WHERE amount >= $1::bigint AND id < 900";
+    for v in [10i64, 100] {
         let got = c
             .query_one(&sql.replace("{t}", "events"), &[&v])
             .await
@@ -448,6 +475,12 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
             ),
             "{v}"
         );
+    }
+    for sql in [
+        "SELECT count(*), sum(qty) FROM {t} WHERE amount = 12.7::int4 AND id < 900",
+        "SELECT count(*) FROM {t} WHERE amount >= 99.5::int8 AND id < 900",
+    ] {
+        t.same(sql).await;
     }
     let text = simple_rows(
         c,

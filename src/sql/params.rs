@@ -174,7 +174,9 @@ impl BoundParams<'_> {
                 ScalarType::Text(TextKind::Text) => oid::TEXT,
                 ScalarType::Text(TextKind::Varchar) => oid::VARCHAR,
                 ScalarType::Uuid => oid::UUID,
-                ScalarType::Float8 => oid::FLOAT8,
+                // Not float8: eight bytes could as well be an int8 that Postgres inferred
+                // from a cast or another use of the parameter (integers and text are
+                // told apart by their width and their columns).
                 _ => return None,
             },
             other => other,

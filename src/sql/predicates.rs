@@ -301,7 +301,11 @@ pub fn constant(node: &Node) -> Option<Constant> {
             {
                 return None;
             }
-            return constant(c.arg.as_deref()?);
+            // `5.7::int4` is 6: a decimal under an integer cast is not the decimal.
+            return match constant(c.arg.as_deref()?)? {
+                Constant::Decimal(_) if name.sval.starts_with("int") => None,
+                inner => Some(inner),
+            };
         }
         Some(N::ParamRef(p)) => return u32::try_from(p.number).ok().map(Constant::Param),
         Some(N::AExpr(e)) if e.kind == AExprKind::AexprOp as i32 => {

@@ -303,6 +303,7 @@ impl ReadPath {
             let cold = &tables[&r.table_id];
             let predicates = to_prune(&r.predicates, &cold.columns, params);
             let mut filters = None;
+            let mut groups_fit = true;
             if let Some(plan) = &r.aggregate {
                 // Partials when every conjunct is exact with these values, the session
                 // reads the current generation (a pinned snapshot may not see the
@@ -318,14 +319,24 @@ impl ReadPath {
                 let key = cold.pk_positions.first().map(|&k| cold.columns[k].attnum);
                 let narrow = key.is_some_and(|k| integer_values(&predicates, k) <= NARROW_KEYS);
                 if let Some(filters) = filters.as_ref().filter(|_| !fresh && !narrow) {
-                    out.extend(
-                        self.partial_params(r, plan, cold.clone(), predicates, filters.clone())
-                            .await?,
-                    );
-                    continue;
+                    match self
+                        .partial_params(r, plan, cold.clone(), predicates.clone(), filters.clone())
+                        .await
+                    {
+                        Ok(params) => {
+                            out.extend(params);
+                            continue;
+                        }
+                        // More partial rows than the limit (a DISTINCT over a column of
+                        // millions of values): the rows, if they fit.
+                        Err(PlanError::Scan(ScanError::TooManyGroups { .. })) => {
+                            groups_fit = false;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             }
-            let partials = filters.is_some();
+            let partials = filters.is_some() && groups_fit;
             // A retry that could take partials tries rows only while they are few.
             let limits = if partials {
                 ScanLimits {
