@@ -140,7 +140,21 @@ fn generate(rng: &mut StdRng) -> Query {
         ),
         ("sum(amount) FILTER (WHERE id BETWEEN 100 AND 9000)", true),
     ];
-    let mut select: Vec<String> = group.iter().map(|g| (*g).to_owned()).collect();
+    // Group items under output names (`date_trunc('day', at) AS g0`), grouped and sorted
+    // by those names, as reporting tools write them.
+    let aliased = rng.random_bool(0.3);
+    let names: Vec<String> = (0..group.len()).map(|i| format!("g{i}")).collect();
+    let mut select: Vec<String> = group
+        .iter()
+        .zip(&names)
+        .map(|(g, n)| {
+            if aliased {
+                format!("{g} AS {n}")
+            } else {
+                (*g).to_owned()
+            }
+        })
+        .collect();
     let mut approximate = Vec::new();
     for _ in 0..rng.random_range(1..5) {
         let (a, approx) = aggregates[rng.random_range(0..aggregates.len())];
@@ -191,7 +205,9 @@ fn generate(rng: &mut StdRng) -> Query {
     }
     if !group.is_empty() {
         // By name, or by position in the select list (where the group columns lead).
-        let by: Vec<String> = if rng.random_bool(0.3) {
+        let by: Vec<String> = if aliased {
+            names.clone()
+        } else if rng.random_bool(0.3) {
             (1..=group.len()).map(|i| i.to_string()).collect()
         } else {
             group.iter().map(|g| (*g).to_owned()).collect()
@@ -200,7 +216,11 @@ fn generate(rng: &mut StdRng) -> Query {
         if rng.random_bool(0.3) {
             sql.push_str(&format!(" HAVING count(*) > {}", rng.random_range(0..50)));
         }
-        let order: Vec<String> = (1..=group.len()).map(|i| i.to_string()).collect();
+        let order: Vec<String> = if aliased {
+            names.clone()
+        } else {
+            (1..=group.len()).map(|i| i.to_string()).collect()
+        };
         sql.push_str(&format!(" ORDER BY {}", order.join(", ")));
         if rng.random_bool(0.3) {
             sql.push_str(&format!(" LIMIT {}", rng.random_range(1..10)));

@@ -448,11 +448,31 @@ impl<'a> Source<'a> {
         if let Some(having) = outer.having_clause.as_deref_mut() {
             split.visit(having)?;
         }
+        // ORDER BY a bare name of an output column (`ORDER BY day`) sorts by that
+        // target, already split; Postgres resolves such a name to the output column
+        // before any input column.
+        let outputs: Vec<String> = outer
+            .target_list
+            .iter()
+            .filter_map(|t| match t.node.as_ref()? {
+                N::ResTarget(r) => Some(r.name.clone()),
+                _ => None,
+            })
+            .collect();
         for sort in &mut outer.sort_clause {
             let Some(N::SortBy(s)) = sort.node.as_mut() else {
                 return None;
             };
-            split.visit(s.node.as_deref_mut()?)?;
+            let node = s.node.as_deref_mut()?;
+            if let Some(N::ColumnRef(c)) = node.node.as_ref() {
+                if let [field] = c.fields.as_slice() {
+                    if matches!(field.node.as_ref(), Some(N::String(name)) if outputs.contains(&name.sval))
+                    {
+                        continue;
+                    }
+                }
+            }
+            split.visit(node)?;
         }
         for limit in [outer.limit_count.as_deref(), outer.limit_offset.as_deref()]
             .into_iter()

@@ -222,3 +222,17 @@ fn filters_travel_with_their_partials() {
     );
     assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
 }
+
+#[test]
+fn order_by_an_output_name_sorts_by_its_target() {
+    for sql in [
+        "SELECT date_trunc('day', at) AS day, count(*) AS n FROM events GROUP BY day ORDER BY day",
+        "SELECT tenant AS t, count(*) FROM events GROUP BY t ORDER BY count DESC, t LIMIT 5",
+        "SELECT date_trunc('day', at) AS day, count(*) FROM events GROUP BY 1 ORDER BY day DESC",
+    ] {
+        let r = plan(sql).unwrap_or_else(|| panic!("{sql}"));
+        assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+    }
+    // A name that is no output column still has to be a group column.
+    assert!(plan("SELECT tenant, count(*) FROM events GROUP BY tenant ORDER BY note").is_none());
+}
