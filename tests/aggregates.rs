@@ -473,6 +473,38 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
             "{v}"
         );
     }
+    // Untyped in Parse, as drivers send them: coldwire learns the types Postgres
+    // inferred from its ParameterDescription (tokio-postgres describes every statement),
+    // so the float8 is read as one (partials, no cap met), and a parameter that Postgres
+    // typed float8 by its first use is not read as an int8 where it meets `id`.
+    for (sql, v) in [
+        (
+            "SELECT count(*), sum(qty)::text FROM {t} WHERE amount >= $1",
+            10.5f64,
+        ),
+        (
+            "SELECT count(*), sum(qty)::text FROM {t} WHERE amount > $1 AND id >= $1 AND id < 900",
+            10.0,
+        ),
+    ] {
+        let got = c
+            .query_one(&sql.replace("{t}", "events"), &[&v])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        let expected = t
+            .direct
+            .query_one(&sql.replace("{t}", "control"), &[&v])
+            .await
+            .unwrap();
+        assert_eq!(
+            (got.get::<_, i64>(0), got.get::<_, Option<String>>(1)),
+            (
+                expected.get::<_, i64>(0),
+                expected.get::<_, Option<String>>(1)
+            ),
+            "{sql}"
+        );
+    }
     // An integer parameter compared with a float8 column (eight binary bytes that are
     // not a float8), and a decimal under an integer cast (5.7::int4 is 6): the row path,
     // narrowed by the key, answers like the control.

@@ -271,9 +271,9 @@ fn held_back(
     streamed: &AtomicBool,
 ) -> Result<Option<ServerAction>, WireError> {
     if tag == msg::PARAMETER_DESCRIPTION {
-        return Ok(match state.parameter_description_received() {
+        let types = ext::parameter_types(frame)?;
+        return Ok(match state.parameter_description_received(&types) {
             Some(client_params) => {
-                let types = ext::parameter_types(frame)?;
                 let mut out = BytesMut::new();
                 ext::parameter_description(&mut out, &types[..client_params.min(types.len())]);
                 Some(ServerAction::Replace(out))

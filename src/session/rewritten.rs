@@ -406,6 +406,7 @@ pub fn parse_to_send(
                 Some(RewrittenStatement {
                     prepared: Prepared::Read(read),
                     param_types: parse.param_types,
+                    id: 0,
                 }),
             );
         }
@@ -417,6 +418,7 @@ pub fn parse_to_send(
                 Some(RewrittenStatement {
                     prepared: Prepared::Write(write),
                     param_types: parse.param_types,
+                    id: 0,
                 }),
             );
         }

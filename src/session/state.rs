@@ -44,10 +44,14 @@ enum Pending {
     Parse(String),
     /// Close of a statement (`Some`) or portal (`None`), answered by CloseComplete.
     Close(Option<String>),
-    /// Describe of a statement, answered by ParameterDescription: `Some(n)` when the
-    /// statement is coldwire's rewrite, whose description must show the client's `n`
+    /// Describe of a statement, answered by ParameterDescription: the rewritten
+    /// statement it describes, if coldwire rewrote it (its `id`, to learn the types
+    /// Postgres inferred), and `Some(n)` when its description must show the client's `n`
     /// parameters only.
-    DescribeStatement(Option<usize>),
+    DescribeStatement {
+        rewritten: Option<(String, u64)>,
+        trim: Option<usize>,
+    },
     /// Sync, simple Query or FunctionCall: ends with ReadyForQuery. "When an error is
     /// detected while processing any extended-query message, the backend ... reads and
     /// discards messages until a Sync is reached", so unanswered entries before it are void.
@@ -82,6 +86,8 @@ pub struct SessionState {
     /// Client statements (by name, "" for the unnamed one) that coldwire rewrote at Parse
     /// and gives cold parameters at each Bind.
     rewritten_statements: HashMap<String, RewrittenStatement>,
+    /// Parses of rewritten statements so far (their ids).
+    statement_ids: u64,
     /// Nothing was sent upstream after the Sync of the newest outstanding group, so that
     /// group can be retried without reordering anything the client sent later.
     pub quiet_since_sync: bool,
@@ -147,8 +153,11 @@ pub enum Prepared {
 #[derive(Debug, Clone)]
 pub struct RewrittenStatement {
     pub prepared: Prepared,
-    /// Parameter types the client's Parse declared.
+    /// Parameter types the client's Parse declared, where it left one out (0) the type
+    /// Postgres inferred once a ParameterDescription of the statement has shown it.
     pub param_types: Vec<u32>,
+    /// Set by [`SessionState::statement_parsed`]: which Parse of the name this is.
+    pub id: u64,
 }
 
 /// What coldwire sends again after a guard failure the client was not shown.
@@ -222,6 +231,7 @@ impl SessionState {
             open_group: None,
             txn_generations: HashMap::new(),
             rewritten_statements: HashMap::new(),
+            statement_ids: 0,
             sql_prepared: HashMap::new(),
             quiet_since_sync: false,
             retry_pending: false,
@@ -276,7 +286,9 @@ impl SessionState {
             return;
         }
         match rewrite {
-            Some(r) => {
+            Some(mut r) => {
+                self.statement_ids += 1;
+                r.id = self.statement_ids;
                 self.rewritten_statements.insert(name.to_owned(), r);
             }
             None => {
@@ -287,20 +299,45 @@ impl SessionState {
 
     /// The client sent Describe of statement `name`.
     pub fn describe_statement_sent(&mut self, name: &str) {
-        let trim = match self.rewritten_statements.get(name).map(|r| &r.prepared) {
+        let statement = self.rewritten_statements.get(name);
+        let trim = match statement.map(|r| &r.prepared) {
             Some(Prepared::Read(read)) => Some(read.client_params),
             _ => None,
         };
-        self.pending.push_back(Pending::DescribeStatement(trim));
+        let rewritten = statement.map(|r| (name.to_owned(), r.id));
+        self.pending
+            .push_back(Pending::DescribeStatement { rewritten, trim });
     }
 
-    /// The server answered ParameterDescription: how many parameters the client may see,
-    /// when the statement was coldwire's rewrite.
-    pub fn parameter_description_received(&mut self) -> Option<usize> {
-        match self.pop_until(|p| matches!(p, Pending::DescribeStatement(_))) {
-            Some(Pending::DescribeStatement(trim)) => trim,
-            _ => None,
+    /// The server answered ParameterDescription with `types`: how many parameters the
+    /// client may see, when the statement was coldwire's rewrite. The types Postgres
+    /// inferred for parameters the client's Parse left untyped are kept for its Binds
+    /// (a binary value is read only as its true type), unless the name was parsed again
+    /// since.
+    pub fn parameter_description_received(&mut self, types: &[u32]) -> Option<usize> {
+        let Some(Pending::DescribeStatement { rewritten, trim }) =
+            self.pop_until(|p| matches!(p, Pending::DescribeStatement { .. }))
+        else {
+            return None;
+        };
+        if let Some((name, id)) = rewritten {
+            if let Some(statement) = self
+                .rewritten_statements
+                .get_mut(&name)
+                .filter(|s| s.id == id)
+            {
+                let seen = trim.unwrap_or(types.len()).min(types.len());
+                if statement.param_types.len() < seen {
+                    statement.param_types.resize(seen, 0);
+                }
+                for (declared, inferred) in statement.param_types.iter_mut().zip(&types[..seen]) {
+                    if *declared == 0 {
+                        *declared = *inferred;
+                    }
+                }
+            }
         }
+        trim
     }
 
     /// Named prepared statements the server has confirmed and not yet closed.
