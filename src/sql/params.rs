@@ -1,8 +1,10 @@
 //! A Bind's parameter values as constants for cold pruning (DESIGN §6.3). A value is used
-//! only where its type is certain: the type the client declared in Parse, or, when it
-//! declared none, the column's own type (Postgres infers an untyped `$n` compared with a
-//! column as that column's type). Anything else yields no constant, so the planner simply
-//! prunes less (invariant 7).
+//! only where its type is certain: the type the client declared in Parse or, where it
+//! declared none, the type Postgres inferred, once a ParameterDescription of the
+//! statement has shown it (the session keeps it with the statement); failing both, the
+//! column's own type where a binary value's width tells it apart (Postgres infers an
+//! untyped `$n` compared with a column as that column's type, unless an earlier use typed
+//! it). Anything else yields no constant, so the planner simply prunes less (invariant 7).
 
 use crate::values::{ScalarType, TextKind};
 
