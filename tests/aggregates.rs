@@ -320,6 +320,27 @@ impl Tiered {
     }
 
     /// Asserts `sql` (with `{t}`) answers the same on both tables.
+    /// The `count(*)` and the text of the second column that `tiered` answers through
+    /// coldwire with `params` equal those `control` answers on the control table.
+    async fn same_row<S>(
+        &self,
+        tiered: &S,
+        control: &S,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        what: &str,
+    ) where
+        S: tokio_postgres::ToStatement + ?Sized,
+    {
+        let row = |r: tokio_postgres::Row| (r.get::<_, i64>(0), r.get::<_, Option<String>>(1));
+        let got = self
+            .c
+            .query_one(tiered, params)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        let expected = self.direct.query_one(control, params).await.unwrap();
+        assert_eq!(row(got), row(expected), "{what}");
+    }
+
     async fn same(&self, sql: &str) {
         let expected = simple_rows(&self.direct, &sql.replace("{t}", "control"))
             .await
@@ -462,16 +483,7 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
         .await
         .unwrap();
     for v in [10.5f64, -0.0, f64::INFINITY, 124.875] {
-        let got = c.query_one(&tiered, &[&v]).await.unwrap();
-        let expected = t.direct.query_one(&control, &[&v]).await.unwrap();
-        assert_eq!(
-            (got.get::<_, i64>(0), got.get::<_, Option<String>>(1)),
-            (
-                expected.get::<_, i64>(0),
-                expected.get::<_, Option<String>>(1)
-            ),
-            "{v}"
-        );
+        t.same_row(&tiered, &control, &[&v], &v.to_string()).await;
     }
     // Untyped in Parse, as drivers send them: coldwire learns the types Postgres
     // inferred from its ParameterDescription (tokio-postgres describes every statement),
@@ -487,46 +499,18 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
             10.0,
         ),
     ] {
-        let got = c
-            .query_one(&sql.replace("{t}", "events"), &[&v])
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
-        let expected = t
-            .direct
-            .query_one(&sql.replace("{t}", "control"), &[&v])
-            .await
-            .unwrap();
-        assert_eq!(
-            (got.get::<_, i64>(0), got.get::<_, Option<String>>(1)),
-            (
-                expected.get::<_, i64>(0),
-                expected.get::<_, Option<String>>(1)
-            ),
-            "{sql}"
-        );
+        let (tiered, control) = (sql.replace("{t}", "events"), sql.replace("{t}", "control"));
+        t.same_row(tiered.as_str(), control.as_str(), &[&v], sql)
+            .await;
     }
     // An integer parameter compared with a float8 column (eight binary bytes that are
     // not a float8), and a decimal under an integer cast (5.7::int4 is 6): the row path,
     // narrowed by the key, answers like the control.
     let sql = "SELECT count(*), sum(qty)::text FROM {t} WHERE amount >= $1::bigint AND id < 900";
+    let (tiered, control) = (sql.replace("{t}", "events"), sql.replace("{t}", "control"));
     for v in [10i64, 100] {
-        let got = c
-            .query_one(&sql.replace("{t}", "events"), &[&v])
-            .await
-            .unwrap();
-        let expected = t
-            .direct
-            .query_one(&sql.replace("{t}", "control"), &[&v])
-            .await
-            .unwrap();
-        assert_eq!(
-            (got.get::<_, i64>(0), got.get::<_, Option<String>>(1)),
-            (
-                expected.get::<_, i64>(0),
-                expected.get::<_, Option<String>>(1)
-            ),
-            "{v}"
-        );
+        t.same_row(tiered.as_str(), control.as_str(), &[&v], sql)
+            .await;
     }
     for sql in [
         "SELECT count(*), sum(qty) FROM {t} WHERE amount = 12.7::int4 AND id < 900",

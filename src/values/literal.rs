@@ -10,7 +10,7 @@
 //! Values are in Arrow's units: days since 1970-01-01 (date), µs since 1970-01-01 00:00
 //! (timestamp; timestamptz in UTC).
 
-use super::temporal::MICROS_PER_DAY;
+use super::temporal::{days_from_civil, MICROS_PER_DAY};
 
 /// Which temporal type a literal is read as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,17 +154,6 @@ fn days_in_month(year: i64, month: i64) -> i64 {
         4 | 6 | 9 | 11 => 30,
         _ => 31,
     }
-}
-
-/// Days from 1970-01-01 to a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

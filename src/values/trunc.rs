@@ -7,7 +7,7 @@
 //! period in the proleptic Gregorian calendar Postgres uses (astronomical years: 0 is
 //! 1 BC).
 
-use super::temporal::MICROS_PER_DAY;
+use super::temporal::{civil_from_days, days_from_civil, MICROS_PER_DAY};
 
 /// The units coldwire truncates to; others (`decade`, `century`, `millennium`, and the
 /// abbreviations Postgres also reads) leave the statement to Postgres.
@@ -91,31 +91,6 @@ impl TruncUnit {
             }
         }
     }
-}
-
-/// (year, month, day) of a day number (days since 1970-01-01), proleptic Gregorian.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// The day number (days since 1970-01-01) of a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = year - i64::from(month <= 2);
-    let era = year.div_euclid(400);
-    let yoe = year.rem_euclid(400);
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

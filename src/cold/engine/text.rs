@@ -7,6 +7,7 @@ use arrow::datatypes::{
 };
 
 use crate::cold::scan::ScanError;
+use crate::values::temporal::civil_from_days;
 
 /// A value of an engine result as the text Postgres reads back (JSON null for NULL).
 pub(super) fn json_text(array: &dyn Array, row: usize) -> Result<serde_json::Value, ScanError> {
@@ -73,15 +74,7 @@ pub(super) fn json_text(array: &dyn Array, row: usize) -> Result<serde_json::Val
 /// `YYYY-MM-DD` of `days` since 1970-01-01 (proleptic Gregorian), then `time`, then ` BC`
 /// for years before 1.
 fn date_text(days: i64, time: &str) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = civil_from_days(days);
     if year <= 0 {
         format!("{:04}-{month:02}-{day:02}{time} BC", 1 - year)
     } else {
