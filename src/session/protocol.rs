@@ -271,15 +271,12 @@ fn held_back(
     streamed: &AtomicBool,
 ) -> Result<Option<ServerAction>, WireError> {
     if tag == msg::PARAMETER_DESCRIPTION {
-        let types = ext::parameter_types(frame)?;
-        return Ok(match state.parameter_description_received(&types) {
-            Some(client_params) => {
-                let mut out = BytesMut::new();
-                ext::parameter_description(&mut out, &types[..client_params.min(types.len())]);
-                Some(ServerAction::Replace(out))
-            }
-            None => None,
-        });
+        let trimmed = state.parameter_description_received(|| ext::parameter_types(frame))?;
+        return Ok(trimmed.map(|types| {
+            let mut out = BytesMut::new();
+            ext::parameter_description(&mut out, &types);
+            ServerAction::Replace(out)
+        }));
     }
     let retry_possible = state.outstanding_syncs() == 1 && state.quiet_since_sync;
     let Some(group) = state.answering_rewritten() else {

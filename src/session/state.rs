@@ -309,17 +309,28 @@ impl SessionState {
             .push_back(Pending::DescribeStatement { rewritten, trim });
     }
 
-    /// The server answered ParameterDescription with `types`: how many parameters the
-    /// client may see, when the statement was coldwire's rewrite. The types Postgres
+    /// The server answered ParameterDescription, whose parameter types `types` reads
+    /// (only for a statement coldwire rewrote): the types the client may see, when the
+    /// description must be trimmed to the client's parameters. The types Postgres
     /// inferred for parameters the client's Parse left untyped are kept for its Binds
     /// (a binary value is read only as its true type), unless the name was parsed again
     /// since.
-    pub fn parameter_description_received(&mut self, types: &[u32]) -> Option<usize> {
+    ///
+    /// # Errors
+    /// Those of `types`.
+    pub fn parameter_description_received<E>(
+        &mut self,
+        types: impl FnOnce() -> Result<Vec<u32>, E>,
+    ) -> Result<Option<Vec<u32>>, E> {
         let Some(Pending::DescribeStatement { rewritten, trim }) =
             self.pop_until(|p| matches!(p, Pending::DescribeStatement { .. }))
         else {
-            return None;
+            return Ok(None);
         };
+        if rewritten.is_none() && trim.is_none() {
+            return Ok(None);
+        }
+        let mut types = types()?;
         if let Some((name, id)) = rewritten {
             if let Some(statement) = self
                 .rewritten_statements
@@ -337,7 +348,10 @@ impl SessionState {
                 }
             }
         }
-        trim
+        Ok(trim.map(|client_params| {
+            types.truncate(client_params);
+            types
+        }))
     }
 
     /// Named prepared statements the server has confirmed and not yet closed.

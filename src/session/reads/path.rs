@@ -303,7 +303,6 @@ impl ReadPath {
             let cold = &tables[&r.table_id];
             let predicates = to_prune(&r.predicates, &cold.columns, params);
             let mut filters = None;
-            let mut groups_fit = true;
             if let Some(plan) = &r.aggregate {
                 // Partials when every conjunct is exact with these values, the session
                 // reads the current generation (a pinned snapshot may not see the
@@ -318,9 +317,9 @@ impl ReadPath {
                 // planning partials.
                 let key = cold.pk_positions.first().map(|&k| cold.columns[k].attnum);
                 let narrow = key.is_some_and(|k| integer_values(&predicates, k) <= NARROW_KEYS);
-                if let Some(filters) = filters.as_ref().filter(|_| !fresh && !narrow) {
+                if let Some(exact) = filters.clone().filter(|_| !fresh && !narrow) {
                     match self
-                        .partial_params(r, plan, cold.clone(), predicates.clone(), filters.clone())
+                        .partial_params(r, plan, cold.clone(), predicates.clone(), exact)
                         .await
                     {
                         Ok(params) => {
@@ -329,16 +328,13 @@ impl ReadPath {
                         }
                         // More partial rows than the limit (a DISTINCT over a column of
                         // millions of values): the rows, if they fit.
-                        Err(PlanError::Scan(ScanError::TooManyGroups { .. })) => {
-                            groups_fit = false;
-                        }
+                        Err(PlanError::Scan(ScanError::TooManyGroups { .. })) => filters = None,
                         Err(e) => return Err(e),
                     }
                 }
             }
-            let partials = filters.is_some() && groups_fit;
             // A retry that could take partials tries rows only while they are few.
-            let limits = if partials {
+            let limits = if filters.is_some() {
                 ScanLimits {
                     rows: self.limits.rows.min(RETRY_ROWS),
                     ..self.limits
@@ -346,19 +342,19 @@ impl ReadPath {
             } else {
                 self.limits
             };
-            let found = match scan(&self.store, cold, &predicates, limits).await {
-                Err(ScanError::TooManyRows { .. } | ScanError::TooMuchMemory { .. })
-                    if partials =>
-                {
+            let found = match (scan(&self.store, cold, &predicates, limits).await, filters) {
+                (
+                    Err(ScanError::TooManyRows { .. } | ScanError::TooMuchMemory { .. }),
+                    Some(filters),
+                ) => {
                     let plan = r.aggregate.as_ref().expect("partials are planned");
-                    let filters = filters.unwrap_or_default();
                     out.extend(
                         self.partial_params(r, plan, cold.clone(), predicates, filters)
                             .await?,
                     );
                     continue;
                 }
-                found => found?,
+                (found, _) => found?,
             };
             let rows = found.rows.num_rows();
             tracing::debug!(
