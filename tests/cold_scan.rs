@@ -119,7 +119,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
     let kind: i16 = 2;
 
     // Everything: exactly the control table.
-    let all = scan(&store, &table, &[], ScanLimits::rows(100_000))
+    let all = scan(&store, &table, &[], None, ScanLimits::rows(100_000))
         .await
         .unwrap();
     assert_eq!(rows(&all), control(&direct, "true").await);
@@ -129,6 +129,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
         &store,
         &table,
         &[Predicate::Eq(1, int(7))],
+        None,
         ScanLimits::rows(100_000),
     )
     .await
@@ -145,6 +146,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
             &store,
             &table,
             &[Predicate::Eq(1, int(20))],
+            None,
             ScanLimits::rows(100_000)
         )
         .await
@@ -155,6 +157,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
         &store,
         &table,
         &[Predicate::In(1, vec![int(1500), int(99_999)])],
+        None,
         ScanLimits::rows(100_000),
     )
     .await
@@ -166,6 +169,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
         &store,
         &table,
         &[Predicate::Below(1, int(100), false)],
+        None,
         ScanLimits::rows(100_000),
     )
     .await
@@ -175,6 +179,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
         &store,
         &table,
         &[Predicate::Eq(kind, b"v2".to_vec())],
+        None,
         ScanLimits::rows(100_000),
     )
     .await
@@ -187,6 +192,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
             &store,
             &table,
             &[Predicate::Eq(kind, value.clone().into_bytes())],
+            None,
             ScanLimits::rows(100_000),
         )
         .await
@@ -204,6 +210,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
             Predicate::Above(1, int(2990), true),
             Predicate::Eq(kind, b"k3".to_vec()),
         ],
+        None,
         ScanLimits::rows(100_000),
     )
     .await
@@ -214,7 +221,7 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
     );
 
     // The cap names the table.
-    match scan(&store, &table, &[], ScanLimits::rows(10)).await {
+    match scan(&store, &table, &[], None, ScanLimits::rows(10)).await {
         Err(ScanError::TooManyRows { table, cap }) => {
             assert_eq!((table.as_str(), cap), ("public.events", 10))
         }
@@ -225,12 +232,14 @@ async fn cold_scans_return_the_newest_matching_version_of_every_key() {
         rows: usize::MAX,
         bytes: rows,
     };
-    match scan(&store, &table, &[], bytes(10_000)).await {
+    match scan(&store, &table, &[], None, bytes(10_000)).await {
         Err(ScanError::TooMuchMemory { table, cap }) => {
             assert_eq!((table.as_str(), cap), ("public.events", 10_000))
         }
         other => panic!("expected the memory bound: {:?}", other.map(|o| o.stats)),
     }
-    let roomy = scan(&store, &table, &[], bytes(64 << 20)).await.unwrap();
+    let roomy = scan(&store, &table, &[], None, bytes(64 << 20))
+        .await
+        .unwrap();
     assert_eq!(rows(&roomy), rows(&all));
 }

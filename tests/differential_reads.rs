@@ -94,7 +94,7 @@ fn query(rng: &mut StdRng) -> Generated {
     let (lo, hi) = (k1.min(k2), k1.max(k2));
     let v = rng.random_range(0..50);
     let b = Builder::default();
-    match rng.random_range(0..21) {
+    match rng.random_range(0..25) {
         0 => b.sql("SELECT * FROM {t} WHERE id = ").v(Int8(k1)),
         1 => b
             .sql("SELECT id, a, c FROM {t} WHERE id BETWEEN ")
@@ -182,6 +182,32 @@ fn query(rng: &mut StdRng) -> Generated {
             .sql("SELECT d::date, count(*) FROM {t} WHERE f > ")
             .v(Float8(f64::from(v) * 10.5))
             .sql(" GROUP BY 1 ORDER BY 1 LIMIT 10"),
+        // The whole row, or columns by position: every cold column is bound.
+        21 => b
+            .sql("SELECT row_to_json(x)::text FROM {t} x WHERE id BETWEEN ")
+            .v(Int8(lo))
+            .sql(" AND ")
+            .v(Int8(lo + 20))
+            .sql(" ORDER BY x.id"),
+        22 => b
+            .sql("SELECT x, (x).c FROM {t} x WHERE a = ")
+            .v(Int4(v))
+            .sql(" ORDER BY id LIMIT 20"),
+        23 => b
+            .sql("SELECT q, r, s FROM {t} AS x(q, r, s) WHERE q BETWEEN ")
+            .v(Int8(lo))
+            .sql(" AND ")
+            .v(Int8(lo + 40))
+            .sql(" ORDER BY 1"),
+        // Only some columns: the others are bound as NULL and must stay unseen.
+        19 => b
+            .sql("SELECT b, count(*) FROM {t} WHERE d < '2026-01-20' AND id > ")
+            .v(Int8(lo))
+            .sql(" GROUP BY b ORDER BY 2 DESC, 1 NULLS FIRST LIMIT 5"),
+        20 => b
+            .sql("SELECT /* c, f */ id, g[1] FROM {t} WHERE e AND id < ")
+            .v(Int8(hi))
+            .sql(" ORDER BY id DESC LIMIT 15"),
         _ => b
             .sql("SELECT dim.id, (SELECT count(*) FROM {t} x WHERE x.a = dim.id AND x.id <= ")
             .v(Int8(hi))

@@ -588,4 +588,42 @@ async fn lookups_read_only_the_pages_of_their_keys_and_find_every_row() {
         read * 4 < file_bytes,
         "{read} of {file_bytes} bytes read: {text}"
     );
+
+    // A read of some columns decodes only those and the key, and binds NULL in the
+    // others, which the statement cannot see.
+    let explained = |sql: &'static str| {
+        let c = &c;
+        async move {
+            let text = simple_rows(c, &format!("SELECT coldwire.explain('{sql}')"))
+                .await
+                .unwrap()[0][0]
+                .clone()
+                .unwrap();
+            let bytes: i64 = text
+                .split(" bytes read")
+                .next()
+                .and_then(|s| s.rsplit(", ").next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("{text}"));
+            (text, bytes)
+        }
+    };
+    let (all, all_bytes) = explained("SELECT * FROM big WHERE id > 5000").await;
+    let (some, some_bytes) = explained("SELECT n FROM big WHERE id > 5000").await;
+    assert!(all.contains("Columns decoded: all 3"), "{all}");
+    assert!(some.contains("Columns decoded: 2 of 3 (id, n)"), "{some}");
+    assert!(some_bytes * 3 < all_bytes, "{some_bytes} vs {all_bytes}");
+    for sql in [
+        "SELECT n, id % 7 FROM {t} WHERE id > 5000 ORDER BY id",
+        "SELECT count(*), sum(n), max(id) FROM {t} WHERE id > 5000 AND n < 20",
+        "SELECT {t} FROM {t} WHERE id > 29990 ORDER BY id",
+    ] {
+        assert_eq!(
+            simple_rows(&c, &sql.replace("{t}", "big")).await.unwrap(),
+            simple_rows(&direct, &sql.replace("{t}", "control"))
+                .await
+                .unwrap(),
+            "{sql}"
+        );
+    }
 }

@@ -99,7 +99,7 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
 
     let table = ColdTable::load(&mut direct, id, None).await.unwrap();
     let store = ColdStore::open(&store_url, &StoreOptions::default()).unwrap();
-    let cold = scan(&store, &table, &[], ScanLimits::rows(1_000_000))
+    let cold = scan(&store, &table, &[], None, ScanLimits::rows(1_000_000))
         .await
         .unwrap();
     let columns: Vec<ColdColumn> = table
@@ -161,9 +161,15 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
                 &table.columns,
                 &BoundParams::none(),
             );
-            let selected = scan(&store, &table, &predicates, ScanLimits::rows(1_000_000))
-                .await
-                .unwrap();
+            let selected = scan(
+                &store,
+                &table,
+                &predicates,
+                None,
+                ScanLimits::rows(1_000_000),
+            )
+            .await
+            .unwrap();
             assert!(selected.rows.num_rows() <= cold.rows.num_rows());
             if sql.contains("id IN (1, 2, 3") {
                 assert!(

@@ -13,12 +13,12 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, NullArray, RecordBatch};
 use arrow::compute::{filter_record_batch, interleave};
-use arrow::datatypes::{DataType, Int16Type, Int64Type, SchemaRef};
+use arrow::datatypes::{DataType, Field, Int16Type, Int64Type, Schema, SchemaRef};
 use futures_util::{pin_mut, TryStreamExt};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
-use parquet::arrow::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::file::metadata::ParquetMetaData;
 
 use super::lookup::{bloom_filtered, page_selection};
@@ -226,10 +226,10 @@ pub async fn scan(
     store: &ColdStore,
     table: &ColdTable,
     predicates: &[Predicate],
+    read: Option<&[bool]>,
     limits: ScanLimits,
 ) -> Result<ScanOutput, ScanError> {
     let table_width = table.columns.len();
-    let schema = table.file_schema(table_width);
     // Predicates the rows can be checked against: on columns with a byte order.
     let checkable: Vec<(usize, &Predicate)> = predicates
         .iter()
@@ -239,6 +239,8 @@ pub async fn scan(
                 .then_some((position, p))
         })
         .collect();
+    let projection = Projection::new(table, read, &checkable);
+    let schema = projection.schema.clone();
 
     let mut stats = ScanStats::default();
     let mut found = Versions {
@@ -283,7 +285,7 @@ pub async fn scan(
         );
         if let Some(batches) = key.as_ref().and_then(page_cache::get) {
             for batch in batches.iter() {
-                found.take(table.widen(batch.clone(), held)?)?;
+                found.take(projection.assemble(batch.clone(), held, true, table)?)?;
             }
             continue;
         }
@@ -293,14 +295,20 @@ pub async fn scan(
         if let Some(selection) = selection {
             builder = builder.with_row_selection(selection);
         }
+        // The page cache keeps every column, for whichever statement reads them next.
+        let whole = key.is_some();
+        if let (false, Some(roots)) = (whole, projection.roots(held)) {
+            let mask = ProjectionMask::roots(metadata.file_metadata().schema_descr(), roots);
+            builder = builder.with_projection(mask);
+        }
         let stream = builder.build()?;
         pin_mut!(stream);
         let mut decoded = Vec::new();
         while let Some(batch) = stream.try_next().await? {
-            if key.is_some() {
+            if whole {
                 decoded.push(batch.clone());
             }
-            found.take(table.widen(batch, held)?)?;
+            found.take(projection.assemble(batch, held, whole, table)?)?;
         }
         if let Some(key) = key {
             page_cache::insert(key, decoded);
@@ -321,7 +329,9 @@ pub async fn scan(
     let columns = (0..table_width)
         .map(|c| {
             let arrays: Vec<&dyn Array> = kept.iter().map(|b| b.column(c).as_ref()).collect();
-            if arrays.is_empty() {
+            if schema.field(c).data_type() == &DataType::Null {
+                Ok(Arc::new(NullArray::new(picks.len())) as ArrayRef)
+            } else if arrays.is_empty() {
                 Ok(arrow::array::new_empty_array(schema.field(c).data_type()))
             } else {
                 interleave(&arrays, &picks)
@@ -337,6 +347,96 @@ pub async fn scan(
         &arrow::array::RecordBatchOptions::new().with_row_count(Some(picks.len())),
     )?;
     Ok(ScanOutput { rows, stats })
+}
+
+/// The columns a scan decodes: those a statement reads (with the key and the columns of
+/// the checked predicates), or every one. The others are `Null` arrays, bound as NULL.
+struct Projection {
+    /// Per table column, whether it is decoded; `None`: every one.
+    read: Option<Vec<bool>>,
+    /// The table's columns (unread ones typed `Null`), then seq and op.
+    schema: SchemaRef,
+    /// The schema of every column, seq and op.
+    full: SchemaRef,
+}
+
+impl Projection {
+    fn new(table: &ColdTable, read: Option<&[bool]>, checkable: &[(usize, &Predicate)]) -> Self {
+        let width = table.columns.len();
+        let full = table.file_schema(width);
+        let read = read.map(|r| {
+            let mut read: Vec<bool> = (0..width).map(|c| r.get(c) == Some(&true)).collect();
+            for &c in table
+                .pk_positions
+                .iter()
+                .chain(checkable.iter().map(|(c, _)| c))
+            {
+                read[c] = true;
+            }
+            read
+        });
+        let read = read.filter(|r| r.contains(&false));
+        let schema = match &read {
+            None => full.clone(),
+            Some(read) => Arc::new(Schema::new(
+                full.fields()
+                    .iter()
+                    .enumerate()
+                    .map(|(c, f)| match read.get(c) {
+                        Some(false) => Arc::new(Field::new(f.name(), DataType::Null, true)),
+                        _ => f.clone(),
+                    })
+                    .collect::<Vec<_>>(),
+            )),
+        };
+        Projection { read, schema, full }
+    }
+
+    /// The root columns to decode from a file holding `held` columns; `None`: every one.
+    fn roots(&self, held: usize) -> Option<Vec<usize>> {
+        let read = self.read.as_ref()?;
+        Some(
+            (0..held)
+                .filter(|&c| read[c])
+                .chain([held, held + 1])
+                .collect(),
+        )
+    }
+
+    /// `batch`, from a file holding `held` columns and decoded whole (`whole`) or as
+    /// [`Projection::roots`] says, as the scan's schema: unread columns `Null`, columns the
+    /// file lacks as [`ColdTable::missing`] says.
+    fn assemble(
+        &self,
+        batch: RecordBatch,
+        held: usize,
+        whole: bool,
+        table: &ColdTable,
+    ) -> Result<RecordBatch, ScanError> {
+        let Some(read) = &self.read else {
+            return table.widen(batch, held);
+        };
+        let rows = batch.num_rows();
+        let mut decoded = batch.columns().iter();
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(read.len() + 2);
+        for (c, &wanted) in read.iter().enumerate() {
+            let stored = c < held && (whole || wanted);
+            let column = if stored {
+                decoded.next().cloned()
+            } else {
+                None
+            };
+            arrays.push(match (wanted, column) {
+                (false, _) => Arc::new(NullArray::new(rows)),
+                (true, Some(column)) => column,
+                (true, None) => table.missing_column(c, self.full.field(c).data_type(), rows)?,
+            });
+        }
+        // seq and op follow the file's own columns.
+        let file_width = batch.num_columns();
+        arrays.extend(batch.columns()[file_width - 2..].iter().cloned());
+        Ok(RecordBatch::try_new(self.schema.clone(), arrays)?)
+    }
 }
 
 /// The rows a scan has found: every batch that matched, and the newest version of each

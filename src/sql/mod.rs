@@ -4,6 +4,7 @@
 
 pub mod aggregate;
 pub mod classify;
+pub mod columns;
 pub mod copy_to;
 pub mod ddl;
 pub mod params;

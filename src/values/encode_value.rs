@@ -6,6 +6,7 @@ use arrow::array::{
     Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, ListArray, StringArray,
     StructArray, Time64MicrosecondArray, TimestampMicrosecondArray,
 };
+use arrow::datatypes::DataType;
 use bytes::{BufMut, BytesMut};
 
 use super::error::{ColdError, ValueError};
@@ -15,6 +16,8 @@ use super::types::{ColdColumn, ColdType, NumericRepr, ScalarType};
 
 /// Typed access to one column's array, checked once against its cold type.
 pub(crate) enum ColumnView<'a> {
+    /// A column the statement does not read (an Arrow `Null` array): every value NULL.
+    Absent,
     Scalar(ScalarView<'a>),
     List {
         array: &'a ListArray,
@@ -82,6 +85,9 @@ impl<'a> ColumnView<'a> {
     /// # Errors
     /// [`ColdError::Schema`] when the array's type is not the column's cold type.
     pub(crate) fn new(column: &ColdColumn, array: &'a dyn Array) -> Result<Self, ColdError> {
+        if array.data_type() == &DataType::Null {
+            return Ok(ColumnView::Absent);
+        }
         let expected = column.ty.data_type();
         // names and metadata of nested fields may differ after a Parquet round trip
         if !array.data_type().equals_datatype(&expected) {
@@ -110,6 +116,7 @@ impl<'a> ColumnView<'a> {
     /// A value that no Postgres value maps to (corrupt cold data).
     pub(crate) fn write(&self, row: usize, out: &mut BytesMut) -> Result<bool, ValueError> {
         match self {
+            ColumnView::Absent => Ok(false),
             ColumnView::Scalar(v) => v.write(row, out),
             ColumnView::List { array, elements } => {
                 if array.is_null(row) {

@@ -201,6 +201,10 @@ pub(super) fn rewrite_aggregate_read(
             table_id: rewritten.table_id,
             predicates: extract(parsed, rewritten.location, &rewritten.name),
             row_type: tiered.row_type,
+            read_names: crate::sql::columns::read_names(
+                parsed,
+                &[&rewritten.name, &tiered.table.name],
+            ),
             aggregate: Some(AggregatePlan {
                 group: rewritten.group,
                 needs_utc: rewritten.needs_utc,

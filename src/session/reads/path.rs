@@ -9,7 +9,7 @@
 //! ([`ReadPath::prepare`]) and given its cold parameters at each Bind
 //! ([`ReadPath::cold_params`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{BufMut, BytesMut};
@@ -23,6 +23,7 @@ use crate::error::fields;
 pub use crate::error::PlanError;
 use crate::segment::prune::integer_values;
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
+use crate::sql::columns::read_names;
 use crate::sql::ddl::Ddl;
 use crate::sql::params::BoundParams;
 use crate::sql::predicates::{extract, to_prune, ColumnPredicate};
@@ -90,6 +91,22 @@ pub(super) struct PlannedReference {
     /// (`sql::aggregate`): its parameters are then the cold rows, the cold partials and
     /// the guard's plan, and each Bind fills one of the first two.
     pub(super) aggregate: Option<AggregatePlan>,
+    /// The names of the columns the statement may read through it (`sql::columns`);
+    /// `None`: every column. The cold rows bound carry NULL in the others.
+    pub(super) read_names: Option<HashSet<String>>,
+}
+
+impl PlannedReference {
+    /// Per column of `cold`, whether the statement may read it; `None`: every one.
+    pub(super) fn read_columns(&self, cold: &ColdTable) -> Option<Vec<bool>> {
+        let names = self.read_names.as_ref()?;
+        Some(
+            cold.columns
+                .iter()
+                .map(|c| names.contains(&c.name))
+                .collect(),
+        )
+    }
 }
 
 impl PlannedReference {
@@ -342,7 +359,11 @@ impl ReadPath {
             } else {
                 self.limits
             };
-            let found = match (scan(&self.store, cold, &predicates, limits).await, filters) {
+            let read = r.read_columns(cold);
+            let found = match (
+                scan(&self.store, cold, &predicates, read.as_deref(), limits).await,
+                filters,
+            ) {
                 (
                     Err(ScanError::TooManyRows { .. } | ScanError::TooMuchMemory { .. }),
                     Some(filters),
@@ -521,11 +542,13 @@ fn rewrite(
         .references
         .iter()
         .map(|r| {
+            let tiered = registry.by_id(r.table_id)?;
             Some(PlannedReference {
                 table_id: r.table_id,
                 predicates: extract(&parsed, r.location, &r.name),
-                row_type: registry.by_id(r.table_id)?.row_type,
+                row_type: tiered.row_type,
                 aggregate: None,
+                read_names: read_names(&parsed, &[&r.name, &tiered.table.name]),
             })
         })
         .collect::<Option<Vec<_>>>();

@@ -231,7 +231,38 @@ impl ReadPath {
                 },
                 predicates.len()
             );
-            match scan(&self.store, &cold, &predicates, self.limits).await {
+            let read = r.read_columns(&cold);
+            let _ = writeln!(
+                out,
+                "  Columns decoded: {}",
+                match &read {
+                    Some(read) => {
+                        let names: Vec<&str> = cold
+                            .columns
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| read[*i] || cold.pk_positions.contains(i))
+                            .map(|(_, c)| c.name.as_str())
+                            .collect();
+                        format!(
+                            "{} of {} ({})",
+                            names.len(),
+                            cold.columns.len(),
+                            names.join(", ")
+                        )
+                    }
+                    None => format!("all {}", cold.columns.len()),
+                }
+            );
+            match scan(
+                &self.store,
+                &cold,
+                &predicates,
+                read.as_deref(),
+                self.limits,
+            )
+            .await
+            {
                 Ok(found) => {
                     let st = found.stats;
                     let _ = writeln!(

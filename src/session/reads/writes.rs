@@ -308,6 +308,7 @@ impl ReadPath {
                 &self.store,
                 &cold,
                 &predicates,
+                None,
                 ScanLimits {
                     rows: self.max_rehydrate_rows,
                     ..self.limits
