@@ -19,12 +19,12 @@ use tokio_postgres::Client;
 
 /// id → kind of the rows a scan returned.
 fn rows(out: &ScanOutput) -> BTreeMap<i64, String> {
-    let ids = out
-        .rows
+    let rows = out.rows().unwrap();
+    let ids = rows
         .column_by_name("id")
         .unwrap()
         .as_primitive::<Int64Type>();
-    let kinds = out.rows.column_by_name("kind").unwrap().as_string::<i32>();
+    let kinds = rows.column_by_name("kind").unwrap().as_string::<i32>();
     (0..ids.len())
         .map(|i| (ids.value(i), kinds.value(i).to_owned()))
         .collect()

@@ -116,7 +116,7 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
         .unwrap()
         .get(0);
     let mut array = bytes::BytesMut::new();
-    encode_record_array(&columns, row_type, &cold.rows, &mut array).unwrap();
+    encode_record_array(&columns, row_type, &cold.rows().unwrap(), &mut array).unwrap();
     let cold_rows = RawBinary(Some(array.to_vec()));
     let tiered = TieredTable {
         table_id: id,
@@ -170,12 +170,9 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
             )
             .await
             .unwrap();
-            assert!(selected.rows.num_rows() <= cold.rows.num_rows());
+            assert!(selected.num_rows() <= cold.num_rows());
             if sql.contains("id IN (1, 2, 3") {
-                assert!(
-                    selected.rows.num_rows() <= 6,
-                    "{sql}: pruned to the listed keys"
-                );
+                assert!(selected.num_rows() <= 6, "{sql}: pruned to the listed keys");
                 assert!(
                     selected.stats.segments_pruned > 0,
                     "{sql}: {:?}",
@@ -183,7 +180,7 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
                 );
             }
             let mut array = bytes::BytesMut::new();
-            encode_record_array(&columns, row_type, &selected.rows, &mut array).unwrap();
+            encode_record_array(&columns, row_type, &selected.rows().unwrap(), &mut array).unwrap();
             bound.push(RawBinary(Some(array.to_vec())));
         }
         let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
@@ -217,7 +214,7 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
     }
     // Without the heap and mirror probes a key changed while hot would come back doubled
     // or resurrected: both kinds exist in this data.
-    assert!(cold.rows.num_rows() > 1400);
+    assert!(cold.num_rows() > 1400);
 
     // A role without SELECT on the table is refused by Postgres, as on the plain table.
     let nobody =

@@ -4,17 +4,16 @@
 //! Segments are pruned by their recorded stats, row groups by the per-row-group stats,
 //! equality lookups on pk columns by the row groups' bloom filters; the surviving row
 //! groups are read by ranged GETs. Rows are filtered by the predicates where their
-//! encoding allows it (a superset otherwise: Postgres re-applies the whole query), then
-//! reduced to one version per key: the highest `_cw_seq`, dropped when it is a tombstone
-//! or when `coldwire.overrides_<id>` names a newer cold version that was pruned or
-//! filtered away. Memory: the rows kept plus one decoded batch.
-
-use std::collections::HashMap;
+//! encoding allows it (a superset otherwise: Postgres re-applies the whole query), and
+//! to the live version of each key: a row is kept unless it is a tombstone or
+//! `coldwire.overrides_<id>` (which names the newest cold seq of every key with more than
+//! one cold version) names a newer one. Only the columns the statement reads are decoded.
+//! Memory: the rows kept plus one decoded batch.
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, NullArray, RecordBatch};
-use arrow::compute::{filter_record_batch, interleave};
+use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, Int16Type, Int64Type, Schema, SchemaRef};
 use futures_util::{pin_mut, TryStreamExt};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
@@ -208,12 +207,27 @@ pub struct ScanStats {
     pub rows_scanned: usize,
 }
 
-/// The newest matching cold version of each key, with the table's columns, and the
-/// counters.
+/// The newest matching cold version of each key, with the table's columns (those the scan
+/// did not decode typed `Null`), in batches; and the counters.
 #[derive(Debug, Clone)]
 pub struct ScanOutput {
-    pub rows: RecordBatch,
+    pub batches: Vec<RecordBatch>,
+    pub schema: SchemaRef,
     pub stats: ScanStats,
+}
+
+impl ScanOutput {
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    /// Every row as one batch.
+    ///
+    /// # Errors
+    /// Arrow failures.
+    pub fn rows(&self) -> Result<RecordBatch, ScanError> {
+        Ok(arrow::compute::concat_batches(&self.schema, &self.batches)?)
+    }
 }
 
 /// Scans `table`'s cold tier for rows that may satisfy every predicate, returning at most
@@ -249,8 +263,8 @@ pub async fn scan(
         limits,
         bytes: 0,
         rows_scanned: 0,
+        rows: 0,
         kept: Vec::new(),
-        newest: HashMap::new(),
     };
     for segment in &table.segments {
         stats.segments += 1;
@@ -316,37 +330,12 @@ pub async fn scan(
         stats.bytes_read += bytes_read.load(Ordering::Relaxed);
     }
     stats.rows_scanned = found.rows_scanned;
-    let Versions { kept, newest, .. } = found;
-
-    let mut picks: Vec<(usize, usize)> = newest
-        .iter()
-        .filter(|(key, (seq, op, ..))| {
-            *op != crate::segment::op::DELETED && table.not_superseded(key, *seq)
-        })
-        .map(|(_, (_, _, batch, row))| (*batch, *row))
-        .collect();
-    picks.sort_unstable();
-    let columns = (0..table_width)
-        .map(|c| {
-            let arrays: Vec<&dyn Array> = kept.iter().map(|b| b.column(c).as_ref()).collect();
-            if schema.field(c).data_type() == &DataType::Null {
-                Ok(Arc::new(NullArray::new(picks.len())) as ArrayRef)
-            } else if arrays.is_empty() {
-                Ok(arrow::array::new_empty_array(schema.field(c).data_type()))
-            } else {
-                interleave(&arrays, &picks)
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let table_schema = Arc::new(arrow::datatypes::Schema::new(
-        schema.fields()[..table_width].to_vec(),
-    ));
-    let rows = RecordBatch::try_new_with_options(
-        table_schema,
-        columns,
-        &arrow::array::RecordBatchOptions::new().with_row_count(Some(picks.len())),
-    )?;
-    Ok(ScanOutput { rows, stats })
+    let schema = Arc::new(Schema::new(schema.fields()[..table_width].to_vec()));
+    Ok(ScanOutput {
+        batches: found.kept,
+        schema,
+        stats,
+    })
 }
 
 /// The columns a scan decodes: those a statement reads (with the key and the columns of
@@ -439,8 +428,8 @@ impl Projection {
     }
 }
 
-/// The rows a scan has found: every batch that matched, and the newest version of each
-/// key among them.
+/// The rows a scan has found: every row that may match and is the live cold version of
+/// its key.
 struct Versions<'a> {
     table: &'a ColdTable,
     /// Predicates checked row by row, with their column's position.
@@ -448,50 +437,45 @@ struct Versions<'a> {
     limits: ScanLimits,
     /// Bytes of the batches kept.
     bytes: usize,
+    rows: usize,
     rows_scanned: usize,
+    /// The rows kept, with the table's columns only.
     kept: Vec<RecordBatch>,
-    /// key → (seq, op, batch, row) of the newest version seen.
-    newest: HashMap<Vec<u8>, (i64, i16, usize, usize)>,
 }
 
 impl Versions<'_> {
-    /// Takes the rows of `batch` (every column, seq and op) that satisfy the checkable
-    /// predicates.
+    /// Takes the rows of `batch` (every column, then seq and op) that satisfy the
+    /// checkable predicates and are live: not a tombstone, and their key's newest cold
+    /// version (overrides name the newest of every key with more than one, so no other
+    /// version needs to be seen).
     fn take(&mut self, batch: RecordBatch) -> Result<(), ScanError> {
         self.rows_scanned += batch.num_rows();
-        let mask: BooleanArray = (0..batch.num_rows())
-            .map(|row| {
-                Some(self.checkable.iter().all(|(position, p)| {
-                    cell_matches(p, batch.column(*position).as_ref(), row).unwrap_or(true)
-                }))
-            })
-            .collect();
-        let batch = filter_record_batch(&batch, &mask)?;
-        if batch.num_rows() == 0 {
-            return Ok(());
-        }
         let width = self.table.columns.len();
         let seqs = batch.column(width).as_primitive::<Int64Type>();
         let ops = batch.column(width + 1).as_primitive::<Int16Type>();
-        let index = self.kept.len();
-        for row in 0..batch.num_rows() {
-            let Some(key) = ordered::encode_key(&batch, &self.table.pk_positions, row) else {
-                continue;
-            };
-            let version = (seqs.value(row), ops.value(row), index, row);
-            match self.newest.get_mut(&key) {
-                Some(seen) if seen.0 >= version.0 => {}
-                Some(seen) => *seen = version,
-                None => {
-                    if self.newest.len() >= self.limits.rows {
-                        return Err(ScanError::TooManyRows {
-                            table: self.table.name.clone(),
-                            cap: self.limits.rows,
-                        });
-                    }
-                    self.newest.insert(key, version);
-                }
-            }
+        let pk = &self.table.pk_positions;
+        let mask: BooleanArray = (0..batch.num_rows())
+            .map(|row| {
+                Some(
+                    ops.value(row) != crate::segment::op::DELETED
+                        && self.checkable.iter().all(|(position, p)| {
+                            cell_matches(p, batch.column(*position).as_ref(), row).unwrap_or(true)
+                        })
+                        && self.table.newest_at(&batch, pk, row, seqs.value(row)),
+                )
+            })
+            .collect();
+        let columns: Vec<usize> = (0..width).collect();
+        let batch = filter_record_batch(&batch.project(&columns)?, &mask)?;
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.rows += batch.num_rows();
+        if self.rows > self.limits.rows {
+            return Err(ScanError::TooManyRows {
+                table: self.table.name.clone(),
+                cap: self.limits.rows,
+            });
         }
         // Batches the reader decoded may share buffers; the filtered ones own theirs.
         self.bytes = self.bytes.saturating_add(batch.get_array_memory_size());

@@ -24,22 +24,31 @@ pub fn encode_record_array(
     rows: &RecordBatch,
     out: &mut BytesMut,
 ) -> Result<(), ColdError> {
-    if rows.num_columns() != columns.len() {
+    encode_record_batches(columns, row_type_oid, vec![rows.clone()], out)
+}
+
+/// [`encode_record_array`] of the rows of several batches, each dropped once encoded.
+///
+/// # Errors
+/// As [`encode_record_array`].
+pub fn encode_record_batches(
+    columns: &[ColdColumn],
+    row_type_oid: u32,
+    batches: Vec<RecordBatch>,
+    out: &mut BytesMut,
+) -> Result<(), ColdError> {
+    if let Some(rows) = batches.iter().find(|b| b.num_columns() != columns.len()) {
         return Err(ColdError::Schema(format!(
             "{} columns, expected {}",
             rows.num_columns(),
             columns.len()
         )));
     }
-    let count = i32::try_from(rows.num_rows())
-        .map_err(|_| ColdError::Schema(format!("{} rows do not fit one array", rows.num_rows())))?;
+    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let count = i32::try_from(total)
+        .map_err(|_| ColdError::Schema(format!("{total} rows do not fit one array")))?;
     let width =
         i32::try_from(columns.len()).map_err(|_| ColdError::Schema("too many columns".into()))?;
-    let encoders = columns
-        .iter()
-        .zip(rows.columns())
-        .map(|(c, a)| ColumnEncoder::new(c, a.as_ref()))
-        .collect::<Result<Vec<_>, _>>()?;
     let empty = count == 0;
     out.put_i32(if empty { 0 } else { 1 });
     out.put_i32(0); // no NULL elements
@@ -48,6 +57,24 @@ pub fn encode_record_array(
         out.put_i32(count);
         out.put_i32(1);
     }
+    for rows in batches {
+        encode_rows(columns, width, &rows, out)?;
+    }
+    Ok(())
+}
+
+/// The elements of the array for the rows of `rows`.
+fn encode_rows(
+    columns: &[ColdColumn],
+    width: i32,
+    rows: &RecordBatch,
+    out: &mut BytesMut,
+) -> Result<(), ColdError> {
+    let encoders = columns
+        .iter()
+        .zip(rows.columns())
+        .map(|(c, a)| ColumnEncoder::new(c, a.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
     for row in 0..rows.num_rows() {
         let element = out.len();
         out.put_i32(0); // element length, filled in below

@@ -29,7 +29,7 @@ use crate::sql::params::BoundParams;
 use crate::sql::predicates::{extract, to_prune, ColumnPredicate};
 use crate::sql::rewrite::{expand_views, rewrite_parsed};
 use crate::store::ColdStore;
-use crate::values::record::encode_record_array;
+use crate::values::record::encode_record_batches;
 use crate::values::ColdColumn;
 use crate::wire::messages::ErrorFields;
 use pg_query::protobuf::{node::Node as N, ObjectType};
@@ -377,7 +377,7 @@ impl ReadPath {
                 }
                 (found, _) => found?,
             };
-            let rows = found.rows.num_rows();
+            let rows = found.num_rows();
             tracing::debug!(
                 table = %cold.name,
                 rows,
@@ -400,7 +400,7 @@ impl ReadPath {
                 .map(|c| ColdColumn::new(c.name.clone(), c.ty))
                 .collect();
             let mut array = BytesMut::new();
-            encode_record_array(&columns, r.row_type, &found.rows, &mut array)
+            encode_record_batches(&columns, r.row_type, found.batches, &mut array)
                 .map_err(|e| PlanError::Catalog(e.to_string()))?;
             if array.len() > MAX_ARRAY_BYTES {
                 return Err(PlanError::Scan(ScanError::ArrayTooLarge {

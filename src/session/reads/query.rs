@@ -274,7 +274,7 @@ impl ReadPath {
                         st.row_groups - st.row_groups_pruned,
                         st.row_groups_pruned,
                         st.row_groups,
-                        found.rows.num_rows(),
+                        found.num_rows(),
                         st.rows_scanned,
                         st.bytes_read
                     );

@@ -17,7 +17,7 @@ use crate::sql::classify::{executed, prepared_body, ExecuteArg, Kind};
 use crate::sql::params::BoundParams;
 use crate::sql::predicates::{candidate_scan, pinned_keys, to_prune, ColumnPredicate};
 use crate::sql::writes::{classify, Touched};
-use crate::values::record::encode_record_array;
+use crate::values::record::encode_record_batches;
 use crate::values::ColdColumn;
 
 /// A statement that writes (or locks rows of) a tiered table: relayed unchanged, after
@@ -319,13 +319,15 @@ impl ReadPath {
                 Err(ScanError::TooManyRows { .. }) => return Err(too_many()),
                 other => other?,
             };
-            let keep: arrow::array::BooleanArray = (0..found.rows.num_rows())
-                .map(|row| Some(seen.insert(cold.key_of(&found.rows, row))))
-                .collect();
-            batches.push(
-                arrow::compute::filter_record_batch(&found.rows, &keep)
-                    .map_err(|e| PlanError::Catalog(e.to_string()))?,
-            );
+            for rows in found.batches {
+                let keep: arrow::array::BooleanArray = (0..rows.num_rows())
+                    .map(|row| Some(seen.insert(cold.key_of(&rows, row))))
+                    .collect();
+                batches.push(
+                    arrow::compute::filter_record_batch(&rows, &keep)
+                        .map_err(|e| PlanError::Catalog(e.to_string()))?,
+                );
+            }
         }
         if seen.len() > self.max_rehydrate_rows {
             return Err(too_many());
@@ -338,24 +340,12 @@ impl ReadPath {
             .iter()
             .map(|c| ColdColumn::new(c.name.clone(), c.ty))
             .collect();
-        let schema = Arc::new(arrow::datatypes::Schema::new(
-            batches
-                .first()
-                .map(|b| b.schema().fields().to_vec())
-                .unwrap_or_default(),
-        ));
-        let rows = if batches.is_empty() {
-            arrow::array::RecordBatch::new_empty(schema)
-        } else {
-            arrow::compute::concat_batches(&schema, &batches)
-                .map_err(|e| PlanError::Catalog(e.to_string()))?
-        };
-        let array = if rows.num_rows() == 0 {
+        let array = if seen.is_empty() {
             // An empty array of the row type (no scan ran, so no columns to check).
             super::path::empty_array(write.row_type)
         } else {
             let mut array = BytesMut::new();
-            encode_record_array(&columns, write.row_type, &rows, &mut array)
+            encode_record_batches(&columns, write.row_type, batches, &mut array)
                 .map_err(|e| PlanError::Catalog(e.to_string()))?;
             array
         };
