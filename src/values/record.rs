@@ -49,6 +49,12 @@ pub fn encode_record_batches(
         .map_err(|_| ColdError::Schema(format!("{total} rows do not fit one array")))?;
     let width =
         i32::try_from(columns.len()).map_err(|_| ColdError::Schema("too many columns".into()))?;
+    // Roughly what the rows take encoded: one allocation for most arrays.
+    let estimate: usize = batches
+        .iter()
+        .map(|b| b.get_array_memory_size() + b.num_rows() * (8 + 8 * columns.len()))
+        .sum();
+    out.reserve(estimate + 20);
     let empty = count == 0;
     out.put_i32(if empty { 0 } else { 1 });
     out.put_i32(0); // no NULL elements
