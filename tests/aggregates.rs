@@ -96,7 +96,7 @@ fn generate(rng: &mut StdRng) -> Query {
             group.push(g);
         }
     }
-    let aggregates: [(&str, bool); 39] = [
+    let aggregates: [(&str, bool); 42] = [
         ("count(*)", false),
         ("count(1)", false),
         ("count(note)", false),
@@ -139,6 +139,12 @@ fn generate(rng: &mut StdRng) -> Query {
             false,
         ),
         ("sum(amount) FILTER (WHERE id BETWEEN 100 AND 9000)", true),
+        ("count(*) FILTER (WHERE flag)", false),
+        ("count(qty) FILTER (WHERE NOT flag OR note = 'n2')", false),
+        (
+            "max(id) FILTER (WHERE tenant <> 2 AND (small > 1 OR small IS NULL))",
+            false,
+        ),
     ];
     // Group items under output names (`date_trunc('day', at) AS g0`), grouped and sorted
     // by those names, as reporting tools write them.
@@ -190,6 +196,18 @@ fn generate(rng: &mut StdRng) -> Query {
         "amount IN (0.125, 1.5, 'Infinity')",
         "amount < '-1e2'",
         "amount >= ' infinity'",
+        "(tenant = {s} OR note IS NULL)",
+        "(id < {k} OR (small > {s} AND label <> 'L{s}'))",
+        "NOT (tenant IN (1, {s}) OR day < '2020-0{m}-01')",
+        "NOT (amount > {s}.5 AND flag)",
+        "flag",
+        "NOT flag",
+        "flag IS NOT TRUE",
+        "flag IS FALSE OR at >= '2024-01-0{m}'",
+        "tenant != {s}",
+        "amount <> 12.5",
+        "note <> 'n{s}'",
+        "id NOT BETWEEN {k} AND {k} + 5000",
     ];
     let mut wheres = Vec::new();
     for _ in 0..rng.random_range(0..3) {
@@ -438,16 +456,21 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
     )
     .await;
     let c = &t.c;
-    // `note LIKE` is not evaluated cold-side: rows, over the cap.
-    let err = c
-        .simple_query("SELECT count(*) FROM events WHERE note LIKE 'n1%'")
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.as_db_error().map(|e| e.code().code()),
-        Some("54000"),
-        "{err:?}"
-    );
+    // `note LIKE` is not evaluated cold-side, nor is a disjunction or negation with it
+    // inside: rows, over the cap.
+    for sql in [
+        "SELECT count(*) FROM events WHERE note LIKE 'n1%'",
+        "SELECT count(*) FROM events WHERE NOT (note LIKE 'n1%' AND tenant = 1)",
+        "SELECT count(*) FROM events WHERE tenant = 1 OR note LIKE 'n1%'",
+        "SELECT count(*) FROM events WHERE tenant NOT IN (1, NULL) OR tenant IS NULL",
+    ] {
+        let err = c.simple_query(sql).await.unwrap_err();
+        assert_eq!(
+            err.as_db_error().map(|e| e.code().code()),
+            Some("54000"),
+            "{sql}: {err:?}"
+        );
+    }
     // coldwire.explain names the path.
     let explain = |sql: &str| format!("SELECT coldwire.explain($q${sql}$q$)");
     let text = simple_rows(
@@ -520,7 +543,7 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
     }
     let text = simple_rows(
         c,
-        &explain("SELECT count(*) FILTER (WHERE flag), count(*) FROM events"),
+        &explain("SELECT count(*) FILTER (WHERE note LIKE 'n%'), count(*) FROM events"),
     )
     .await
     .unwrap()[0][0]

@@ -94,7 +94,7 @@ fn query(rng: &mut StdRng) -> Generated {
     let (lo, hi) = (k1.min(k2), k1.max(k2));
     let v = rng.random_range(0..50);
     let b = Builder::default();
-    match rng.random_range(0..25) {
+    match rng.random_range(0..28) {
         0 => b.sql("SELECT * FROM {t} WHERE id = ").v(Int8(k1)),
         1 => b
             .sql("SELECT id, a, c FROM {t} WHERE id BETWEEN ")
@@ -182,6 +182,29 @@ fn query(rng: &mut StdRng) -> Generated {
             .sql("SELECT d::date, count(*) FROM {t} WHERE f > ")
             .v(Float8(f64::from(v) * 10.5))
             .sql(" GROUP BY 1 ORDER BY 1 LIMIT 10"),
+        // OR, NOT, <> and boolean columns, filtered cold-side.
+        24 => b
+            .sql("SELECT id, a, b FROM {t} WHERE (a = ")
+            .v(Int4(v))
+            .sql(" OR b IS NULL) AND id > ")
+            .v(Int8(lo))
+            .sql(" ORDER BY id LIMIT 30"),
+        25 => b
+            .sql("SELECT id, e FROM {t} WHERE a <> ")
+            .v(Int4(v))
+            .sql(" AND NOT (id BETWEEN ")
+            .v(Int8(lo))
+            .sql(" AND ")
+            .v(Int8(hi))
+            .sql(" OR e) ORDER BY id DESC LIMIT 20"),
+        26 => b
+            .sql("SELECT id, f FROM {t} WHERE e IS NOT TRUE AND id NOT IN (")
+            .v(Int8(k1))
+            .sql(", ")
+            .v(Int8(k2))
+            .sql(") AND id <= ")
+            .v(Int8(k3))
+            .sql(" ORDER BY id DESC LIMIT 25"),
         // The whole row, or columns by position: every cold column is bound.
         21 => b
             .sql("SELECT row_to_json(x)::text FROM {t} x WHERE id BETWEEN ")

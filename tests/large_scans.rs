@@ -71,9 +71,15 @@ async fn scans_of_two_million_cold_rows_answer_at_default_settings_in_bounded_me
         .unwrap();
     // Some cold rows changed and deleted after the flush: their hot versions win.
     for (tiered, sql) in [
-        (true, "UPDATE t SET note = 'changed' WHERE id BETWEEN 1000 AND 1999"),
+        (
+            true,
+            "UPDATE t SET note = 'changed' WHERE id BETWEEN 1000 AND 1999",
+        ),
         (true, "DELETE FROM t WHERE id BETWEEN 5000 AND 5999"),
-        (false, "UPDATE control SET note = 'changed' WHERE id BETWEEN 1000 AND 1999"),
+        (
+            false,
+            "UPDATE control SET note = 'changed' WHERE id BETWEEN 1000 AND 1999",
+        ),
         (false, "DELETE FROM control WHERE id BETWEEN 5000 AND 5999"),
     ] {
         if tiered {
@@ -101,7 +107,8 @@ async fn scans_of_two_million_cold_rows_answer_at_default_settings_in_bounded_me
     }
     // The simple protocol, and a statement that reads every cold row without returning
     // them.
-    let summary = "SELECT count(*), count(DISTINCT note), sum(length(note)) FROM {t} WHERE note LIKE 'n1%'";
+    let summary =
+        "SELECT count(*), count(DISTINCT note), sum(length(note)) FROM {t} WHERE note LIKE 'n1%'";
     assert_eq!(
         simple_rows(&c, &summary.replace("{t}", "t")).await.unwrap(),
         simple_rows(&direct, &summary.replace("{t}", "control"))

@@ -35,7 +35,7 @@ pub(super) fn page_selection(
     let column = &table.columns[*table.pk_positions.first()?];
     let on_pk: Vec<&Predicate> = predicates
         .iter()
-        .filter(|p| p.attnum() == column.attnum)
+        .filter(|p| p.attnum() == Some(column.attnum))
         .collect();
     if on_pk.is_empty() {
         return None;
@@ -126,7 +126,7 @@ pub(super) async fn bloom_filtered(
             .pk_positions
             .iter()
             .copied()
-            .find(|&c| table.columns[c].attnum == p.attnum())
+            .find(|&c| Some(table.columns[c].attnum) == p.attnum())
         else {
             continue;
         };

@@ -162,6 +162,21 @@ impl ColdTable {
     }
 }
 
+/// Whether row `row` satisfies `p`, reading the column of each attnum from `column_of`;
+/// `unknown` stands for what no predicate can judge (a type without a byte order, a
+/// column not at hand).
+pub fn row_holds<'a>(
+    p: &Predicate,
+    column_of: &impl Fn(i16) -> Option<&'a ArrayRef>,
+    row: usize,
+    unknown: bool,
+) -> bool {
+    p.holds(
+        &|leaf| cell_matches(leaf, column_of(leaf.attnum()?)?.as_ref(), row),
+        unknown,
+    )
+}
+
 /// Whether the value at `row` of `array` satisfies `p`; `None` for a type without a byte
 /// order (no predicate can judge it).
 pub fn cell_matches(p: &Predicate, array: &dyn Array, row: usize) -> Option<bool> {
@@ -189,6 +204,11 @@ pub fn columns_held(metadata: &ParquetMetaData, table: &ColdTable) -> usize {
 }
 
 impl ColdTable {
+    /// The position of column `attnum` among the table's columns.
+    pub fn position(&self, attnum: i16) -> Option<usize> {
+        self.columns.iter().position(|c| c.attnum == attnum)
+    }
+
     /// The composite-key encoding of row `row` of `rows` (the table's columns); empty for
     /// a NULL key component (never: keys are NOT NULL).
     pub fn key_of(&self, rows: &RecordBatch, row: usize) -> Vec<u8> {
@@ -244,22 +264,19 @@ pub async fn scan(
     limits: ScanLimits,
 ) -> Result<ScanOutput, ScanError> {
     let table_width = table.columns.len();
-    // Predicates the rows can be checked against: on columns with a byte order.
-    let checkable: Vec<(usize, &Predicate)> = predicates
+    // The columns the predicates check (a value without a byte order passes).
+    let checked: Vec<usize> = predicates
         .iter()
-        .filter_map(|p| {
-            let position = table.columns.iter().position(|c| c.attnum == p.attnum())?;
-            matches!(table.columns[position].ty, ColdType::Scalar(s) if ordered::has_order(s))
-                .then_some((position, p))
-        })
+        .flat_map(Predicate::attnums)
+        .filter_map(|a| table.position(a))
         .collect();
-    let projection = Projection::new(table, read, &checkable);
+    let projection = Projection::new(table, read, &checked);
     let schema = projection.schema.clone();
 
     let mut stats = ScanStats::default();
     let mut found = Versions {
         table,
-        checkable,
+        predicates,
         limits,
         bytes: 0,
         rows_scanned: 0,
@@ -350,16 +367,12 @@ struct Projection {
 }
 
 impl Projection {
-    fn new(table: &ColdTable, read: Option<&[bool]>, checkable: &[(usize, &Predicate)]) -> Self {
+    fn new(table: &ColdTable, read: Option<&[bool]>, checked: &[usize]) -> Self {
         let width = table.columns.len();
         let full = table.file_schema(width);
         let read = read.map(|r| {
             let mut read: Vec<bool> = (0..width).map(|c| r.get(c) == Some(&true)).collect();
-            for &c in table
-                .pk_positions
-                .iter()
-                .chain(checkable.iter().map(|(c, _)| c))
-            {
+            for &c in table.pk_positions.iter().chain(checked) {
                 read[c] = true;
             }
             read
@@ -432,8 +445,8 @@ impl Projection {
 /// its key.
 struct Versions<'a> {
     table: &'a ColdTable,
-    /// Predicates checked row by row, with their column's position.
-    checkable: Vec<(usize, &'a Predicate)>,
+    /// Predicates checked row by row.
+    predicates: &'a [Predicate],
     limits: ScanLimits,
     /// Bytes of the batches kept.
     bytes: usize,
@@ -458,8 +471,13 @@ impl Versions<'_> {
             .map(|row| {
                 Some(
                     ops.value(row) != crate::segment::op::DELETED
-                        && self.checkable.iter().all(|(position, p)| {
-                            cell_matches(p, batch.column(*position).as_ref(), row).unwrap_or(true)
+                        && self.predicates.iter().all(|p| {
+                            row_holds(
+                                p,
+                                &|a| Some(batch.column(self.table.position(a)?)),
+                                row,
+                                true,
+                            )
                         })
                         && self.table.newest_at(&batch, pk, row, seqs.value(row)),
                 )

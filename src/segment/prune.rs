@@ -24,6 +24,9 @@ pub enum Predicate {
     IsNull(i16),
     /// `col IS NOT NULL`
     IsNotNull(i16),
+    /// A disjunction of conjunctions of the others, on any columns: `a = 1 OR (b > 2
+    /// AND c IS NULL)`, `a <> 5` (`a < 5 OR a > 5`).
+    Any(Vec<Vec<Predicate>>),
 }
 
 /// At most how many values of integer column `attnum` satisfy every one of
@@ -32,7 +35,7 @@ pub fn integer_values(predicates: &[Predicate], attnum: i16) -> u128 {
     let (mut lo, mut hi) = (i128::from(i64::MIN), i128::from(i64::MAX));
     let mut listed: Option<u128> = None;
     let int = |v: &[u8]| crate::values::ordered::int_from(v).map(i128::from);
-    for p in predicates.iter().filter(|p| p.attnum() == attnum) {
+    for p in predicates.iter().filter(|p| p.attnum() == Some(attnum)) {
         match p {
             Predicate::Eq(_, v) => {
                 if let Some(x) = int(v) {
@@ -54,7 +57,7 @@ pub fn integer_values(predicates: &[Predicate], attnum: i16) -> u128 {
                 let n = vs.len() as u128;
                 listed = Some(listed.map_or(n, |l| l.min(n)));
             }
-            Predicate::IsNull(_) | Predicate::IsNotNull(_) => {}
+            Predicate::IsNull(_) | Predicate::IsNotNull(_) | Predicate::Any(_) => {}
         }
     }
     let range = u128::try_from((hi - lo + 1).max(0)).unwrap_or(0);
@@ -62,15 +65,50 @@ pub fn integer_values(predicates: &[Predicate], attnum: i16) -> u128 {
 }
 
 impl Predicate {
-    /// The column (attnum) the predicate constrains.
-    pub fn attnum(&self) -> i16 {
+    /// The column (attnum) the predicate constrains; `None` for a disjunction.
+    pub fn attnum(&self) -> Option<i16> {
         match self {
             Predicate::Eq(a, _)
             | Predicate::Below(a, ..)
             | Predicate::Above(a, ..)
             | Predicate::In(a, _)
             | Predicate::IsNull(a)
-            | Predicate::IsNotNull(a) => *a,
+            | Predicate::IsNotNull(a) => Some(*a),
+            Predicate::Any(_) => None,
+        }
+    }
+
+    /// Every column (attnum) the predicate reads.
+    pub fn attnums(&self) -> Vec<i16> {
+        match self {
+            Predicate::Any(any) => any.iter().flatten().flat_map(Predicate::attnums).collect(),
+            other => other.attnum().into_iter().collect(),
+        }
+    }
+
+    /// Whether rows whose columns' stats `stats_of` gives (by attnum; `None`: unknown)
+    /// may satisfy the predicate.
+    pub fn may_match_in<'a>(&self, stats_of: &impl Fn(i16) -> Option<RangeStats<'a>>) -> bool {
+        match self {
+            Predicate::Any(any) => any
+                .iter()
+                .any(|all| all.iter().all(|p| p.may_match_in(stats_of))),
+            leaf => leaf
+                .attnum()
+                .and_then(stats_of)
+                .is_none_or(|stats| leaf.may_match(&stats)),
+        }
+    }
+
+    /// Whether the row whose cells `cell_of` judges (by attnum: whether the cell
+    /// satisfies a one-column predicate; `None` when it cannot tell) satisfies the
+    /// predicate; `unknown` stands for what cannot be told.
+    pub fn holds(&self, cell_of: &impl Fn(&Predicate) -> Option<bool>, unknown: bool) -> bool {
+        match self {
+            Predicate::Any(any) => any
+                .iter()
+                .any(|all| all.iter().all(|p| p.holds(cell_of, unknown))),
+            leaf => cell_of(leaf).unwrap_or(unknown),
         }
     }
 
@@ -83,6 +121,7 @@ impl Predicate {
             _ => ordered > 0,
         };
         match self {
+            Predicate::Any(_) => true,
             Predicate::IsNull(_) => stats.nulls > 0,
             Predicate::IsNotNull(_) => stats.rows > stats.nulls,
             // NaN-like values equal no constant with an encoding.
@@ -113,6 +152,8 @@ impl Predicate {
     /// such as NaN; `Some(Some(bytes))`: an encoded value) satisfies the predicate.
     pub fn matches(&self, value: Option<Option<&[u8]>>) -> bool {
         match (self, value) {
+            // Judged column by column ([`Predicate::holds`]).
+            (Predicate::Any(_), _) => true,
             (Predicate::IsNull(_), v) => v.is_none(),
             (Predicate::IsNotNull(_), v) => v.is_some(),
             (_, None) => false,
@@ -171,18 +212,17 @@ pub struct SegmentMeta {
 impl SegmentMeta {
     /// Whether the segment may hold rows satisfying every predicate.
     pub fn may_match(&self, predicates: &[Predicate]) -> bool {
-        predicates.iter().all(|p| {
-            let Some(c) = self.columns.iter().find(|c| c.attnum == p.attnum()) else {
-                return true;
-            };
-            p.may_match(&RangeStats {
+        let stats_of = |attnum: i16| {
+            let c = self.columns.iter().find(|c| c.attnum == attnum)?;
+            Some(RangeStats {
                 rows: self.rows,
                 nulls: c.null_count,
                 unordered: c.nan_count,
                 min: c.min.as_deref(),
                 max: c.max.as_deref(),
             })
-        })
+        };
+        predicates.iter().all(|p| p.may_match_in(&stats_of))
     }
 
     /// Row groups (whose row counts the footer gives) that may hold rows satisfying every
@@ -194,21 +234,17 @@ impl SegmentMeta {
     ) -> Vec<usize> {
         (0..row_group_rows.len())
             .filter(|&g| {
-                predicates.iter().all(|p| {
-                    let Some(c) = self.columns.iter().find(|c| c.attnum == p.attnum()) else {
-                        return true;
-                    };
-                    if c.rg_null_count.len() != row_group_rows.len() {
-                        return true;
-                    }
-                    p.may_match(&RangeStats {
+                let stats_of = |attnum: i16| {
+                    let c = self.columns.iter().find(|c| c.attnum == attnum)?;
+                    (c.rg_null_count.len() == row_group_rows.len()).then(|| RangeStats {
                         rows: row_group_rows[g],
                         nulls: c.rg_null_count[g],
                         unordered: c.rg_nan_count.get(g).copied().unwrap_or(0),
                         min: c.rg_min.get(g).and_then(|v| v.as_deref()),
                         max: c.rg_max.get(g).and_then(|v| v.as_deref()),
                     })
-                })
+                };
+                predicates.iter().all(|p| p.may_match_in(&stats_of))
             })
             .collect()
     }

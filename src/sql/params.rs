@@ -23,12 +23,15 @@ pub enum Constant {
     Decimal(String),
     /// A binary float8 parameter (its bits).
     Float(u64),
+    /// `true`, `false`, or what a bare boolean column is compared with.
+    Bool(bool),
 }
 
 impl std::fmt::Display for Constant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Constant::Int(v) => write!(f, "{v}"),
+            Constant::Bool(b) => write!(f, "{b}"),
             Constant::Text(t) => write!(f, "'{}'", t.replace('\'', "''")),
             Constant::Param(n) => write!(f, "${n}"),
             Constant::Sum(x, k) if *k < 0 => write!(f, "{x} - {}", k.unsigned_abs()),
@@ -49,6 +52,7 @@ impl std::fmt::Display for Constant {
 
 /// Type OIDs a parameter may be declared with.
 pub(crate) mod oid {
+    pub const BOOL: u32 = 16;
     pub const INT8: u32 = 20;
     pub const INT2: u32 = 21;
     pub const INT4: u32 = 23;
@@ -145,6 +149,7 @@ impl BoundParams<'_> {
                 oid::TEXT | oid::VARCHAR => text_column,
                 oid::UUID => column == ScalarType::Uuid,
                 oid::FLOAT8 => column == ScalarType::Float8,
+                oid::BOOL => column == ScalarType::Bool,
                 _ => temporal.is_some(),
             };
             return (usable && (self.settings.utf8 || text.is_ascii()))
@@ -176,6 +181,7 @@ impl BoundParams<'_> {
                 ScalarType::Text(TextKind::Text) => oid::TEXT,
                 ScalarType::Text(TextKind::Varchar) => oid::VARCHAR,
                 ScalarType::Uuid => oid::UUID,
+                ScalarType::Bool => oid::BOOL,
                 // Not float8: eight bytes could as well be an int8 that Postgres inferred
                 // from a cast or another use of the parameter (integers and text are
                 // told apart by their width and their columns).
@@ -184,6 +190,9 @@ impl BoundParams<'_> {
             other => other,
         };
         match (ty, value.len()) {
+            (oid::BOOL, 1) if column == ScalarType::Bool && value[0] <= 1 => {
+                Some(Constant::Bool(value[0] == 1))
+            }
             (oid::INT2, 2) if int_column => Some(Constant::Int(
                 i16::from_be_bytes(value.try_into().ok()?).into(),
             )),

@@ -17,7 +17,8 @@
 //! ([`super::params::BoundParams`]), decoded only where their type is certain.
 
 use pg_query::protobuf::{
-    a_const, node::Node as N, AExprKind, BoolExprType, JoinType, Node, NullTestType, SelectStmt,
+    a_const, node::Node as N, AExprKind, BoolExprType, BoolTestType, JoinType, Node, NullTestType,
+    SelectStmt,
 };
 use pg_query::NodeRef;
 
@@ -32,11 +33,16 @@ use crate::values::{ColdType, ScalarType, TextKind};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Comparison {
     Eq(Constant),
+    /// `<>`, `!=`, `NOT (x = c)`.
+    NotEq(Constant),
     Below(Constant, bool),
     Above(Constant, bool),
     In(Vec<Constant>),
     IsNull,
     IsNotNull,
+    /// A disjunction of conjunctions, on any of the reference's columns (the predicate's
+    /// own `column` is empty): `a = 1 OR (b > 2 AND c IS NULL)`.
+    Any(Vec<Vec<ColumnPredicate>>),
 }
 
 impl std::fmt::Display for ColumnPredicate {
@@ -44,6 +50,20 @@ impl std::fmt::Display for ColumnPredicate {
         let c = &self.column;
         match &self.comparison {
             Comparison::Eq(v) => write!(f, "{c} = {v}"),
+            Comparison::NotEq(v) => write!(f, "{c} <> {v}"),
+            Comparison::Any(any) => {
+                let all: Vec<String> = any
+                    .iter()
+                    .map(|all| {
+                        let parts: Vec<String> = all.iter().map(ToString::to_string).collect();
+                        match parts.as_slice() {
+                            [one] => one.clone(),
+                            _ => format!("({})", parts.join(" AND ")),
+                        }
+                    })
+                    .collect();
+                write!(f, "({})", all.join(" OR "))
+            }
             Comparison::Below(v, true) => write!(f, "{c} <= {v}"),
             Comparison::Below(v, false) => write!(f, "{c} < {v}"),
             Comparison::Above(v, true) => write!(f, "{c} >= {v}"),
@@ -132,94 +152,247 @@ fn conjuncts(select: &SelectStmt, name: &str, only_relation: bool) -> Vec<Column
 /// The top-level AND-ed conjuncts of `condition` on the columns of the relation called
 /// `name` (columns may be unqualified when it is the only relation in scope).
 pub fn conjuncts_of(condition: &Node, name: &str, only_relation: bool) -> Vec<ColumnPredicate> {
-    let mut out = Vec::new();
-    collect(condition, name, only_relation, &mut out);
-    out
+    complete_conjuncts_of(condition, name, only_relation).0
 }
 
-fn collect(node: &Node, name: &str, only_relation: bool, out: &mut Vec<ColumnPredicate>) {
-    let column = |n: &Node| column_of(n, name, only_relation);
-    match node.node.as_ref() {
-        Some(N::BoolExpr(b)) if b.boolop == BoolExprType::AndExpr as i32 => {
-            for arg in &b.args {
-                collect(arg, name, only_relation, out);
-            }
-        }
-        Some(N::NullTest(t)) => {
-            if let Some(col) = t.arg.as_deref().and_then(column) {
-                let comparison = if t.nulltesttype == NullTestType::IsNull as i32 {
-                    Comparison::IsNull
-                } else {
-                    Comparison::IsNotNull
-                };
-                out.push(ColumnPredicate {
-                    column: col,
-                    comparison,
-                });
-            }
-        }
-        Some(N::AExpr(e)) => {
-            let (Some(l), Some(r)) = (e.lexpr.as_deref(), e.rexpr.as_deref()) else {
-                return;
-            };
-            let kind = AExprKind::try_from(e.kind).unwrap_or(AExprKind::Undefined);
-            match kind {
-                AExprKind::AexprOp => {
-                    let Some(op) = operator(&e.name) else { return };
-                    let (col, value, flipped) =
-                        match (column(l), constant(r), column(r), constant(l)) {
-                            (Some(c), Some(v), ..) => (c, v, false),
-                            (_, _, Some(c), Some(v)) => (c, v, true),
-                            _ => return,
-                        };
-                    let op = if flipped { flip(op) } else { op };
-                    let comparison = match op {
-                        "=" => Comparison::Eq(value),
-                        "<" => Comparison::Below(value, false),
-                        "<=" => Comparison::Below(value, true),
-                        ">" => Comparison::Above(value, false),
-                        ">=" => Comparison::Above(value, true),
-                        _ => return,
-                    };
-                    out.push(ColumnPredicate {
-                        column: col,
-                        comparison,
-                    });
-                }
-                AExprKind::AexprIn if operator(&e.name) == Some("=") => {
-                    let (Some(col), Some(N::List(list))) = (column(l), r.node.as_ref()) else {
-                        return;
-                    };
-                    let values: Option<Vec<Constant>> = list.items.iter().map(constant).collect();
-                    if let Some(values) = values {
-                        out.push(ColumnPredicate {
-                            column: col,
-                            comparison: Comparison::In(values),
-                        });
-                    }
-                }
-                AExprKind::AexprBetween => {
-                    let (Some(col), Some(N::List(list))) = (column(l), r.node.as_ref()) else {
-                        return;
-                    };
-                    if let [low, high] = list.items.as_slice() {
-                        if let (Some(low), Some(high)) = (constant(low), constant(high)) {
-                            out.push(ColumnPredicate {
-                                column: col.clone(),
-                                comparison: Comparison::Above(low, true),
-                            });
-                            out.push(ColumnPredicate {
-                                column: col,
-                                comparison: Comparison::Below(high, true),
-                            });
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        _ => {}
+/// [`conjuncts_of`], and whether they say all of `condition`: no part of it was left out
+/// (a disjunction or negation whose every part is understood counts as one conjunct).
+pub fn complete_conjuncts_of(
+    condition: &Node,
+    name: &str,
+    only_relation: bool,
+) -> (Vec<ColumnPredicate>, bool) {
+    let mut out = Vec::new();
+    let reader = Reader {
+        name,
+        only_relation,
+    };
+    let complete = reader.collect(condition, false, &mut out);
+    (out, complete)
+}
+
+/// Reads conditions on the columns of one reference.
+struct Reader<'a> {
+    name: &'a str,
+    only_relation: bool,
+}
+
+impl Reader<'_> {
+    fn column(&self, node: &Node) -> Option<String> {
+        column_of(node, self.name, self.only_relation)
     }
+
+    /// Appends to `out` conjuncts implied by `node` (by `NOT node` when `negated`);
+    /// returns whether they say all of it.
+    fn collect(&self, node: &Node, negated: bool, out: &mut Vec<ColumnPredicate>) -> bool {
+        let mut push = |column: String, comparison: Comparison| {
+            out.push(ColumnPredicate { column, comparison });
+            true
+        };
+        match node.node.as_ref() {
+            Some(N::BoolExpr(b)) => {
+                let op = BoolExprType::try_from(b.boolop).unwrap_or(BoolExprType::Undefined);
+                match (op, negated) {
+                    (BoolExprType::NotExpr, _) => match b.args.as_slice() {
+                        [arg] => self.collect(arg, !negated, out),
+                        _ => false,
+                    },
+                    // A AND B; NOT (A OR B) is NOT A AND NOT B.
+                    (BoolExprType::AndExpr, false) | (BoolExprType::OrExpr, true) => {
+                        let mut complete = true;
+                        for arg in &b.args {
+                            complete &= self.collect(arg, negated, out);
+                        }
+                        complete
+                    }
+                    // A OR B; NOT (A AND B) is NOT A OR NOT B. A part that says nothing
+                    // leaves the whole without a condition.
+                    (BoolExprType::AndExpr, true) | (BoolExprType::OrExpr, false) => {
+                        let mut any = Vec::with_capacity(b.args.len());
+                        let mut complete = true;
+                        for arg in &b.args {
+                            let mut all = Vec::new();
+                            complete &= self.collect(arg, negated, &mut all);
+                            if all.is_empty() {
+                                return false;
+                            }
+                            any.push(all);
+                        }
+                        push(String::new(), Comparison::Any(any)) && complete
+                    }
+                    _ => false,
+                }
+            }
+            Some(N::NullTest(t)) => {
+                let Some(col) = t.arg.as_deref().and_then(|a| self.column(a)) else {
+                    return false;
+                };
+                let is_null = (t.nulltesttype == NullTestType::IsNull as i32) != negated;
+                push(
+                    col,
+                    if is_null {
+                        Comparison::IsNull
+                    } else {
+                        Comparison::IsNotNull
+                    },
+                )
+            }
+            Some(N::BooleanTest(t)) => {
+                let Some(col) = t.arg.as_deref().and_then(|a| self.column(a)) else {
+                    return false;
+                };
+                let test =
+                    BoolTestType::try_from(t.booltesttype).unwrap_or(BoolTestType::Undefined);
+                // Each test and its negation: IS TRUE / IS NOT TRUE, …
+                let (test, negated) = match test {
+                    BoolTestType::IsNotTrue => (BoolTestType::IsTrue, !negated),
+                    BoolTestType::IsNotFalse => (BoolTestType::IsFalse, !negated),
+                    BoolTestType::IsNotUnknown => (BoolTestType::IsUnknown, !negated),
+                    other => (other, negated),
+                };
+                let value = |v: bool| ColumnPredicate {
+                    column: col.clone(),
+                    comparison: Comparison::Eq(Constant::Bool(v)),
+                };
+                let null = ColumnPredicate {
+                    column: col.clone(),
+                    comparison: Comparison::IsNull,
+                };
+                let comparison = match (test, negated) {
+                    (BoolTestType::IsTrue, false) => Comparison::Eq(Constant::Bool(true)),
+                    (BoolTestType::IsFalse, false) => Comparison::Eq(Constant::Bool(false)),
+                    (BoolTestType::IsTrue, true) => {
+                        Comparison::Any(vec![vec![value(false)], vec![null]])
+                    }
+                    (BoolTestType::IsFalse, true) => {
+                        Comparison::Any(vec![vec![value(true)], vec![null]])
+                    }
+                    (BoolTestType::IsUnknown, false) => Comparison::IsNull,
+                    (BoolTestType::IsUnknown, true) => Comparison::IsNotNull,
+                    _ => return false,
+                };
+                let column = if matches!(comparison, Comparison::Any(_)) {
+                    String::new()
+                } else {
+                    col.clone()
+                };
+                push(column, comparison)
+            }
+            // A boolean column on its own: `WHERE is_bot`, `WHERE NOT is_bot`.
+            Some(N::ColumnRef(_)) => match self.column(node) {
+                Some(col) => push(col, Comparison::Eq(Constant::Bool(!negated))),
+                None => false,
+            },
+            Some(N::AExpr(e)) => self.comparison(e, negated, out),
+            _ => false,
+        }
+    }
+
+    /// [`Reader::collect`] of a comparison, `IN` or `BETWEEN`.
+    fn comparison(
+        &self,
+        e: &pg_query::protobuf::AExpr,
+        negated: bool,
+        out: &mut Vec<ColumnPredicate>,
+    ) -> bool {
+        let (Some(l), Some(r)) = (e.lexpr.as_deref(), e.rexpr.as_deref()) else {
+            return false;
+        };
+        let kind = AExprKind::try_from(e.kind).unwrap_or(AExprKind::Undefined);
+        let mut push = |column: String, comparison: Comparison| {
+            out.push(ColumnPredicate { column, comparison });
+            true
+        };
+        match kind {
+            AExprKind::AexprOp => {
+                let Some(op) = operator(&e.name) else {
+                    return false;
+                };
+                let (col, value, flipped) =
+                    match (self.column(l), constant(r), self.column(r), constant(l)) {
+                        (Some(c), Some(v), ..) => (c, v, false),
+                        (_, _, Some(c), Some(v)) => (c, v, true),
+                        _ => return false,
+                    };
+                let op = if flipped { flip(op) } else { op };
+                // NOT (a < c) is a >= c for every type coldwire compares by order (NULL
+                // satisfies neither), and so on.
+                let op = if negated { negate(op) } else { Some(op) };
+                let comparison = match op {
+                    Some("=") => Comparison::Eq(value),
+                    Some("<>" | "!=") => Comparison::NotEq(value),
+                    Some("<") => Comparison::Below(value, false),
+                    Some("<=") => Comparison::Below(value, true),
+                    Some(">") => Comparison::Above(value, false),
+                    Some(">=") => Comparison::Above(value, true),
+                    _ => return false,
+                };
+                push(col, comparison)
+            }
+            // `a IN (…)`, and `a NOT IN (…)` (`<>` each: a NULL in the list has no
+            // constant, so never reaches here).
+            AExprKind::AexprIn => {
+                let (Some(col), Some(N::List(list))) = (self.column(l), r.node.as_ref()) else {
+                    return false;
+                };
+                let Some(values) = list.items.iter().map(constant).collect::<Option<Vec<_>>>()
+                else {
+                    return false;
+                };
+                match (operator(&e.name), negated) {
+                    (Some("="), false) | (Some("<>"), true) => push(col, Comparison::In(values)),
+                    (Some("="), true) | (Some("<>"), false) => {
+                        for v in values {
+                            push(col.clone(), Comparison::NotEq(v));
+                        }
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            AExprKind::AexprBetween | AExprKind::AexprNotBetween => {
+                let negated = negated != (kind == AExprKind::AexprNotBetween);
+                let (Some(col), Some(N::List(list))) = (self.column(l), r.node.as_ref()) else {
+                    return false;
+                };
+                let [low, high] = list.items.as_slice() else {
+                    return false;
+                };
+                let (Some(low), Some(high)) = (constant(low), constant(high)) else {
+                    return false;
+                };
+                if negated {
+                    let outside = vec![
+                        vec![ColumnPredicate {
+                            column: col.clone(),
+                            comparison: Comparison::Below(low, false),
+                        }],
+                        vec![ColumnPredicate {
+                            column: col,
+                            comparison: Comparison::Above(high, false),
+                        }],
+                    ];
+                    return push(String::new(), Comparison::Any(outside));
+                }
+                push(col.clone(), Comparison::Above(low, true));
+                push(col, Comparison::Below(high, true))
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The operator `NOT (a op c)` is `a negate(op) c` with.
+fn negate(op: &str) -> Option<&'static str> {
+    Some(match op {
+        "=" => "<>",
+        "<>" | "!=" => "=",
+        "<" => ">=",
+        "<=" => ">",
+        ">" => "<=",
+        ">=" => "<",
+        _ => return None,
+    })
 }
 
 pub(crate) fn operator(name: &[Node]) -> Option<&str> {
@@ -329,6 +502,7 @@ pub fn constant(node: &Node) -> Option<Constant> {
     };
     match c.val.as_ref()? {
         a_const::Val::Ival(i) => Some(Constant::Int(i.ival.into())),
+        a_const::Val::Boolval(b) => Some(Constant::Bool(b.boolval)),
         a_const::Val::Sval(s) => Some(Constant::Text(s.sval.clone())),
         // Integers beyond int4 arrive as "float" text, like decimals.
         a_const::Val::Fval(f) => Some(
@@ -403,38 +577,61 @@ pub fn to_prune(
     columns: &[SegmentColumn],
     params: &BoundParams<'_>,
 ) -> Vec<Predicate> {
-    let mut out = Vec::new();
-    for p in predicates {
-        let Some(column) = columns.iter().find(|c| c.name == p.column) else {
-            continue;
-        };
-        let ColdType::Scalar(scalar) = column.ty else {
-            continue;
-        };
-        let encode =
-            |v: &Constant| encode(scalar, &resolve(v, scalar, params)?, params.settings.utc);
-        let attnum = column.attnum;
-        let ranged = ranged(scalar);
-        let predicate = match &p.comparison {
-            Comparison::IsNull => Some(Predicate::IsNull(attnum)),
-            Comparison::IsNotNull => Some(Predicate::IsNotNull(attnum)),
-            Comparison::Eq(v) => encode(v).map(|v| Predicate::Eq(attnum, v)),
-            Comparison::In(vs) => vs
-                .iter()
-                .map(encode)
-                .collect::<Option<Vec<_>>>()
-                .map(|vs| Predicate::In(attnum, vs)),
-            Comparison::Below(v, inclusive) if ranged => {
-                encode(v).map(|v| Predicate::Below(attnum, v, *inclusive))
-            }
-            Comparison::Above(v, inclusive) if ranged => {
-                encode(v).map(|v| Predicate::Above(attnum, v, *inclusive))
-            }
-            _ => None,
-        };
-        out.extend(predicate);
+    predicates
+        .iter()
+        .filter_map(|p| prune_one(p, columns, params))
+        .collect()
+}
+
+/// [`to_prune`] of one predicate; a disjunction only when every part of it converts.
+fn prune_one(
+    p: &ColumnPredicate,
+    columns: &[SegmentColumn],
+    params: &BoundParams<'_>,
+) -> Option<Predicate> {
+    if let Comparison::Any(any) = &p.comparison {
+        let any = any
+            .iter()
+            .map(|all| {
+                all.iter()
+                    .map(|p| prune_one(p, columns, params))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .collect::<Option<Vec<_>>>()?;
+        return Some(Predicate::Any(any));
     }
-    out
+    let column = columns.iter().find(|c| c.name == p.column)?;
+    let ColdType::Scalar(scalar) = column.ty else {
+        return None;
+    };
+    let encode = |v: &Constant| encode(scalar, &resolve(v, scalar, params)?, params.settings.utc);
+    let attnum = column.attnum;
+    let ranged = ranged(scalar);
+    match &p.comparison {
+        Comparison::IsNull => Some(Predicate::IsNull(attnum)),
+        Comparison::IsNotNull => Some(Predicate::IsNotNull(attnum)),
+        Comparison::Eq(v) => encode(v).map(|v| Predicate::Eq(attnum, v)),
+        // Inequality is equality's negation, whatever the order: below or above in the
+        // encoding's (NULL is neither, as `<>` does not hold for it).
+        Comparison::NotEq(v) => encode(v).map(|v| {
+            Predicate::Any(vec![
+                vec![Predicate::Below(attnum, v.clone(), false)],
+                vec![Predicate::Above(attnum, v, false)],
+            ])
+        }),
+        Comparison::In(vs) => vs
+            .iter()
+            .map(encode)
+            .collect::<Option<Vec<_>>>()
+            .map(|vs| Predicate::In(attnum, vs)),
+        Comparison::Below(v, inclusive) if ranged => {
+            encode(v).map(|v| Predicate::Below(attnum, v, *inclusive))
+        }
+        Comparison::Above(v, inclusive) if ranged => {
+            encode(v).map(|v| Predicate::Above(attnum, v, *inclusive))
+        }
+        _ => None,
+    }
 }
 
 /// The keys a conjunction pins every key column of to values (`Eq` or `IN`), with the
@@ -562,9 +759,28 @@ fn encode(scalar: ScalarType, value: &Constant, utc: bool) -> Option<Vec<u8>> {
         (ScalarType::Text(TextKind::Text | TextKind::Varchar), Constant::Text(s)) => {
             Some(s.as_bytes().to_vec())
         }
+        (ScalarType::Bool, Constant::Bool(b)) => Some(ordered::boolean(*b).to_vec()),
+        (ScalarType::Bool, Constant::Text(s)) => {
+            bool_literal(s).map(|b| ordered::boolean(b).to_vec())
+        }
         (ScalarType::Uuid, Constant::Text(s)) => {
             uuid::Uuid::parse_str(s).ok().map(|u| u.as_bytes().to_vec())
         }
+        _ => None,
+    }
+}
+
+/// A boolean literal as `boolin` reads it, for the spellings it takes whole (`t`, `true`,
+/// `yes`, `on`, `1`, … in any case, blanks around); `None` for the prefixes it also takes
+/// and anything else (no predicate then).
+fn bool_literal(text: &str) -> Option<bool> {
+    match text
+        .trim_matches(|c: char| c.is_ascii_whitespace())
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "t" | "true" | "y" | "yes" | "on" | "1" => Some(true),
+        "f" | "false" | "n" | "no" | "off" | "0" => Some(false),
         _ => None,
     }
 }

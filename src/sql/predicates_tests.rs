@@ -41,8 +41,78 @@ fn top_level_conjuncts_on_the_only_relation() {
             p("at", Comparison::IsNull),
             p("id", Comparison::Above(Constant::Int(1), true)),
             p("id", Comparison::Below(Constant::Int(9), true)),
+            p(
+                "",
+                Comparison::Any(vec![
+                    vec![p("id", Comparison::Eq(Constant::Int(1)))],
+                    vec![p("id", Comparison::Eq(Constant::Int(2)))],
+                ])
+            ),
         ]
     );
+}
+
+/// The conjuncts of the WHERE of `sql` (a SELECT from `events` alone), as text, and
+/// whether they say all of it.
+fn read_where(sql: &str) -> (String, bool) {
+    let parsed = pg_query::parse(sql, 0).unwrap();
+    let Some(pg_query::NodeRef::SelectStmt(select)) =
+        parsed.protobuf.nodes().into_iter().map(|n| n.0).next()
+    else {
+        panic!("{sql}");
+    };
+    let (found, complete) =
+        super::complete_conjuncts_of(select.where_clause.as_deref().unwrap(), "events", true);
+    let text: Vec<String> = found.iter().map(ToString::to_string).collect();
+    (text.join(" AND "), complete)
+}
+
+#[test]
+fn or_not_and_booleans_become_conditions_and_the_rest_is_told() {
+    for (condition, expected, complete) in [
+        ("a = 1 OR b > 2", "(a = 1 OR b > 2)", true),
+        (
+            "a = 1 OR (b > 2 AND c IS NULL)",
+            "(a = 1 OR (b > 2 AND c IS NULL))",
+            true,
+        ),
+        ("NOT (a < 5)", "a >= 5", true),
+        ("NOT (5 < a)", "a <= 5", true),
+        ("NOT (a = 1 OR b = 2)", "a <> 1 AND b <> 2", true),
+        ("NOT (a = 1 AND b <= 2)", "(a <> 1 OR b > 2)", true),
+        ("NOT NOT a = 3", "a = 3", true),
+        ("a <> 3 AND b != 'x'", "a <> 3 AND b <> 'x'", true),
+        ("a NOT BETWEEN 1 AND 9", "(a < 1 OR a > 9)", true),
+        ("NOT (a NOT BETWEEN 1 AND 9)", "a >= 1 AND a <= 9", true),
+        ("NOT (a BETWEEN 1 AND 9)", "(a < 1 OR a > 9)", true),
+        ("flag AND NOT other", "flag = true AND other = false", true),
+        (
+            "flag IS TRUE AND other IS NOT FALSE",
+            "flag = true AND (other = true OR other IS NULL)",
+            true,
+        ),
+        ("NOT (a IS NULL)", "a IS NOT NULL", true),
+        ("flag = false", "flag = false", true),
+        // Parts that say nothing: the rest stays, marked incomplete.
+        ("a = 1 AND b LIKE 'x%'", "a = 1", false),
+        ("a = 1 OR b LIKE 'x%'", "", false),
+        (
+            "(a = 1 AND b LIKE 'x%') OR c = 2",
+            "(a = 1 OR c = 2)",
+            false,
+        ),
+        ("NOT (a IN (1, 2))", "a <> 1 AND a <> 2", true),
+        (
+            "a NOT IN ('x') AND NOT b NOT IN (3)",
+            "a <> 'x' AND b IN (3)",
+            true,
+        ),
+        ("a NOT IN (1, NULL)", "", false),
+        ("a = b", "", false),
+    ] {
+        let got = read_where(&format!("SELECT 1 FROM events WHERE {condition}"));
+        assert_eq!(got, (expected.to_owned(), complete), "{condition}");
+    }
 }
 
 #[test]

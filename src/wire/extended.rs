@@ -154,7 +154,12 @@ impl<'a> Bind<'a> {
     /// client's own (whose formats are spelled out one per parameter).
     pub fn encode_with_extra(&self, extra: &[BytesMut], out: &mut BytesMut) {
         // Cold rows may take hundreds of MB: one allocation, not a doubling series.
-        let values: usize = self.params.iter().flatten().map(|v| v.len() + 4).sum::<usize>()
+        let values: usize = self
+            .params
+            .iter()
+            .flatten()
+            .map(|v| v.len() + 4)
+            .sum::<usize>()
             + extra.iter().map(|e| e.len() + 4).sum::<usize>();
         out.reserve(values + 64 + self.portal.len() + self.statement.len());
         let at = start(out, b'B');
@@ -337,7 +342,13 @@ pub fn encode_bind(
     params: &[Option<&[u8]>],
     binary_results: bool,
 ) {
-    out.reserve(params.iter().map(|p| p.map_or(4, |v| v.len() + 4)).sum::<usize>() + 64);
+    out.reserve(
+        params
+            .iter()
+            .map(|p| p.map_or(4, |v| v.len() + 4))
+            .sum::<usize>()
+            + 64,
+    );
     let at = start(out, b'B');
     out.put_slice(portal.as_bytes());
     out.put_u8(0);

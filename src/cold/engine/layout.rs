@@ -27,8 +27,8 @@ pub(super) struct Trunc {
 pub(super) struct Masked {
     pub(super) partial: usize,
     pub(super) from: Option<usize>,
-    /// The FILTER's predicates, with the position in the needed columns of theirs.
-    pub(super) checks: Vec<(usize, Predicate)>,
+    /// The FILTER's predicates.
+    pub(super) checks: Vec<Predicate>,
 }
 
 /// The stream's columns.
@@ -42,6 +42,12 @@ pub(super) struct Layout {
 }
 
 impl Layout {
+    /// Where column `attnum` of `table` is among the columns read.
+    pub(super) fn column_at(&self, table: &ColdTable, attnum: i16) -> Option<usize> {
+        let position = table.position(attnum)?;
+        self.needed.iter().position(|&c| c == position)
+    }
+
     /// The columns the partials of `aggregation` need over rows that satisfy
     /// `predicates`.
     pub(super) fn new(
@@ -54,7 +60,12 @@ impl Layout {
             partials,
             filters,
         } = aggregation;
-        let position = |p: &Predicate| table.columns.iter().position(|c| c.attnum == p.attnum());
+        let positions = |p: &Predicate| {
+            p.attnums()
+                .into_iter()
+                .filter_map(|a| table.position(a))
+                .collect::<Vec<_>>()
+        };
         let mut needed: Vec<usize> = group
             .iter()
             .map(|g| g.column)
@@ -64,7 +75,7 @@ impl Layout {
                 predicates
                     .iter()
                     .chain(filters.iter().flatten())
-                    .filter_map(position),
+                    .flat_map(positions),
             )
             .collect();
         needed.sort_unstable();
@@ -91,10 +102,7 @@ impl Layout {
                 Some(Masked {
                     partial: i,
                     from: p.column.and_then(read),
-                    checks: checks
-                        .iter()
-                        .filter_map(|check| Some((read(position(check)?)?, check.clone())))
-                        .collect(),
+                    checks: checks.clone(),
                 })
             })
             .collect();

@@ -19,7 +19,7 @@ use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 
 use super::layout::Layout;
 use super::PartialStats;
-use crate::cold::scan::{cell_matches, columns_held, ColdTable, ScanError};
+use crate::cold::scan::{columns_held, row_holds, ColdTable, ScanError};
 use crate::segment::file::{footer, SegmentFile};
 use crate::segment::prune::Predicate;
 use crate::store::ColdStore;
@@ -171,14 +171,16 @@ impl LiveState {
         }
         for m in s.layout.masked.iter() {
             // Exact FILTER conjuncts: a value no predicate can judge fails, as above.
-            let outside: BooleanArray =
-                (0..rows)
-                    .map(|row| {
-                        Some(!m.checks.iter().all(|(c, p)| {
-                            cell_matches(p, arrays[*c].as_ref(), row).unwrap_or(false)
-                        }))
-                    })
-                    .collect();
+            let column_of = |a: i16| Some(&arrays[s.layout.column_at(table, a)?]);
+            let outside: BooleanArray = (0..rows)
+                .map(|row| {
+                    Some(
+                        !m.checks
+                            .iter()
+                            .all(|p| row_holds(p, &column_of, row, false)),
+                    )
+                })
+                .collect();
             let arg: ArrayRef = match m.from {
                 Some(from) => arrays[from].clone(),
                 None => Arc::new(arrow::array::Int64Array::from_value(1, rows)),
@@ -194,14 +196,6 @@ impl LiveState {
             .filter_map(|p| s.layout.needed.iter().position(|c| c == p))
             .collect();
         let key_column = columns.column(pk[0]);
-        let checks: Vec<(usize, &Predicate)> = s
-            .predicates
-            .iter()
-            .filter_map(|p| {
-                let position = table.columns.iter().position(|c| c.attnum == p.attnum())?;
-                Some((s.layout.needed.iter().position(|&c| c == position)?, p))
-            })
-            .collect();
         let mask: BooleanArray = (0..rows)
             .map(|row| {
                 if ops.value(row) == crate::segment::op::DELETED {
@@ -217,8 +211,13 @@ impl LiveState {
                     newest
                         // Conjuncts are exact here: a value no predicate can judge
                         // (never, for the types `sql::aggregate` admits) fails.
-                        && checks.iter().all(|(c, p)| {
-                            cell_matches(p, columns.column(*c).as_ref(), row).unwrap_or(false)
+                        && s.predicates.iter().all(|p| {
+                            row_holds(
+                                p,
+                                &|a| Some(columns.column(s.layout.column_at(table, a)?)),
+                                row,
+                                false,
+                            )
                         }),
                 )
             })

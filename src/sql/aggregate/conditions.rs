@@ -1,11 +1,11 @@
 //! What qualifies: GROUP BY items resolved to columns (or `date_trunc` of one), constants, subqueries, and the
 //! WHERE conjuncts the cold engine evaluates exactly.
 
-use pg_query::protobuf::{node::Node as N, AExprKind, BoolExprType, Node, SelectStmt};
+use pg_query::protobuf::{node::Node as N, Node, SelectStmt};
 
 use super::split::function_name;
 use super::GroupColumn;
-use crate::sql::predicates::{column_of, conjuncts_of, operator, ColumnPredicate};
+use crate::sql::predicates::{column_of, complete_conjuncts_of, ColumnPredicate};
 use crate::sql::rewrite::TieredTable;
 use crate::values::trunc::TruncUnit;
 use crate::values::{ColdType, ScalarType, TextKind};
@@ -130,82 +130,46 @@ pub(super) fn has_sublink(parsed: &pg_query::ParseResult) -> bool {
         .any(|(n, ..)| matches!(n, pg_query::NodeRef::SubLink(_)))
 }
 
-/// The number of predicates `where_clause` gives when every one of its top-level
-/// conjuncts is one comparison the cold engine evaluates exactly (integers, dates and
-/// timestamps: every comparison; text, varchar and uuid: equality, IN; any column:
-/// IS [NOT] NULL).
+/// The number of predicates `where_clause` gives when all of it is conditions the cold
+/// engine evaluates exactly: comparisons, `IN`, `BETWEEN`, `IS [NOT] NULL`, boolean
+/// columns and tests, joined by AND, OR and NOT, where each comparison is exact for its
+/// column's type (integers, float8, dates and timestamps: every comparison; text,
+/// varchar, uuid and bool: equality and inequality; any column: NULL tests).
 pub(super) fn exact_conjuncts(
     where_clause: &Node,
     alias: &str,
     table: &TieredTable,
     types: &[(String, Option<ColdType>)],
 ) -> Option<usize> {
-    let mut conjuncts = Vec::new();
-    flatten_and(where_clause, &mut conjuncts);
-    let mut count = 0;
-    for conjunct in conjuncts {
-        let shape_ok = match conjunct.node.as_ref()? {
-            N::NullTest(_) => true,
-            N::AExpr(e) => {
-                let kind = AExprKind::try_from(e.kind).unwrap_or(AExprKind::Undefined);
-                match kind {
-                    AExprKind::AexprOp => {
-                        matches!(operator(&e.name), Some("=" | "<" | "<=" | ">" | ">="))
-                    }
-                    AExprKind::AexprIn => operator(&e.name) == Some("="),
-                    AExprKind::AexprBetween => true,
-                    _ => false,
-                }
-            }
-            _ => false,
-        };
-        if !shape_ok {
-            return None;
-        }
-        let found: Vec<ColumnPredicate> = conjuncts_of(conjunct, alias, true);
-        let expected = match conjunct.node.as_ref()? {
-            N::AExpr(e) if e.kind == AExprKind::AexprBetween as i32 => 2,
-            _ => 1,
-        };
-        if found.len() != expected {
-            return None;
-        }
-        for p in &found {
-            let position = table.columns.iter().position(|c| *c == p.column)?;
-            let ColdType::Scalar(scalar) = types[position].1? else {
-                return None;
-            };
-            // Dates and timestamps compare as integers once their constants are read
-            // (strict ISO literals or Bind values of the column's type, see
-            // `values::literal`); a constant that cannot be read leaves a predicate
-            // out, and the Bind then takes the row path.
-            let ranged = crate::sql::predicates::ranged(scalar);
-            let equality = matches!(
-                scalar,
-                ScalarType::Text(TextKind::Text | TextKind::Varchar) | ScalarType::Uuid
-            );
-            use crate::sql::predicates::Comparison as C;
-            let ok = match p.comparison {
-                C::IsNull | C::IsNotNull => true,
-                C::Eq(_) | C::In(_) => ranged || equality,
-                C::Below(..) | C::Above(..) => ranged,
-            };
-            if !ok {
-                return None;
-            }
-        }
-        count += found.len();
-    }
-    Some(count)
+    let (found, complete) = complete_conjuncts_of(where_clause, alias, true);
+    (complete && found.iter().all(|p| exact(p, table, types))).then_some(found.len())
 }
 
-pub(super) fn flatten_and<'n>(node: &'n Node, out: &mut Vec<&'n Node>) {
-    match node.node.as_ref() {
-        Some(N::BoolExpr(b)) if b.boolop == BoolExprType::AndExpr as i32 => {
-            for a in &b.args {
-                flatten_and(a, out);
-            }
-        }
-        _ => out.push(node),
+/// Whether the cold engine evaluates `p` exactly as Postgres would.
+fn exact(p: &ColumnPredicate, table: &TieredTable, types: &[(String, Option<ColdType>)]) -> bool {
+    use crate::sql::predicates::Comparison as C;
+    if let C::Any(any) = &p.comparison {
+        return any.iter().flatten().all(|p| exact(p, table, types));
+    }
+    let Some(position) = table.columns.iter().position(|c| *c == p.column) else {
+        return false;
+    };
+    let Some(ColdType::Scalar(scalar)) = types[position].1 else {
+        return false;
+    };
+    // Dates and timestamps compare as integers once their constants are read (strict
+    // ISO literals or Bind values of the column's type, see `values::literal`); a
+    // constant that cannot be read leaves a predicate out, and the Bind then takes the
+    // row path.
+    let ranged = crate::sql::predicates::ranged(scalar);
+    let equality = matches!(
+        scalar,
+        ScalarType::Text(TextKind::Text | TextKind::Varchar) | ScalarType::Uuid | ScalarType::Bool
+    );
+    match p.comparison {
+        C::IsNull | C::IsNotNull => true,
+        C::Eq(_) | C::NotEq(_) | C::In(_) => ranged || equality,
+        C::Below(..) | C::Above(..) => ranged,
+        C::Any(_) => false,
     }
 }

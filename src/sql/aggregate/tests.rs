@@ -142,10 +142,20 @@ fn a_where_the_cold_side_cannot_compute_is_not_exact() {
     // float8 compares as its encoding does (NaN above every number, -0 = 0).
     let r = plan("SELECT count(*) FROM events WHERE amount > 1.5 AND amount <= 1e3").unwrap();
     assert!(r.exact_where);
-    for inexact in [
+    // OR, NOT and boolean columns, when every part is exact.
+    for exact in [
         "SELECT count(*) FROM events WHERE amount > 1 OR id = 2",
         "SELECT count(*) FROM events WHERE ok",
+        "SELECT count(*) FROM events WHERE NOT ok AND note <> 'x'",
+        "SELECT count(*) FROM events WHERE NOT (id BETWEEN 3 AND 7 OR ok IS NOT TRUE)",
+    ] {
+        assert!(plan(exact).unwrap().exact_where, "{exact}");
+    }
+    for inexact in [
         "SELECT count(*) FROM events WHERE note < 'b'",
+        "SELECT count(*) FROM events WHERE note < 'b' OR id = 1",
+        "SELECT count(*) FROM events WHERE NOT (note LIKE 'b%')",
+        "SELECT count(*) FROM events WHERE id NOT IN (1, NULL)",
     ] {
         assert!(!plan(inexact).unwrap().exact_where, "{inexact}");
     }
@@ -205,8 +215,8 @@ fn filters_travel_with_their_partials() {
     );
     assert_eq!(r.filters[0].exact, Some(1));
     assert_eq!(r.filters[1].exact, Some(2));
-    // A bool column alone is not a comparison the cold engine reads: Postgres computes it.
-    assert_eq!(r.filters[2].exact, None);
+    // A bool column alone is `ok = true`.
+    assert_eq!(r.filters[2].exact, Some(1));
     assert!(
         r.sql
             .contains("count(*) FILTER (WHERE tenant = 3) AS _cw_p0"),
