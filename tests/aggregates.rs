@@ -276,6 +276,7 @@ fn same(
 /// started with `env` (and a metrics listener).
 struct Tiered {
     proxy: Proxy,
+    db: String,
     /// Through coldwire.
     c: tokio_postgres::Client,
     /// Directly on Postgres.
@@ -319,6 +320,7 @@ impl Tiered {
             .unwrap();
         Tiered {
             proxy,
+            db,
             c,
             direct,
             _store: dir,
@@ -595,6 +597,72 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
     ] {
         t.same(sql).await;
     }
+    explain_through_coldwire_plans_what_runs_and_tells_the_path(&t).await;
+}
+
+/// EXPLAIN through coldwire: Postgres's plan of the statement as coldwire runs it (the
+/// partials' branch of an aggregate pushdown), and a notice telling the path per table.
+async fn explain_through_coldwire_plans_what_runs_and_tells_the_path(t: &Tiered) {
+    let (client, mut connection) =
+        tokio_postgres::connect(&t.proxy.url("postgres", &t.db), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    let (notices_tx, mut notices) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = futures_util::StreamExt::next(&mut messages).await {
+            if let tokio_postgres::AsyncMessage::Notice(n) = message {
+                let _ = notices_tx.send(n.message().to_owned());
+            }
+        }
+    });
+    let plan = |rows: Vec<tokio_postgres::SimpleQueryMessage>| -> String {
+        rows.iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for (sql, path, in_plan) in [
+        (
+            "EXPLAIN SELECT tenant, count(*) FROM events WHERE tenant <> 3 GROUP BY 1",
+            "Path: aggregate pushdown",
+            "jsonb_to_recordset",
+        ),
+        (
+            "EXPLAIN (ANALYZE, COSTS OFF) SELECT count(*) FROM events WHERE note LIKE 'n1%' AND id < 900",
+            "Path: aggregate of cold rows",
+            "unnest",
+        ),
+        (
+            "explain analyze verbose SELECT id, note FROM events WHERE id = 7 OR id = 4000",
+            "Path: cold rows injected",
+            "actual time",
+        ),
+    ] {
+        let rows = client.simple_query(sql).await.unwrap();
+        let text = plan(rows);
+        assert!(text.contains(in_plan), "{sql}: {text}");
+        let notice = notices.recv().await.unwrap();
+        assert!(
+            notice.starts_with("coldwire: Reference 1") && notice.contains(path),
+            "{sql}: {notice}"
+        );
+    }
+    // The extended protocol: the notice comes with the Bind.
+    let rows = client
+        .query(
+            "EXPLAIN SELECT count(*) FROM events WHERE id > $1",
+            &[&10i64],
+        )
+        .await
+        .unwrap();
+    let text: Vec<String> = rows.iter().map(|r| r.get::<_, String>(0)).collect();
+    assert!(text.join("\n").contains("jsonb_to_recordset"), "{text:?}");
+    let notice = notices.recv().await.unwrap();
+    assert!(notice.contains("Path: aggregate pushdown"), "{notice}");
 }
 
 /// Aggregates while auto-flush runs, a writer inserts, and another rewrites cold rows

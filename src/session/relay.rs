@@ -249,6 +249,13 @@ async fn client_to_upstream(
                     side.forwarded(&mut state, msg::BIND, &frame, true, &streamed)?;
                 }
                 side.sent_since_sync = true;
+                if let Some(notice) = &bound.notice {
+                    let mut client = shared.client_tx.lock().await;
+                    client
+                        .write_all(notice)
+                        .await
+                        .map_err(SessionError::ClientIo)?;
+                }
                 c.send(&mut bound.frames, false).await?;
                 continue;
             }
@@ -330,6 +337,15 @@ impl ClientDirection<'_, '_> {
                         options: options.clone(),
                         encoder: None,
                     });
+                }
+                if let (QueryRead::Select(p), 0) = (&read, attempt) {
+                    if let Some(notice) = rewritten::explain_notice(p, None, self.shared).await {
+                        let mut client = self.shared.client_tx.lock().await;
+                        client
+                            .write_all(&notice)
+                            .await
+                            .map_err(SessionError::ClientIo)?;
+                    }
                 }
                 rewritten::plan_query(&read, &query, &at, attempt > 0, self.shared).await
             }

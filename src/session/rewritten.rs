@@ -107,6 +107,52 @@ fn session_settings(state: &SessionState) -> Settings {
     Settings::of(|name| state.parameters.get(name).cloned())
 }
 
+/// For an `EXPLAIN` of a read: a NoticeResponse telling, per tiered table reference, the
+/// path the statement takes (as `coldwire.explain` does), sent to the client before the
+/// plan Postgres gives.
+pub async fn explain_notice(
+    read: &PreparedRead,
+    params: Option<&BoundParams<'_>>,
+    shared: &Shared<'_>,
+) -> Option<BytesMut> {
+    let explained = read.explained.as_deref()?;
+    let settings = session_settings(&shared.state.lock().unwrap_or_else(PoisonError::into_inner));
+    let unbound = BoundParams {
+        settings,
+        ..BoundParams::none()
+    };
+    let (declared, params) = match params {
+        Some(params) => (read.client_params, params),
+        None => (0, &unbound),
+    };
+    let message = match read_path(shared)
+        .explain_bound(explained, declared, params)
+        .await
+    {
+        // The rewritten text is what Postgres's plan shows; the notice tells the rest.
+        Ok(text) => {
+            let references = text
+                .find("Reference ")
+                .map_or(text.as_str(), |at| &text[at..]);
+            format!("coldwire: {}", references.trim_end())
+        }
+        Err(e) => format!(
+            "coldwire: the cold side could not be planned: {}",
+            e.client_error().message
+        ),
+    };
+    Some(
+        ErrorFields {
+            severity: Severity::Notice,
+            code: "00000".into(),
+            message,
+            detail: None,
+            hint: None,
+        }
+        .encode(),
+    )
+}
+
 pub(super) fn read_path(shared: &Shared<'_>) -> Arc<ReadPath> {
     shared
         .reads()
@@ -445,6 +491,8 @@ pub fn bound_tables(frame: &[u8], shared: &Shared<'_>) -> Vec<i64> {
 /// What to send for a client's Bind of a statement coldwire prepared.
 pub struct BoundFrames {
     pub frames: BytesMut,
+    /// A notice for the client, sent before the frames ([`explain_notice`]).
+    pub notice: Option<BytesMut>,
     /// Completions of coldwire's own messages at the front of `frames` (a write's
     /// rehydration), which the client must not see.
     pub own_completions: Option<u32>,
@@ -464,6 +512,7 @@ pub async fn bind(
     shared: &Shared<'_>,
 ) -> Result<BoundFrames, SessionError> {
     let unchanged = || BoundFrames {
+        notice: None,
         frames: BytesMut::from(frame),
         own_completions: None,
     };
@@ -503,6 +552,7 @@ pub async fn bind(
             let mut out = BytesMut::new();
             bind.encode_with_extra(&cold, &mut out);
             Ok(BoundFrames {
+                notice: explain_notice(read, Some(&params), shared).await,
                 frames: out,
                 own_completions: None,
             })
@@ -514,6 +564,7 @@ pub async fn bind(
             {
                 Ok(None) => {
                     return Ok(BoundFrames {
+                        notice: None,
                         frames: BytesMut::from(frame),
                         own_completions: None,
                     })
@@ -531,6 +582,7 @@ pub async fn bind(
             };
             out.extend_from_slice(frame);
             Ok(BoundFrames {
+                notice: None,
                 frames: out,
                 own_completions: Some(OWN_COMPLETIONS),
             })

@@ -58,6 +58,7 @@ pub const QUERY: u8 = b'Q';
 pub const FUNCTION_CALL: u8 = b'F';
 /// Frontend: Terminate (`X`).
 pub const TERMINATE: u8 = b'X';
+pub const NOTICE_RESPONSE: u8 = b'N';
 
 /// AuthenticationSASL: the request code in an `R` message that lists SASL mechanisms.
 const AUTH_SASL: i32 = 10;
@@ -67,6 +68,8 @@ const AUTH_SASL: i32 = 10;
 pub enum Severity {
     Error,
     Fatal,
+    /// A NoticeResponse, not an error.
+    Notice,
 }
 
 impl Severity {
@@ -74,6 +77,7 @@ impl Severity {
         match self {
             Severity::Error => "ERROR",
             Severity::Fatal => "FATAL",
+            Severity::Notice => "NOTICE",
         }
     }
 }
@@ -90,10 +94,14 @@ pub struct ErrorFields {
 }
 
 impl ErrorFields {
-    /// The ErrorResponse frame.
+    /// The ErrorResponse frame (a NoticeResponse for [`Severity::Notice`]).
     pub fn encode(&self) -> BytesMut {
         let mut out = BytesMut::with_capacity(64 + self.message.len());
-        out.put_u8(ERROR_RESPONSE);
+        out.put_u8(if self.severity == Severity::Notice {
+            NOTICE_RESPONSE
+        } else {
+            ERROR_RESPONSE
+        });
         out.put_u32(0);
         let mut field = |tag: u8, value: &str| {
             out.put_u8(tag);

@@ -196,6 +196,7 @@ pub(super) fn rewrite_aggregate_read(
     let tiered = registry.by_id(rewritten.table_id)?;
     Some(PreparedRead {
         sql: rewritten.sql,
+        explained: None,
         client_params,
         references: vec![PlannedReference {
             table_id: rewritten.table_id,

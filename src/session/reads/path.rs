@@ -61,6 +61,9 @@ pub struct PreparedRead {
     /// Parse declared, whichever is more. coldwire's parameters follow them.
     pub client_params: usize,
     pub(super) references: Vec<PlannedReference>,
+    /// For `EXPLAIN …` of a read: the statement explained, which coldwire plans as it
+    /// would run it (its path per reference is told to the client in a notice).
+    pub explained: Option<String>,
 }
 
 impl PreparedRead {
@@ -510,6 +513,22 @@ fn rewrite(
         }
         _ => {}
     }
+    // EXPLAIN of a read: the statement as it would run, under the same options.
+    if let Some(N::ExplainStmt(e)) = statement.stmt.as_ref().and_then(|s| s.node.as_ref()) {
+        let reads = matches!(
+            e.query.as_deref().and_then(|q| q.node.as_ref()),
+            Some(N::SelectStmt(_))
+        );
+        if let Some(start) = reads.then(|| explained_start(sql)).flatten() {
+            return Ok(
+                rewrite(&sql[start..], declared_params, registry)?.map(|inner| PreparedRead {
+                    sql: format!("{}{}", &sql[..start], inner.sql),
+                    explained: Some(sql[start..].to_owned()),
+                    ..inner
+                }),
+            );
+        }
+    }
     // Views over tiered tables become their definitions (views over views in turn).
     let mut text = sql.to_owned();
     let mut parsed = parsed;
@@ -556,7 +575,44 @@ fn rewrite(
         sql: rewritten.sql,
         client_params,
         references,
+        explained: None,
     }))
+}
+
+/// Where the statement of `EXPLAIN [ANALYZE] [VERBOSE] [(options)] statement` starts.
+fn explained_start(sql: &str) -> Option<usize> {
+    let tokens = pg_query::scan(sql).ok()?.tokens;
+    let mut i = 0;
+    let word = |t: &pg_query::protobuf::ScanToken| sql.get(t.start as usize..t.end as usize);
+    // EXPLAIN, then legacy keywords or one parenthesized option list.
+    if !word(tokens.first()?)?.eq_ignore_ascii_case("explain") {
+        return None;
+    }
+    i += 1;
+    if word(tokens.get(i)?)? == "(" {
+        let mut depth = 0;
+        loop {
+            match word(tokens.get(i)?)? {
+                "(" => depth += 1,
+                ")" => depth -= 1,
+                _ => {}
+            }
+            i += 1;
+            if depth == 0 {
+                break;
+            }
+        }
+    } else {
+        while ["analyze", "analyse", "verbose"].iter().any(|k| {
+            tokens
+                .get(i)
+                .and_then(word)
+                .is_some_and(|w| w.eq_ignore_ascii_case(k))
+        }) {
+            i += 1;
+        }
+    }
+    usize::try_from(tokens.get(i)?.start).ok()
 }
 
 /// The highest `$n` of `sql`, from the scanner: the parse tree's walk does not reach every

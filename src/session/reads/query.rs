@@ -168,15 +168,33 @@ impl ReadPath {
     /// # Errors
     /// The catalog or the cold store could not be read.
     pub async fn explain(&self, sql: &str, settings: Settings) -> Result<String, PlanError> {
+        let unbound = BoundParams {
+            settings,
+            ..BoundParams::none()
+        };
+        self.explain_bound(sql, 0, &unbound).await
+    }
+
+    /// [`ReadPath::explain`] of a statement with `declared` parameter types, bound to
+    /// `params`.
+    ///
+    /// # Errors
+    /// As [`ReadPath::explain`].
+    pub async fn explain_bound(
+        &self,
+        sql: &str,
+        declared: usize,
+        params: &BoundParams<'_>,
+    ) -> Result<String, PlanError> {
         use std::fmt::Write;
-        let Some(read) = self.prepare(sql, 0).await? else {
+        let Some(read) = self.prepare(sql, declared).await? else {
             return Ok("The statement reads no tiered table (or is not a single read coldwire rewrites): it is relayed unchanged.".into());
         };
         let mut out = format!("Rewritten statement:\n  {}\n", read.sql);
         let mut param = read.client_params;
         for (i, r) in read.references.iter().enumerate() {
             let cold = self.catalog.cold_table(r.table_id, true).await?;
-            let predicates = to_prune(&r.predicates, &cold.columns, &BoundParams::none());
+            let predicates = to_prune(&r.predicates, &cold.columns, params);
             let conditions: Vec<String> = r.predicates.iter().map(ToString::to_string).collect();
             let count = r.param_count();
             let numbers: Vec<String> = (param + 1..=param + count)
@@ -192,11 +210,7 @@ impl ReadPath {
                 cold.generation
             );
             if let Some(plan) = &r.aggregate {
-                let unbound = BoundParams {
-                    settings,
-                    ..BoundParams::none()
-                };
-                if let Some(filters) = plan.cold_filters(&predicates, &cold, &unbound) {
+                if let Some(filters) = plan.cold_filters(&predicates, &cold, params) {
                     let found = self
                         .partials(r, plan, cold.clone(), predicates, filters)
                         .await?;
@@ -219,6 +233,11 @@ impl ReadPath {
                 let _ = writeln!(
                     out,
                     "  Path: aggregate of cold rows (a condition cannot be evaluated exactly on cold rows: Postgres applies it)"
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "  Path: cold rows injected (those that may match; Postgres applies the whole statement)"
                 );
             }
             let _ = writeln!(
