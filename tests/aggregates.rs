@@ -406,6 +406,22 @@ async fn generated_aggregates_over_a_tiered_table_match_a_plain_table() {
             .unwrap()
             .get(0);
         assert!(hot < 3000, "most rows are cold: {hot} hot");
+        // Counts alone: row groups no write touched are counted from their statistics.
+        for sql in [
+            "SELECT count(*) FROM {t}",
+            "SELECT count(note), count(*), count(qty), count(1) FROM {t}",
+        ] {
+            t.same(sql).await;
+        }
+        let explained = simple_rows(c, "SELECT coldwire.explain('SELECT count(*) FROM events')")
+            .await
+            .unwrap()[0][0]
+            .clone()
+            .unwrap();
+        assert!(
+            explained.contains("Row groups counted from their statistics: "),
+            "{explained}"
+        );
         for _ in 0..QUERIES {
             let q = generate(&mut rng);
             let expected = simple_rows(direct, &q.sql.replace("{t}", "control"))

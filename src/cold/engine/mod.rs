@@ -51,6 +51,8 @@ pub struct PartialStats {
     pub row_groups_pruned: usize,
     pub rows_scanned: u64,
     pub rows_aggregated: u64,
+    /// Row groups whose counts came from their statistics alone, undecoded.
+    pub row_groups_counted: usize,
     /// Bytes read from the store (footers excluded).
     pub bytes_read: u64,
 }
@@ -76,7 +78,18 @@ pub async fn cold_partials(
 ) -> Result<(Vec<serde_json::Value>, PartialStats), ScanError> {
     let layout = Arc::new(Layout::new(&table, &predicates, aggregation));
     let mut stats = PartialStats::default();
-    let units = row_groups(store, &table, &predicates, &mut stats).await?;
+    let mut units = row_groups(store, &table, &predicates, &mut stats).await?;
+    let before = units.len();
+    let counted = count_from_stats(
+        store,
+        &table,
+        &predicates,
+        &excluded,
+        aggregation,
+        &mut units,
+    )
+    .await?;
+    stats.row_groups_counted = before - units.len();
     // The row groups spread over as many partitions as the engine runs at once.
     let ctx = SessionContext::new();
     let partitions = ctx
@@ -128,10 +141,16 @@ pub async fn cold_partials(
         for row in 0..batch.num_rows() {
             let mut object = serde_json::Map::new();
             for (c, name) in names.iter().enumerate() {
-                object.insert(
-                    name.clone(),
-                    text::json_text(batch.column(c).as_ref(), row)?,
-                );
+                let mut value = text::json_text(batch.column(c).as_ref(), row)?;
+                // Counts of the row groups counted from their stats alone (no group).
+                if let Some(Some(more)) = c
+                    .checked_sub(aggregation.group.len())
+                    .and_then(|i| counted.get(i))
+                {
+                    let decoded: u64 = value.as_str().and_then(|v| v.parse().ok()).unwrap_or(0);
+                    value = serde_json::Value::String((decoded + more).to_string());
+                }
+                object.insert(name.clone(), value);
             }
             out.push(serde_json::Value::Object(object));
         }
@@ -166,6 +185,96 @@ async fn row_groups(
         }));
     }
     Ok(units)
+}
+
+/// For an aggregation of counts alone (`count(*)`, `count(x)`, no group, FILTER or
+/// condition): takes out of `units` the row groups whose rows are all live, and returns
+/// per partial how many of their rows it counts, from statistics alone (`None`: not a
+/// count of that kind, nothing taken). A row group is all live when it holds no
+/// tombstone (its op column's footer statistics) and no key of `excluded` (hot keys) or
+/// of the overrides (keys with another cold version) falls inside its key range (the
+/// catalog's statistics of the key column); `count(x)` is its rows less x's NULLs.
+async fn count_from_stats(
+    store: &ColdStore,
+    table: &ColdTable,
+    predicates: &[Predicate],
+    excluded: &HashSet<Vec<u8>>,
+    aggregation: Aggregation<'_>,
+    units: &mut Vec<Unit>,
+) -> Result<Vec<Option<u64>>, ScanError> {
+    let counts = aggregation.group.is_empty()
+        && predicates.is_empty()
+        && !aggregation.partials.is_empty()
+        && aggregation.partials.iter().all(|p| {
+            p.filter.is_none() && matches!(p.kind, PartialKind::CountStar | PartialKind::Count)
+        });
+    let [key] = table.pk_positions.as_slice() else {
+        return Ok(Vec::new());
+    };
+    if !counts {
+        return Ok(Vec::new());
+    }
+    let key_attnum = table.columns[*key].attnum;
+    let mut others: Vec<&[u8]> = excluded
+        .iter()
+        .chain(table.overrides.keys())
+        .map(Vec::as_slice)
+        .collect();
+    others.sort_unstable();
+    let mut counted = vec![0u64; aggregation.partials.len()];
+    let mut kept = Vec::with_capacity(units.len());
+    for unit in units.drain(..) {
+        let segment = &table.segments[unit.segment];
+        let g = unit.row_group;
+        let metadata = footer(store, &segment.path).await?;
+        let stats_of = |attnum: i16| segment.columns.iter().find(|c| c.attnum == attnum);
+        let groups = metadata.num_row_groups();
+        let range = stats_of(key_attnum)
+            .filter(|c| c.rg_min.len() == groups && c.rg_max.len() == groups)
+            .and_then(|c| Some((c.rg_min[g].as_deref()?, c.rg_max[g].as_deref()?)));
+        let no_tombstone = metadata
+            .row_group(g)
+            .columns()
+            .iter()
+            .find(|c| c.column_path().parts() == [crate::segment::OP_COLUMN.to_owned()])
+            .and_then(|c| c.statistics())
+            .and_then(|s| match s {
+                parquet::file::statistics::Statistics::Int32(s) => {
+                    Some((*s.min_opt()?, *s.max_opt()?))
+                }
+                _ => None,
+            })
+            .is_some_and(|(min, max)| {
+                let deleted = i32::from(crate::segment::op::DELETED);
+                deleted < min || deleted > max
+            });
+        let untouched = range.is_some_and(|(lo, hi)| {
+            let first = others.partition_point(|k| *k < lo);
+            others.get(first).is_none_or(|k| *k > hi)
+        });
+        let rows = u64::try_from(metadata.row_group(g).num_rows()).unwrap_or(0);
+        let nulls: Option<Vec<u64>> = aggregation
+            .partials
+            .iter()
+            .map(|p| match (p.kind, p.column) {
+                (PartialKind::Count, Some(c)) => {
+                    let column = stats_of(table.columns[c].attnum)?;
+                    u64::try_from(*column.rg_null_count.get(g)?).ok()
+                }
+                _ => Some(0),
+            })
+            .collect();
+        match nulls {
+            Some(nulls) if no_tombstone && untouched => {
+                for (total, nulls) in counted.iter_mut().zip(nulls) {
+                    *total += rows.saturating_sub(nulls);
+                }
+            }
+            _ => kept.push(unit),
+        }
+    }
+    *units = kept;
+    Ok(counted.into_iter().map(Some).collect())
 }
 
 /// DataFusion's group expressions and aggregates for `aggregation`, over the stream's

@@ -228,6 +228,13 @@ impl ReadPath {
                         st.rows_aggregated,
                         groups
                     );
+                    if st.row_groups_counted > 0 {
+                        let _ = writeln!(
+                            out,
+                            "  Row groups counted from their statistics: {}",
+                            st.row_groups_counted
+                        );
+                    }
                     continue;
                 }
                 let _ = writeln!(
