@@ -131,22 +131,57 @@ pub fn push_key_component(out: &mut Vec<u8>, array: &dyn Array, row: usize) -> b
 
 /// One stored value as a predicate sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cell {
+pub enum Cell<'a> {
     Null,
     /// A value outside the order: float or numeric NaN.
     Unordered,
     /// A value of a type without a byte order: no predicate can judge it.
     Unknown,
     /// The value's order-preserving encoding.
-    Value(Vec<u8>),
+    Value(Encoded<'a>),
+}
+
+/// An order-preserving encoding without an allocation: fixed-width ones (at most 16
+/// bytes) inline, text and bytes borrowed from their array.
+#[derive(Debug, Clone, Copy)]
+pub enum Encoded<'a> {
+    Inline([u8; 16], u8),
+    Borrowed(&'a [u8]),
+}
+
+impl std::ops::Deref for Encoded<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Encoded::Inline(bytes, len) => &bytes[..usize::from(*len)],
+            Encoded::Borrowed(bytes) => bytes,
+        }
+    }
+}
+
+impl PartialEq for Encoded<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Encoded<'_> {}
+
+impl Encoded<'_> {
+    fn inline(bytes: &[u8]) -> Self {
+        let mut out = [0u8; 16];
+        out[..bytes.len()].copy_from_slice(bytes);
+        Encoded::Inline(out, bytes.len() as u8)
+    }
 }
 
 /// The encoding of `array[row]` as stored cold (the Arrow type of the column decides).
-pub fn cell(array: &dyn Array, row: usize) -> Cell {
+pub fn cell(array: &dyn Array, row: usize) -> Cell<'_> {
     if array.is_null(row) {
         return Cell::Null;
     }
-    let value = |b: &[u8]| Cell::Value(b.to_vec());
+    let value = |b: &[u8]| Cell::Value(Encoded::inline(b));
     match array.data_type() {
         DataType::Int16 => value(&int(array.as_primitive::<Int16Type>().value(row).into())),
         DataType::Int32 => value(&int(array.as_primitive::<Int32Type>().value(row).into())),
@@ -163,9 +198,13 @@ pub fn cell(array: &dyn Array, row: usize) -> Cell {
         DataType::Float64 => float(array.as_primitive::<Float64Type>().value(row))
             .map_or(Cell::Unordered, |b| value(&b)),
         DataType::Boolean => value(&boolean(array.as_boolean().value(row))),
-        DataType::Utf8 => value(array.as_string::<i32>().value(row).as_bytes()),
-        DataType::Binary => value(array.as_binary::<i32>().value(row)),
-        DataType::FixedSizeBinary(_) => value(array.as_fixed_size_binary().value(row)),
+        DataType::Utf8 => Cell::Value(Encoded::Borrowed(
+            array.as_string::<i32>().value(row).as_bytes(),
+        )),
+        DataType::Binary => Cell::Value(Encoded::Borrowed(array.as_binary::<i32>().value(row))),
+        DataType::FixedSizeBinary(_) => {
+            Cell::Value(Encoded::Borrowed(array.as_fixed_size_binary().value(row)))
+        }
         DataType::Struct(fields)
             if fields.len() == 2 && matches!(fields[0].data_type(), DataType::Decimal128(..)) =>
         {

@@ -202,7 +202,7 @@ impl LiveState {
                     return Some(false);
                 }
                 if !s.excluded.is_empty()
-                    && matches!(ordered::cell(key_column.as_ref(), row), Cell::Value(k) if s.excluded.contains(&k))
+                    && matches!(ordered::cell(key_column.as_ref(), row), Cell::Value(k) if s.excluded.contains(&*k))
                 {
                     return Some(false);
                 }
