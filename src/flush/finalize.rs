@@ -122,6 +122,15 @@ pub(super) async fn prune_flushed(
             return Err(FlushError::Fenced(job.id, job.attempt));
         }
     }
+    // Every read plans and guards with an index range scan of the mirror over the cold
+    // key range: right after a large prune that scan would visit every dead entry until
+    // autovacuum comes by.
+    if pairs >= VACUUM_MIRROR_AFTER_PAIRS {
+        let vacuum = format!("VACUUM (ANALYZE) coldwire.m_{}", table.id);
+        if let Err(e) = client.batch_execute(&vacuum).await {
+            tracing::warn!(table = %table.qualified, error = %crate::catalog::postgres_text(&e), "could not vacuum the mirror after the flush; autovacuum will");
+        }
+    }
     let done = client
         .execute(
             "UPDATE coldwire.jobs SET state = 'completed', finished_at = now(), rows_done = $3, segments = $4, heartbeat_at = now() \
@@ -140,6 +149,9 @@ pub(super) async fn prune_flushed(
         .await?;
     Ok(())
 }
+
+/// Pruned pairs past which the flush vacuums the mirror when it is done.
+const VACUUM_MIRROR_AFTER_PAIRS: i64 = 10_000;
 
 /// One transaction of [`prune_flushed`]: pairs numbered in `(from, to]`.
 async fn prune_chunk(
