@@ -45,6 +45,9 @@ pub struct ColdTable {
     /// Per column, what rows of segments written before the column was added read: the
     /// default Postgres gave existing rows (a one-row array), or NULL (`None`).
     pub missing: Vec<Option<ArrayRef>>,
+    /// Loaded for a given generation (a transaction's), which may be past: a TRUNCATE
+    /// since then deleted the overrides, so a scan keeps the newest seq per key itself.
+    pub pinned: bool,
 }
 
 impl ColdTable {
@@ -135,6 +138,7 @@ impl ColdTable {
             segments,
             overrides,
             missing,
+            pinned: at.is_some(),
         })
     }
 }

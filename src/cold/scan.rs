@@ -9,10 +9,13 @@
 //! `coldwire.overrides_<id>` (which names the newest cold seq of every key with more than
 //! one cold version) names a newer one. Only the columns the statement reads are decoded.
 //! Memory: the rows kept plus one decoded batch.
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, NullArray, RecordBatch};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int16Array, Int64Array, NullArray, RecordBatch,
+};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, Int16Type, Int64Type, Schema, SchemaRef};
 use futures_util::{pin_mut, TryStreamExt};
@@ -180,6 +183,10 @@ pub fn row_holds<'a>(
 /// Whether the value at `row` of `array` satisfies `p`; `None` for a type without a byte
 /// order (no predicate can judge it).
 pub fn cell_matches(p: &Predicate, array: &dyn Array, row: usize) -> Option<bool> {
+    // A NULL test needs no order: it holds or not for a value of any type.
+    if matches!(p, Predicate::IsNull(_) | Predicate::IsNotNull(_)) {
+        return Some(p.matches(if array.is_null(row) { None } else { Some(None) }));
+    }
     match ordered::cell(array, row) {
         Cell::Null => Some(p.matches(None)),
         Cell::Unordered => Some(p.matches(Some(None))),
@@ -282,6 +289,7 @@ pub async fn scan(
         rows_scanned: 0,
         rows: 0,
         kept: Vec::new(),
+        seqs: table.pinned.then(Vec::new),
     };
     for segment in &table.segments {
         stats.segments += 1;
@@ -348,8 +356,12 @@ pub async fn scan(
     }
     stats.rows_scanned = found.rows_scanned;
     let schema = Arc::new(Schema::new(schema.fields()[..table_width].to_vec()));
+    let batches = match found.seqs {
+        Some(seqs) => newest_only(table, found.kept, &seqs)?,
+        None => found.kept,
+    };
     Ok(ScanOutput {
-        batches: found.kept,
+        batches,
         schema,
         stats,
     })
@@ -441,6 +453,38 @@ impl Projection {
     }
 }
 
+/// `kept` (whose rows have the seqs and ops `versions`) reduced to the newest version of
+/// each key, unless that is a tombstone: for a pinned generation, whose overrides may be
+/// gone (a TRUNCATE deletes them all, while a transaction whose snapshot predates it
+/// still reads the segments it retired).
+fn newest_only(
+    table: &ColdTable,
+    kept: Vec<RecordBatch>,
+    versions: &[(Int64Array, Int16Array)],
+) -> Result<Vec<RecordBatch>, ScanError> {
+    let mut newest: HashMap<Vec<u8>, i64> = HashMap::new();
+    for (batch, (seqs, _)) in kept.iter().zip(versions) {
+        for row in 0..batch.num_rows() {
+            let seen = newest.entry(table.key_of(batch, row)).or_insert(i64::MIN);
+            *seen = (*seen).max(seqs.value(row));
+        }
+    }
+    kept.iter()
+        .zip(versions)
+        .map(|(batch, (seqs, ops))| {
+            let mask: BooleanArray = (0..batch.num_rows())
+                .map(|row| {
+                    Some(
+                        ops.value(row) != crate::segment::op::DELETED
+                            && newest.get(&table.key_of(batch, row)) == Some(&seqs.value(row)),
+                    )
+                })
+                .collect();
+            Ok(filter_record_batch(batch, &mask)?)
+        })
+        .collect()
+}
+
 /// The rows a scan has found: every row that may match and is the live cold version of
 /// its key.
 struct Versions<'a> {
@@ -454,6 +498,9 @@ struct Versions<'a> {
     rows_scanned: usize,
     /// The rows kept, with the table's columns only.
     kept: Vec<RecordBatch>,
+    /// For a pinned generation ([`ColdTable::pinned`]): the seq and op of every row kept
+    /// (tombstones are kept then, and dropped by [`newest_only`]).
+    seqs: Option<Vec<(Int64Array, Int16Array)>>,
 }
 
 impl Versions<'_> {
@@ -470,7 +517,7 @@ impl Versions<'_> {
         let mask: BooleanArray = (0..batch.num_rows())
             .map(|row| {
                 Some(
-                    ops.value(row) != crate::segment::op::DELETED
+                    (ops.value(row) != crate::segment::op::DELETED || self.seqs.is_some())
                         && self.predicates.iter().all(|p| {
                             row_holds(
                                 p,
@@ -484,8 +531,19 @@ impl Versions<'_> {
             })
             .collect();
         let columns: Vec<usize> = (0..width).collect();
+        if let Some(kept_seqs) = &mut self.seqs {
+            let seqs = arrow::compute::filter(seqs, &mask)?;
+            let ops = arrow::compute::filter(ops, &mask)?;
+            kept_seqs.push((
+                seqs.as_primitive::<Int64Type>().clone(),
+                ops.as_primitive::<Int16Type>().clone(),
+            ));
+        }
         let batch = filter_record_batch(&batch.project(&columns)?, &mask)?;
         if batch.num_rows() == 0 {
+            if let Some(kept_seqs) = &mut self.seqs {
+                kept_seqs.pop();
+            }
             return Ok(());
         }
         self.rows += batch.num_rows();

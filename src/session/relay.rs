@@ -247,15 +247,13 @@ async fn client_to_upstream(
                         });
                     }
                     side.forwarded(&mut state, msg::BIND, &frame, true, &streamed)?;
+                    // Sent by the other direction where a message starts (rows of an
+                    // earlier statement may be on their way to the client).
+                    if let Some(notice) = bound.notice.take() {
+                        state.explain_notice = Some(notice);
+                    }
                 }
                 side.sent_since_sync = true;
-                if let Some(notice) = &bound.notice {
-                    let mut client = shared.client_tx.lock().await;
-                    client
-                        .write_all(notice)
-                        .await
-                        .map_err(SessionError::ClientIo)?;
-                }
                 c.send(&mut bound.frames, false).await?;
                 continue;
             }
@@ -505,6 +503,13 @@ async fn upstream_to_client(
                 ready |= tag == msg::READY_FOR_QUERY;
                 let action = {
                     let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+                    if tag == msg::BIND_COMPLETE || tag == msg::READY_FOR_QUERY {
+                        if let Some(notice) = state.explain_notice.take() {
+                            if tag == msg::BIND_COMPLETE {
+                                out.extend_from_slice(&notice);
+                            }
+                        }
+                    }
                     protocol::on_server_frame(&mut state, tag, frame, &streamed)?
                 };
                 match action {

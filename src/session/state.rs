@@ -75,6 +75,10 @@ pub struct SessionState {
     /// DDL that coldwire's catalog follows (`sql::ddl`) was sent: at the next
     /// ReadyForQuery the registry is read again.
     pub catalog_changed: bool,
+    /// A notice for the client about an EXPLAIN it bound (`rewritten::explain_notice`),
+    /// sent ahead of the next BindComplete, where a message starts; dropped at the next
+    /// ReadyForQuery if no BindComplete came.
+    pub explain_notice: Option<bytes::BytesMut>,
     /// Per outstanding sync point, oldest first: what the responses up to it answer.
     groups: VecDeque<Group>,
     /// Generations of tiered tables as the client's current transaction block sees them
@@ -227,6 +231,7 @@ impl SessionState {
             pending: VecDeque::new(),
             outstanding_syncs: 0,
             catalog_changed: false,
+            explain_notice: None,
             groups: VecDeque::new(),
             open_group: None,
             txn_generations: HashMap::new(),

@@ -14,11 +14,83 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 /// The names of the columns `parsed` may read through a reference whose range names are
-/// `range_names` (its alias, and the table's name); `None` when it may read every column.
-pub fn read_names(parsed: &pg_query::ParseResult, range_names: &[&str]) -> Option<HashSet<String>> {
+/// `range_names` (its alias, and the table's name) to a table with `columns`; `None` when
+/// it may read every column.
+pub fn read_names(
+    parsed: &pg_query::ParseResult,
+    range_names: &[&str],
+    columns: &[String],
+) -> Option<HashSet<String>> {
     let tree = serde_json::to_value(&parsed.protobuf).ok()?;
+    // Every range name of the statement: a join's or subquery's alias stands for rows
+    // that hold the table's columns too (`SELECT j FROM (t JOIN u ON …) AS j`).
+    let mut ranges: Vec<String> = range_names.iter().map(|n| (*n).to_owned()).collect();
+    range_names_in(&tree, &mut ranges);
+    let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
     let mut names = HashSet::new();
-    visit(&tree, range_names, &mut names).then_some(names)
+    if !visit(&tree, &ranges, &mut names) {
+        return None;
+    }
+    // `t.f` naming no column of the table is a function of its whole row (`f(t)`).
+    let mut qualified = Vec::new();
+    qualified_names(&tree, range_names, &mut qualified);
+    qualified
+        .iter()
+        .all(|name| columns.contains(name))
+        .then_some(names)
+}
+
+/// Aliases, relation and CTE names anywhere in `value`.
+fn range_names_in(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                let name = match key.as_str() {
+                    "alias" | "Alias" => inner.get("aliasname"),
+                    "RangeVar" => inner.get("relname"),
+                    "CommonTableExpr" => inner.get("ctename"),
+                    _ => None,
+                };
+                if let Some(name) = name.and_then(Value::as_str) {
+                    out.push(name.to_owned());
+                }
+                range_names_in(inner, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| range_names_in(v, out)),
+        _ => {}
+    }
+}
+
+/// The last field of every column reference qualified by one of `range_names`.
+fn qualified_names(value: &Value, range_names: &[&str], out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                if key == "ColumnRef" {
+                    let fields: Vec<&str> = inner
+                        .get("fields")
+                        .and_then(Value::as_array)
+                        .map(|f| {
+                            f.iter()
+                                .filter_map(|f| f.get("node")?.get("String")?.get("sval")?.as_str())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    if let [.., qualifier, last] = fields.as_slice() {
+                        if range_names.contains(qualifier) {
+                            out.push((*last).to_owned());
+                        }
+                    }
+                }
+                qualified_names(inner, range_names, out);
+            }
+        }
+        Value::Array(items) => items
+            .iter()
+            .for_each(|v| qualified_names(v, range_names, out)),
+        _ => {}
+    }
 }
 
 /// Collects identifiers into `names`; false when every column may be read.
@@ -73,7 +145,13 @@ mod tests {
 
     fn names(sql: &str) -> Option<Vec<String>> {
         let parsed = pg_query::parse(sql, 0).unwrap();
-        let mut found: Vec<String> = read_names(&parsed, &["e", "events"])?.into_iter().collect();
+        let columns: Vec<String> = ["id", "kind", "at", "v", "payload", "x", "a"]
+            .iter()
+            .map(|c| (*c).to_owned())
+            .collect();
+        let mut found: Vec<String> = read_names(&parsed, &["e", "events"], &columns)?
+            .into_iter()
+            .collect();
         found.sort();
         Some(found)
     }
@@ -119,6 +197,12 @@ mod tests {
             "SELECT id FROM events NATURAL JOIN other",
             "SELECT id FROM events WHERE e IS NOT NULL",
             "TABLE events",
+            // The whole row under a join's or a subquery's alias.
+            "SELECT j FROM (events e JOIN tags g ON g.event_id = e.id) AS j",
+            "SELECT row_to_json(s) FROM (SELECT id, kind FROM events) s, LATERAL (SELECT 1) l",
+            // A function of the whole row, in field notation.
+            "SELECT e.total FROM events e",
+            "SELECT events.total FROM events",
         ] {
             assert_eq!(names(sql), None, "{sql}");
         }

@@ -211,7 +211,18 @@ async fn count_from_stats(
     let [key] = table.pk_positions.as_slice() else {
         return Ok(Vec::new());
     };
-    if !counts {
+    // The overrides hold composite-key encodings, which are the plain encoding the key
+    // range is in only for fixed-width keys (text ones are escaped and terminated).
+    let fixed_width = matches!(
+        table.columns[*key].ty,
+        crate::values::ColdType::Scalar(
+            crate::values::ScalarType::Int2
+                | crate::values::ScalarType::Int4
+                | crate::values::ScalarType::Int8
+                | crate::values::ScalarType::Uuid
+        )
+    );
+    if !counts || !fixed_width {
         return Ok(Vec::new());
     }
     let key_attnum = table.columns[*key].attnum;

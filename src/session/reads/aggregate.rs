@@ -205,6 +205,7 @@ pub(super) fn rewrite_aggregate_read(
             read_names: crate::sql::columns::read_names(
                 parsed,
                 &[&rewritten.name, &tiered.table.name],
+                &tiered.table.columns,
             ),
             aggregate: Some(AggregatePlan {
                 group: rewritten.group,

@@ -567,7 +567,11 @@ fn rewrite(
                 predicates: extract(&parsed, r.location, &r.name),
                 row_type: tiered.row_type,
                 aggregate: None,
-                read_names: read_names(&parsed, &[&r.name, &tiered.table.name]),
+                read_names: read_names(
+                    &parsed,
+                    &[&r.name, &tiered.table.name],
+                    &tiered.table.columns,
+                ),
             })
         })
         .collect::<Option<Vec<_>>>();
