@@ -271,19 +271,21 @@ pub async fn scan(
     limits: ScanLimits,
 ) -> Result<ScanOutput, ScanError> {
     let table_width = table.columns.len();
-    // The columns the predicates check (a value without a byte order passes).
-    let checked: Vec<usize> = predicates
+    // The columns the predicates check (a value without a byte order passes), by attnum.
+    let checked: Vec<(i16, usize)> = predicates
         .iter()
         .flat_map(Predicate::attnums)
-        .filter_map(|a| table.position(a))
+        .filter_map(|a| Some((a, table.position(a)?)))
         .collect();
-    let projection = Projection::new(table, read, &checked);
+    let positions: Vec<usize> = checked.iter().map(|&(_, c)| c).collect();
+    let projection = Projection::new(table, read, &positions);
     let schema = projection.schema.clone();
 
     let mut stats = ScanStats::default();
     let mut found = Versions {
         table,
         predicates,
+        checked,
         limits,
         bytes: 0,
         rows_scanned: 0,
@@ -462,21 +464,32 @@ fn newest_only(
     kept: Vec<RecordBatch>,
     versions: &[(Int64Array, Int16Array)],
 ) -> Result<Vec<RecordBatch>, ScanError> {
-    let mut newest: HashMap<Vec<u8>, i64> = HashMap::new();
-    for (batch, (seqs, _)) in kept.iter().zip(versions) {
-        for row in 0..batch.num_rows() {
-            let seen = newest.entry(table.key_of(batch, row)).or_insert(i64::MIN);
+    let keys: Vec<Vec<Vec<u8>>> = kept
+        .iter()
+        .map(|batch| {
+            (0..batch.num_rows())
+                .map(|row| table.key_of(batch, row))
+                .collect()
+        })
+        .collect();
+    let mut newest: HashMap<&[u8], i64> = HashMap::new();
+    for (keys, (seqs, _)) in keys.iter().zip(versions) {
+        for (row, key) in keys.iter().enumerate() {
+            let seen = newest.entry(key).or_insert(i64::MIN);
             *seen = (*seen).max(seqs.value(row));
         }
     }
     kept.iter()
+        .zip(&keys)
         .zip(versions)
-        .map(|(batch, (seqs, ops))| {
-            let mask: BooleanArray = (0..batch.num_rows())
-                .map(|row| {
+        .map(|((batch, keys), (seqs, ops))| {
+            let mask: BooleanArray = keys
+                .iter()
+                .enumerate()
+                .map(|(row, key)| {
                     Some(
                         ops.value(row) != crate::segment::op::DELETED
-                            && newest.get(&table.key_of(batch, row)) == Some(&seqs.value(row)),
+                            && newest.get(key.as_slice()) == Some(&seqs.value(row)),
                     )
                 })
                 .collect();
@@ -491,6 +504,8 @@ struct Versions<'a> {
     table: &'a ColdTable,
     /// Predicates checked row by row.
     predicates: &'a [Predicate],
+    /// The position of each column they read, by attnum.
+    checked: Vec<(i16, usize)>,
     limits: ScanLimits,
     /// Bytes of the batches kept.
     bytes: usize,
@@ -504,6 +519,14 @@ struct Versions<'a> {
 }
 
 impl Versions<'_> {
+    /// The position of column `attnum`, read by a predicate.
+    fn position(&self, attnum: i16) -> Option<usize> {
+        self.checked
+            .iter()
+            .find(|&&(a, _)| a == attnum)
+            .map(|&(_, c)| c)
+    }
+
     /// Takes the rows of `batch` (every column, then seq and op) that satisfy the
     /// checkable predicates and are live: not a tombstone, and their key's newest cold
     /// version (overrides name the newest of every key with more than one, so no other
@@ -519,12 +542,7 @@ impl Versions<'_> {
                 Some(
                     (ops.value(row) != crate::segment::op::DELETED || self.seqs.is_some())
                         && self.predicates.iter().all(|p| {
-                            row_holds(
-                                p,
-                                &|a| Some(batch.column(self.table.position(a)?)),
-                                row,
-                                true,
-                            )
+                            row_holds(p, &|a| Some(batch.column(self.position(a)?)), row, true)
                         })
                         && self.table.newest_at(&batch, pk, row, seqs.value(row)),
                 )

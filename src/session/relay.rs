@@ -338,11 +338,7 @@ impl ClientDirection<'_, '_> {
                 }
                 if let (QueryRead::Select(p), 0) = (&read, attempt) {
                     if let Some(notice) = rewritten::explain_notice(p, None, self.shared).await {
-                        let mut client = self.shared.client_tx.lock().await;
-                        client
-                            .write_all(&notice)
-                            .await
-                            .map_err(SessionError::ClientIo)?;
+                        self.shared.locked().explain_notice = Some(notice);
                     }
                 }
                 rewritten::plan_query(&read, &query, &at, attempt > 0, self.shared).await

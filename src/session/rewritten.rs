@@ -108,8 +108,9 @@ fn session_settings(state: &SessionState) -> Settings {
 }
 
 /// For an `EXPLAIN` of a read: a NoticeResponse telling, per tiered table reference, the
-/// path the statement takes (as `coldwire.explain` does), sent to the client before the
-/// plan Postgres gives.
+/// path the statement takes (as `coldwire.explain` does), sent to the client just before
+/// the BindComplete of the statement (`SessionState::explain_notice`), so ahead of the
+/// plan Postgres gives and at a message boundary.
 pub async fn explain_notice(
     read: &PreparedRead,
     params: Option<&BoundParams<'_>>,
@@ -491,7 +492,8 @@ pub fn bound_tables(frame: &[u8], shared: &Shared<'_>) -> Vec<i64> {
 /// What to send for a client's Bind of a statement coldwire prepared.
 pub struct BoundFrames {
     pub frames: BytesMut,
-    /// A notice for the client, sent before the frames ([`explain_notice`]).
+    /// A notice for the client ([`explain_notice`]), sent ahead of the next BindComplete
+    /// (`SessionState::explain_notice`).
     pub notice: Option<BytesMut>,
     /// Completions of coldwire's own messages at the front of `frames` (a write's
     /// rehydration), which the client must not see.

@@ -75,7 +75,7 @@ pub struct SessionState {
     /// DDL that coldwire's catalog follows (`sql::ddl`) was sent: at the next
     /// ReadyForQuery the registry is read again.
     pub catalog_changed: bool,
-    /// A notice for the client about an EXPLAIN it bound (`rewritten::explain_notice`),
+    /// A notice for the client about an EXPLAIN it sent (`rewritten::explain_notice`),
     /// sent ahead of the next BindComplete, where a message starts; dropped at the next
     /// ReadyForQuery if no BindComplete came.
     pub explain_notice: Option<bytes::BytesMut>,

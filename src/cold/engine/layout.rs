@@ -36,16 +36,18 @@ pub(super) struct Masked {
 pub(super) struct Layout {
     /// Positions in the table's columns of the columns read, ascending.
     pub(super) needed: Vec<usize>,
+    /// The attnums of `needed`, in its order (conditions find their columns by attnum,
+    /// once per row).
+    attnums: Vec<i16>,
     pub(super) truncs: Vec<Trunc>,
     pub(super) masked: Vec<Masked>,
     pub(super) schema: SchemaRef,
 }
 
 impl Layout {
-    /// Where column `attnum` of `table` is among the columns read.
-    pub(super) fn column_at(&self, table: &ColdTable, attnum: i16) -> Option<usize> {
-        let position = table.position(attnum)?;
-        self.needed.iter().position(|&c| c == position)
+    /// Where column `attnum` is among the columns read.
+    pub(super) fn column_at(&self, attnum: i16) -> Option<usize> {
+        self.attnums.iter().position(|&a| a == attnum)
     }
 
     /// The columns the partials of `aggregation` need over rows that satisfy
@@ -124,6 +126,7 @@ impl Layout {
                 .collect::<Vec<Field>>(),
         ));
         Layout {
+            attnums: needed.iter().map(|&c| table.columns[c].attnum).collect(),
             needed,
             truncs,
             masked,

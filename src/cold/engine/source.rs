@@ -171,7 +171,7 @@ impl LiveState {
         }
         for m in s.layout.masked.iter() {
             // Exact FILTER conjuncts: a value no predicate can judge fails, as above.
-            let column_of = |a: i16| Some(&arrays[s.layout.column_at(table, a)?]);
+            let column_of = |a: i16| Some(&arrays[s.layout.column_at(a)?]);
             let outside: BooleanArray = (0..rows)
                 .map(|row| {
                     Some(
@@ -214,7 +214,7 @@ impl LiveState {
                         && s.predicates.iter().all(|p| {
                             row_holds(
                                 p,
-                                &|a| Some(columns.column(s.layout.column_at(table, a)?)),
+                                &|a| Some(columns.column(s.layout.column_at(a)?)),
                                 row,
                                 false,
                             )
