@@ -3,17 +3,20 @@
 //! columns with a constant that the cold planner can prune by. Anything else is ignored:
 //! pruning only ever over-selects, Postgres re-applies the whole query (invariant 7).
 //!
-//! Understood: `col op const` and `const op col` with `=, <, <=, >, >=`, `col IN (…)`,
-//! `col BETWEEN a AND b`, `col IS [NOT] NULL`, with the column qualified by the reference's
-//! alias (or name), or unqualified when the reference is the block's only relation.
-//! References on the nullable side of an outer join get no predicates (a pruned row would
-//! turn into a NULL-extended one). Constants become the order-preserving encoding only
-//! where that encoding is the comparison's order: integers (also from quoted literals);
-//! text, varchar and uuid for equality only (byte equality is text equality under
-//! deterministic collations; ordering would depend on the collation); dates and
-//! timestamps from strict ISO literals only ([`crate::values::literal`]: nothing whose
-//! meaning depends on DateStyle, and a timestamptz without an offset only in a UTC
-//! session). Parameters (`$n`) stand for their Bind values
+//! Understood: `col op const` and `const op col` with `=, <>, !=, <, <=, >, >=`,
+//! `col [NOT] IN (…)`, `col [NOT] BETWEEN a AND b`, `col IS [NOT] NULL`, a boolean column
+//! alone and its `IS [NOT] TRUE|FALSE|UNKNOWN` tests, and OR and NOT of these (negations
+//! pushed down to the comparisons, a disjunction one [`Comparison::Any`]), with the column
+//! qualified by the reference's alias (or name), or unqualified when the reference is the
+//! block's only relation; [`complete_conjuncts_of`] also tells whether all of a condition
+//! was understood. References on the nullable side of an outer join get no predicates (a
+//! pruned row would turn into a NULL-extended one). Constants become the order-preserving
+//! encoding only where that encoding is the comparison's order: integers and float8 (also
+//! from quoted literals); text, varchar, uuid and bool for (in)equality only (byte
+//! equality is text equality under deterministic collations; ordering would depend on
+//! the collation); dates and timestamps from strict ISO literals only
+//! ([`crate::values::literal`]: nothing whose meaning depends on DateStyle, and a
+//! timestamptz without an offset only in a UTC session). Parameters (`$n`) stand for their Bind values
 //! ([`super::params::BoundParams`]), decoded only where their type is certain.
 
 use pg_query::protobuf::{
