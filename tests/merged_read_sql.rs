@@ -125,6 +125,8 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
         columns: table.columns.iter().map(|c| c.name.clone()).collect(),
         pk: vec!["id".into()],
         guarded: false,
+        // No column types: the rows are bound as one array of the row type.
+        types: Vec::new(),
     };
     let resolve = |schema: Option<&str>, name: &str| {
         (name == "events" && schema.is_none_or(|s| s == "public")).then(|| tiered.clone())

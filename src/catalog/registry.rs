@@ -116,6 +116,27 @@ pub async fn read(
                 .and_then(|c| c["name"].as_str())
                 .map(str::to_owned)
         };
+        let types: Vec<(String, Option<ColdType>)> = list
+            .iter()
+            .filter(|c| c["name"].as_str().is_some())
+            .map(|c| {
+                let oid =
+                    u32::try_from(c["type_oid"].as_u64().unwrap_or_default()).unwrap_or_default();
+                let typmod = i32::try_from(c["typmod"].as_i64().unwrap_or(-1)).unwrap_or(-1);
+                (
+                    c["type"].as_str().unwrap_or_default().to_owned(),
+                    ColdType::for_column(oid, typmod).ok(),
+                )
+            })
+            .collect();
+        // Scalars bind as arrays of their own; an array column would be flattened.
+        let bound_types = types
+            .iter()
+            .map(|(text, ty)| match ty {
+                Some(ty @ ColdType::Scalar(_)) => (text.clone(), Some(ty.type_oid())),
+                _ => (text.clone(), None),
+            })
+            .collect();
         tables.push(Tiered {
             table: TieredTable {
                 table_id: row.get(0),
@@ -127,21 +148,10 @@ pub async fn read(
                     .collect(),
                 pk: pk_attnums.iter().filter_map(|a| name_of(*a)).collect(),
                 guarded: true,
+                types: bound_types,
             },
             row_type: row.get(1),
-            types: list
-                .iter()
-                .filter(|c| c["name"].as_str().is_some())
-                .map(|c| {
-                    let oid = u32::try_from(c["type_oid"].as_u64().unwrap_or_default())
-                        .unwrap_or_default();
-                    let typmod = i32::try_from(c["typmod"].as_i64().unwrap_or(-1)).unwrap_or(-1);
-                    (
-                        c["type"].as_str().unwrap_or_default().to_owned(),
-                        ColdType::for_column(oid, typmod).ok(),
-                    )
-                })
-                .collect(),
+            types,
         });
     }
     let mut views = Vec::new();

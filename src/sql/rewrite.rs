@@ -1,17 +1,26 @@
 //! The read rewrite (DESIGN §6.2), as a pure function of SQL text: every reference to a
 //! tiered table in a read position becomes a derived table with the same alias that
-//! unions the heap with the cold rows bound as one array parameter of the table's row
-//! type. The rewrite is spliced into the client's text at the parser's token locations
-//! (never deparsed), so the rest of the statement, and Postgres's positions in it, stay
-//! as the client wrote them.
+//! unions the heap with the cold rows bound as array parameters. The rewrite is spliced
+//! into the client's text at the parser's token locations (never deparsed), so the rest
+//! of the statement, and Postgres's positions in it, stay as the client wrote them.
+//!
+//! The cold rows are bound one array per column the statement may read (`sql::columns`),
+//! the key always among them, and the other columns are typed NULLs:
 //!
 //! ```sql
 //! (SELECT <cols> FROM ONLY s.t
 //!  UNION ALL
-//!  SELECT <cols> FROM unnest($k::s.t[]) AS c
+//!  SELECT c.<pk>, NULL::<type>, c.<read>, … FROM
+//!    (SELECT unnest($k::<pk type>[]) AS <pk>, unnest($k+1::<read type>[]) AS <read>) AS c
 //!  WHERE NOT EXISTS (SELECT 1 FROM coldwire.m_<id> m WHERE m.<pk> = c.<pk>)
 //!    AND NOT EXISTS (SELECT 1 FROM ONLY s.t h WHERE h.<pk> = c.<pk>)) AS t
 //! ```
+//!
+//! The unnests run in the select list, in step, so Postgres streams the rows instead of
+//! storing them first, and a statement that reads three columns of fifty binds three
+//! arrays rather than rows of fifty fields. When a column read is itself an array (which
+//! `unnest` would flatten), the rows are bound as one array of the table's row type
+//! instead: `SELECT <cols> FROM unnest($k::s.t[]) AS c WHERE …`.
 //!
 //! A key in the mirror has its authoritative state (live or deleted) in the heap, so its
 //! cold versions are never injected; the heap probe is defence in depth against doubles.
@@ -38,16 +47,75 @@ pub struct TieredTable {
     /// name as written resolves to another relation in the session (search_path,
     /// temporary tables).
     pub guarded: bool,
+    /// Per column: its type as `format_type` writes it, and the OID of the element type
+    /// of a column array binding its values (`None`: it can only be bound within the
+    /// row type, as array columns).
+    pub types: Vec<(String, Option<u32>)>,
+}
+
+/// How the cold rows of a reference are bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ColdBinding {
+    /// One array of the table's row type.
+    Rows,
+    /// One array per column listed, the others NULL.
+    Columns(Vec<BoundColumn>),
+}
+
+/// A column bound as an array of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundColumn {
+    /// Its position in the table's columns.
+    pub index: usize,
+    /// The array's element type.
+    pub type_oid: u32,
+}
+
+impl ColdBinding {
+    /// How many parameters the cold rows take.
+    pub fn param_count(&self) -> usize {
+        match self {
+            Self::Rows => 1,
+            Self::Columns(columns) => columns.len(),
+        }
+    }
 }
 
 impl TieredTable {
+    /// How the cold rows of a reference that may read `read` (names; `None`: every
+    /// column) are bound: the columns read and the key, each as an array, when every one
+    /// of them can be.
+    pub fn binding(&self, read: Option<&std::collections::HashSet<String>>) -> ColdBinding {
+        let mut bound = Vec::new();
+        for (index, name) in self.columns.iter().enumerate() {
+            if read.is_some_and(|r| !r.contains(name)) && !self.pk.contains(name) {
+                continue;
+            }
+            match self.types.get(index) {
+                Some((_, Some(type_oid))) => bound.push(BoundColumn {
+                    index,
+                    type_oid: *type_oid,
+                }),
+                _ => return ColdBinding::Rows,
+            }
+        }
+        ColdBinding::Columns(bound)
+    }
+
     fn qualified(&self) -> String {
         format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
     }
 
     /// The derived table that replaces a reference written as `written`, reading cold rows
-    /// from `$param` and, when guarded, the guard's plan from `$(param + 1)`.
-    fn derived(&self, param: usize, written: &str, qualified: bool) -> String {
+    /// bound as `binding` from `$param` on and, when guarded, the guard's plan from the
+    /// parameter after them.
+    fn derived(
+        &self,
+        param: usize,
+        binding: &ColdBinding,
+        written: &str,
+        qualified: bool,
+    ) -> String {
         let guard = if self.guarded {
             let name = if qualified {
                 "NULL".to_owned()
@@ -57,22 +125,61 @@ impl TieredTable {
             format!(
                 " WHERE (SELECT coldwire.guard({}, ${}::jsonb, {name}))",
                 self.table_id,
-                param + 1
+                param + binding.param_count()
             )
         } else {
             String::new()
         };
         let and_guard = guard.replacen(" WHERE ", " AND ", 1);
         let cols = column_list(self.columns.iter().map(String::as_str), "");
-        let c_cols = column_list(self.columns.iter().map(String::as_str), "c.");
+        let (c_cols, source) = match binding {
+            ColdBinding::Rows => (
+                column_list(self.columns.iter().map(String::as_str), "c."),
+                format!("unnest(${param}::{}[])", self.qualified()),
+            ),
+            ColdBinding::Columns(bound) => {
+                let c_cols = self
+                    .columns
+                    .iter()
+                    .enumerate()
+                    .map(|(i, name)| match bound.iter().any(|b| b.index == i) {
+                        true => format!("c.{}", quote_ident(name)),
+                        false => format!("NULL::{}", self.type_text(i)),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let unnests = bound
+                    .iter()
+                    .enumerate()
+                    .map(|(k, b)| {
+                        format!(
+                            "unnest(${}::{}[]) AS {}",
+                            param + k,
+                            self.type_text(b.index),
+                            quote_ident(&self.columns[b.index])
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                (c_cols, format!("(SELECT {unnests})"))
+            }
+        };
         format!(
-            "(SELECT {cols} FROM ONLY {t}{guard} UNION ALL SELECT {c_cols} FROM unnest(${param}::{t}[]) AS c \
+            "(SELECT {cols} FROM ONLY {t}{guard} UNION ALL SELECT {c_cols} FROM {source} AS c \
              WHERE NOT EXISTS (SELECT 1 FROM coldwire.m_{id} m WHERE {m_c}) AND NOT EXISTS (SELECT 1 FROM ONLY {t} h WHERE {h_c}){and_guard})",
             t = self.qualified(),
             id = self.table_id,
             m_c = pk_equal(self.pk.iter().map(String::as_str), "m", "c"),
             h_c = pk_equal(self.pk.iter().map(String::as_str), "h", "c"),
         )
+    }
+
+    /// The type of column `index` (`unknown`, which fails the statement, for a column
+    /// the catalog did not type).
+    fn type_text(&self, index: usize) -> &str {
+        self.types
+            .get(index)
+            .map_or("unknown", |(text, _)| text.as_str())
     }
 }
 
@@ -83,6 +190,8 @@ impl TieredTable {
 pub struct Reference {
     pub table_id: i64,
     pub param: usize,
+    /// How its cold rows are bound, from `param` on.
+    pub binding: ColdBinding,
     pub guarded: bool,
     /// The RangeVar's location in the client's text.
     pub location: i32,
@@ -175,22 +284,27 @@ pub fn rewrite_parsed(
             ));
         }
         param += 1;
+        let name = alias.clone().unwrap_or_else(|| table.name.clone());
+        let read = super::columns::read_names(parsed, &[&name, &table.name], &table.columns);
+        let binding = table.binding(read.as_ref());
         out.push_str(&sql[copied..start]);
-        out.push_str(&table.derived(param, &sql[location..end], qualified));
+        out.push_str(&table.derived(param, &binding, &sql[location..end], qualified));
         if alias.is_none() {
             // Column references qualified by the table name keep resolving.
             out.push_str(" AS ");
             out.push_str(&quote_ident(&table.name));
         }
         copied = end;
-        let name = alias.unwrap_or_else(|| table.name.clone());
+        let cold_params = binding.param_count();
         references.push(Reference {
             table_id: table.table_id,
             param,
+            binding,
             guarded: table.guarded,
             location: location as i32,
             name,
         });
+        param += cold_params - 1;
         if table.guarded {
             param += 1;
         }
@@ -322,7 +436,21 @@ mod tests {
             columns: vec!["id".into(), "kind".into()],
             pk: vec!["id".into()],
             guarded: false,
+            types: vec![("bigint".into(), Some(20)), ("text".into(), Some(25))],
         }
+    }
+
+    fn both() -> ColdBinding {
+        ColdBinding::Columns(vec![
+            BoundColumn {
+                index: 0,
+                type_oid: 20,
+            },
+            BoundColumn {
+                index: 1,
+                type_oid: 25,
+            },
+        ])
     }
 
     fn resolve(schema: Option<&str>, name: &str) -> Option<TieredTable> {
@@ -330,7 +458,7 @@ mod tests {
     }
 
     fn derived(param: usize) -> String {
-        events().derived(param, "events", false)
+        events().derived(param, &both(), "events", false)
     }
 
     #[test]
@@ -362,6 +490,7 @@ mod tests {
             vec![Reference {
                 table_id: 7,
                 param: 2,
+                binding: both(),
                 guarded: false,
                 location: 17,
                 name: "events".into()
@@ -380,9 +509,53 @@ mod tests {
             format!(
                 "select e.kind from {} e join {} AS \"events\" using (id)",
                 derived(1),
-                derived(2)
+                derived(3)
             )
         );
+    }
+
+    #[test]
+    fn cold_rows_bind_one_array_per_column_read_or_the_row_type_for_array_columns() {
+        let wide = |tags: Option<u32>| TieredTable {
+            columns: vec!["id".into(), "kind".into(), "tags".into()],
+            types: vec![
+                ("bigint".into(), Some(20)),
+                ("character varying(20)".into(), Some(1043)),
+                ("integer[]".into(), tags),
+            ],
+            ..events()
+        };
+        let resolve_wide =
+            |tags: Option<u32>| move |s: Option<&str>, n: &str| resolve(s, n).map(|_| wide(tags));
+        // The key and the column read, each an array; the unread column a typed NULL.
+        let r = rewrite("SELECT kind FROM events", 0, resolve_wide(None))
+            .unwrap()
+            .unwrap();
+        assert!(
+            r.sql.contains(
+                "SELECT c.\"id\", c.\"kind\", NULL::integer[] FROM (SELECT unnest($1::bigint[]) AS \"id\", unnest($2::character varying(20)[]) AS \"kind\") AS c"
+            ),
+            "{}",
+            r.sql
+        );
+        assert_eq!(r.references[0].binding.param_count(), 2);
+        // An array column read: the rows as the row type.
+        let r = rewrite("SELECT tags FROM events", 0, resolve_wide(None))
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.references[0].binding, ColdBinding::Rows);
+        assert!(
+            r.sql
+                .contains("FROM unnest($1::\"public\".\"events\"[]) AS c"),
+            "{}",
+            r.sql
+        );
+        // Every column of a table whose columns all bind as arrays.
+        let r = rewrite("SELECT * FROM events x", 0, resolve_wide(Some(23)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.references[0].binding.param_count(), 3);
+        assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
     }
 
     #[test]
@@ -391,7 +564,7 @@ mod tests {
                    SELECT id FROM recent UNION SELECT id FROM (SELECT id FROM events) s WHERE EXISTS (SELECT 1 FROM events x)";
         let r = rewrite(sql, 0, resolve).unwrap().unwrap();
         assert_eq!(r.references.len(), 3);
-        assert_eq!(r.sql.matches("unnest($").count(), 3);
+        assert_eq!(r.sql.matches("unnest($").count(), 6, "two columns each");
         assert!(
             r.sql.contains("SELECT id FROM recent UNION"),
             "the CTE's own name is left alone"
@@ -409,7 +582,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             r.sql
-                .matches("(SELECT coldwire.guard(7, $3::jsonb, $cw$events$cw$))")
+                .matches("(SELECT coldwire.guard(7, $4::jsonb, $cw$events$cw$))")
                 .count(),
             2,
             "{}",
@@ -425,7 +598,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             r.sql
-                .matches("(SELECT coldwire.guard(7, $2::jsonb, NULL))")
+                .matches("(SELECT coldwire.guard(7, $3::jsonb, NULL))")
                 .count(),
             2,
             "{}",
@@ -433,9 +606,9 @@ mod tests {
         );
         assert_eq!(
             r.references.iter().map(|r| r.param).collect::<Vec<_>>(),
-            [1, 3]
+            [1, 4]
         );
-        assert!(r.sql.contains("guard(7, $4::jsonb, $cw$events$cw$)"));
+        assert!(r.sql.contains("guard(7, $6::jsonb, $cw$events$cw$)"));
         assert_eq!(dollar_quoted("a$cw$b"), "$cwx$a$cw$b$cwx$");
     }
 

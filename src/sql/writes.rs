@@ -314,6 +314,7 @@ mod tests {
             columns: vec!["id".into(), "kind".into()],
             pk: vec!["id".into()],
             guarded: true,
+            types: Vec::new(),
         }
     }
 

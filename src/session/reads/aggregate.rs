@@ -202,6 +202,7 @@ pub(super) fn rewrite_aggregate_read(
             table_id: rewritten.table_id,
             predicates: extract(parsed, rewritten.location, &rewritten.name),
             row_type: tiered.row_type,
+            binding: crate::sql::rewrite::ColdBinding::Rows,
             read_names: crate::sql::columns::read_names(
                 parsed,
                 &[&rewritten.name, &tiered.table.name],

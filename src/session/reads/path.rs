@@ -1,8 +1,9 @@
 //! Merged reads (DESIGN §6): a statement that reads a tiered table is rewritten once
 //! (`sql::rewrite`, cached per statement text), and at every execution its cold rows are
 //! found per reference (`sql::predicates` with the Bind values, `cold::scan`) and bound as
-//! parameters after the client's own: per reference, the rows as one array of the table's
-//! row type, then the guard's plan (`coldwire.guard`, catalog v4).
+//! parameters after the client's own: per reference, the rows (one array per column read,
+//! or one array of the table's row type: `sql::rewrite`), then the guard's plan
+//! (`coldwire.guard`, catalog v4).
 //!
 //! A simple Query runs as Parse/Bind/Describe/Execute/Sync of the unnamed statement
 //! ([`ReadPath::plan`]); an extended-protocol statement is rewritten at Parse
@@ -27,9 +28,9 @@ use crate::sql::columns::read_names;
 use crate::sql::ddl::Ddl;
 use crate::sql::params::BoundParams;
 use crate::sql::predicates::{extract, to_prune, ColumnPredicate};
-use crate::sql::rewrite::{expand_views, rewrite_parsed};
+use crate::sql::rewrite::{expand_views, rewrite_parsed, ColdBinding};
 use crate::store::ColdStore;
-use crate::values::record::encode_record_batches;
+use crate::values::record::{encode_column_arrays, encode_record_batches};
 use crate::values::ColdColumn;
 use crate::wire::messages::ErrorFields;
 use pg_query::protobuf::{node::Node as N, ObjectType};
@@ -97,11 +98,22 @@ pub(super) struct PlannedReference {
     /// The names of the columns the statement may read through it (`sql::columns`);
     /// `None`: every column. The cold rows bound carry NULL in the others.
     pub(super) read_names: Option<HashSet<String>>,
+    /// How its cold rows are bound.
+    pub(super) binding: ColdBinding,
 }
 
 impl PlannedReference {
     /// Per column of `cold`, whether the statement may read it; `None`: every one.
     pub(super) fn read_columns(&self, cold: &ColdTable) -> Option<Vec<bool>> {
+        if let ColdBinding::Columns(bound) = &self.binding {
+            let mut read = vec![false; cold.columns.len()];
+            for b in bound {
+                if let Some(r) = read.get_mut(b.index) {
+                    *r = true;
+                }
+            }
+            return read.contains(&false).then_some(read);
+        }
         let names = self.read_names.as_ref()?;
         Some(
             cold.columns
@@ -116,10 +128,59 @@ impl PlannedReference {
     /// The parameters coldwire binds for it: cold rows (and cold partials, for an
     /// aggregate), then the guard's plan.
     pub(super) fn param_count(&self) -> usize {
-        if self.aggregate.is_some() {
-            3
-        } else {
-            2
+        self.binding.param_count() + usize::from(self.aggregate.is_some()) + 1
+    }
+
+    /// The cold rows `found` of `cold`, bound as the reference binds them.
+    fn bind_rows(
+        &self,
+        cold: &ColdTable,
+        found: Vec<arrow::array::RecordBatch>,
+    ) -> Result<Vec<BytesMut>, PlanError> {
+        let columns: Vec<ColdColumn> = cold
+            .columns
+            .iter()
+            .map(|c| ColdColumn::new(c.name.clone(), c.ty))
+            .collect();
+        let arrays = match &self.binding {
+            ColdBinding::Rows => {
+                let mut array = BytesMut::new();
+                encode_record_batches(&columns, self.row_type, found, &mut array)
+                    .map_err(|e| PlanError::Catalog(e.to_string()))?;
+                vec![array]
+            }
+            ColdBinding::Columns(bound) => {
+                // The statement was rewritten for the columns the registry listed; a
+                // table that changed since cannot be bound by position.
+                if bound.iter().any(|b| {
+                    columns
+                        .get(b.index)
+                        .is_none_or(|c| c.ty.type_oid() != b.type_oid)
+                }) {
+                    return Err(PlanError::Catalog(format!(
+                        "the columns of {} changed while the statement was planned; run it again",
+                        cold.name
+                    )));
+                }
+                let positions: Vec<usize> = bound.iter().map(|b| b.index).collect();
+                encode_column_arrays(&columns, &positions, found)
+                    .map_err(|e| PlanError::Catalog(e.to_string()))?
+            }
+        };
+        if let Some(array) = arrays.iter().find(|a| a.len() > MAX_ARRAY_BYTES) {
+            return Err(PlanError::Scan(ScanError::ArrayTooLarge {
+                table: cold.name.clone(),
+                bytes: array.len(),
+            }));
+        }
+        Ok(arrays)
+    }
+
+    /// Arrays of no cold rows, as the reference binds them.
+    fn no_rows(&self) -> Vec<BytesMut> {
+        match &self.binding {
+            ColdBinding::Rows => vec![empty_array(self.row_type)],
+            ColdBinding::Columns(bound) => bound.iter().map(|b| empty_array(b.type_oid)).collect(),
         }
     }
 }
@@ -397,21 +458,7 @@ impl ReadPath {
             if rows > 0 && !params.settings.utf8 {
                 return Err(PlanError::Encoding);
             }
-            let columns: Vec<ColdColumn> = cold
-                .columns
-                .iter()
-                .map(|c| ColdColumn::new(c.name.clone(), c.ty))
-                .collect();
-            let mut array = BytesMut::new();
-            encode_record_batches(&columns, r.row_type, found.batches, &mut array)
-                .map_err(|e| PlanError::Catalog(e.to_string()))?;
-            if array.len() > MAX_ARRAY_BYTES {
-                return Err(PlanError::Scan(ScanError::ArrayTooLarge {
-                    table: cold.name.clone(),
-                    bytes: array.len(),
-                }));
-            }
-            out.push(array);
+            out.extend(r.bind_rows(cold, found.batches)?);
             if r.aggregate.is_some() {
                 out.push(jsonb(&serde_json::json!([])));
             }
@@ -435,7 +482,8 @@ impl ReadPath {
             .iter()
             .flat_map(|r| {
                 let partials = r.aggregate.as_ref().map(|_| jsonb(&serde_json::json!([])));
-                std::iter::once(empty_array(r.row_type))
+                r.no_rows()
+                    .into_iter()
                     .chain(partials)
                     .chain(std::iter::once(plan.clone()))
                     .collect::<Vec<_>>()
@@ -572,6 +620,7 @@ fn rewrite(
                     &[&r.name, &tiered.table.name],
                     &tiered.table.columns,
                 ),
+                binding: r.binding.clone(),
             })
         })
         .collect::<Option<Vec<_>>>();
@@ -636,12 +685,13 @@ pub(super) fn highest_param(sql: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// An empty array of element type `row_type`, in the binary array format: no cold rows.
-pub(super) fn empty_array(row_type: u32) -> BytesMut {
+/// An empty array of element type `element` (a row type, or a column's), in the binary
+/// array format: no cold rows.
+pub(super) fn empty_array(element: u32) -> BytesMut {
     let mut empty = BytesMut::with_capacity(12);
     empty.put_i32(0); // no dimensions
     empty.put_i32(0); // no NULLs
-    empty.put_u32(row_type);
+    empty.put_u32(element);
     empty
 }
 

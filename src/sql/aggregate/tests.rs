@@ -15,6 +15,7 @@ fn events() -> (TieredTable, Vec<(String, Option<ColdType>)>) {
         ],
         pk: vec!["id".into()],
         guarded: true,
+        types: Vec::new(),
     };
     let types = vec![
         ("bigint".into(), Some(ColdType::Scalar(ScalarType::Int8))),
