@@ -169,6 +169,14 @@ fn generate(rng: &mut StdRng) -> Query {
         }
         select.push(a.to_owned());
     }
+    // Aggregates over the DISTINCT values of several columns at once (grouping sets of
+    // partial rows, one per column).
+    if rng.random_bool(0.25) {
+        let distinct = &aggregates[22..30];
+        for _ in 0..2 {
+            select.push(distinct[rng.random_range(0..distinct.len())].0.to_owned());
+        }
+    }
     let conjuncts = [
         "id > {k}",
         "id <= {k}",
@@ -473,7 +481,7 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
         &[("COLDWIRE_MAX_COLD_ROWS", "1000")],
     )
     .await;
-    let c = &t.c;
+    let (c, direct) = (&t.c, &t.direct);
     // `note LIKE` is not evaluated cold-side, nor is a disjunction or negation with it
     // inside: rows, over the cap.
     for sql in [
@@ -501,6 +509,38 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
         .unwrap();
     assert!(text.contains("Path: aggregate pushdown"), "{text}");
     assert!(text.contains("aggregated into 8 partial rows"), "{text}");
+    // DISTINCT values of several columns: a partial row per value of each column, not
+    // one per combination of them (about one per cold row).
+    let sql =
+        "SELECT count(DISTINCT tenant), count(DISTINCT qty), count(*), sum(small) FROM events";
+    let text = simple_rows(c, &explain(sql)).await.unwrap()[0][0]
+        .clone()
+        .unwrap();
+    assert!(text.contains("Path: aggregate pushdown"), "{text}");
+    let partial_rows: usize = text
+        .split(" partial rows")
+        .next()
+        .and_then(|t| t.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    let distinct: i64 = direct
+        .query_one(
+            "SELECT count(DISTINCT tenant) + count(DISTINCT qty) + 2 FROM control",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        partial_rows as i64 <= distinct,
+        "{partial_rows} partial rows: {text}"
+    );
+    assert_eq!(
+        simple_rows(c, sql).await.unwrap(),
+        simple_rows(direct, &sql.replace("events", "control"))
+            .await
+            .unwrap()
+    );
     let text = simple_rows(
         c,
         &explain("SELECT count(*) FROM events WHERE note LIKE 'n1%'"),

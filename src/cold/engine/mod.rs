@@ -57,6 +57,20 @@ pub struct PartialStats {
     pub bytes_read: u64,
 }
 
+impl PartialStats {
+    /// Adds what another pass over the same table read (its segment and row-group
+    /// counts are those of the table again, so the largest is kept).
+    pub fn add(&mut self, other: &PartialStats) {
+        self.segments = self.segments.max(other.segments);
+        self.segments_pruned = self.segments_pruned.max(other.segments_pruned);
+        self.row_groups_pruned = self.row_groups_pruned.max(other.row_groups_pruned);
+        self.rows_scanned += other.rows_scanned;
+        self.rows_aggregated += other.rows_aggregated;
+        self.row_groups_counted += other.row_groups_counted;
+        self.bytes_read += other.bytes_read;
+    }
+}
+
 /// The cold partials of `table` for the groups and partials of `aggregation`, over the
 /// live cold rows that satisfy every predicate (all exact) and whose single-column key
 /// (its order-preserving encoding) is not in `excluded`: one jsonb object per group,

@@ -2,6 +2,7 @@
 //! rewritten aggregate keeps, and at each Bind the partials the cold engine computes,
 //! leaving out the mirror's keys that may be cold.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -57,6 +58,9 @@ fn key_bytes(text: &str, kind: KeyKind) -> Option<Vec<u8>> {
 #[derive(Debug)]
 pub(super) struct AggregatePlan {
     pub(super) group: Vec<GroupColumn>,
+    /// The last columns of `group` that are grouping sets of their own
+    /// (`sql::aggregate::AggregateRewrite::distinct_sets`).
+    distinct_sets: usize,
     pub(super) partials: Vec<Partial>,
     /// A timestamptz column is truncated: partials only in UTC sessions.
     needs_utc: bool,
@@ -158,24 +162,52 @@ impl ReadPath {
             .catalog
             .hot_keys_in_cold_range(r.table_id, &plan.key, plan.key_kind)
             .await?;
-        let excluded = hot
+        let excluded: HashSet<Vec<u8>> = hot
             .iter()
             .flat_map(|h| &h.keys)
             .filter_map(|k| key_bytes(k, plan.key_kind))
             .collect();
-        let (rows, stats) = cold_partials(
-            &self.store,
-            cold,
-            predicates,
-            excluded,
-            Aggregation {
-                group: &plan.group,
-                partials: &plan.partials,
-                filters: &filters,
-            },
-            MAX_PARTIAL_ROWS,
-        )
-        .await?;
+        if plan.distinct_sets == 0 {
+            let (rows, stats) = cold_partials(
+                &self.store,
+                cold,
+                predicates,
+                excluded,
+                Aggregation {
+                    group: &plan.group,
+                    partials: &plan.partials,
+                    filters: &filters,
+                },
+                MAX_PARTIAL_ROWS,
+            )
+            .await?;
+            return Ok(ColdPartials { rows, stats, hot });
+        }
+        // Grouping sets: one pass per DISTINCT column, each decoding only its columns;
+        // the partials in the first set's rows only.
+        let base = plan.group.len() - plan.distinct_sets;
+        let mut rows = Vec::new();
+        let mut stats = PartialStats::default();
+        for (j, distinct) in plan.group[base..].iter().enumerate() {
+            let mut group = plan.group[..base].to_vec();
+            group.push(*distinct);
+            let partials = if j == 0 { &plan.partials[..] } else { &[] };
+            let (set, pass) = cold_partials(
+                &self.store,
+                cold.clone(),
+                predicates.clone(),
+                excluded.clone(),
+                Aggregation {
+                    group: &group,
+                    partials,
+                    filters: &filters,
+                },
+                MAX_PARTIAL_ROWS - rows.len(),
+            )
+            .await?;
+            rows.extend(set);
+            stats.add(&pass);
+        }
         Ok(ColdPartials { rows, stats, hot })
     }
 }
@@ -210,6 +242,7 @@ pub(super) fn rewrite_aggregate_read(
             ),
             aggregate: Some(AggregatePlan {
                 group: rewritten.group,
+                distinct_sets: rewritten.distinct_sets,
                 needs_utc: rewritten.needs_utc,
                 filters: rewritten.filters,
                 partials: rewritten.partials,

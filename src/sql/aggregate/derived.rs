@@ -47,6 +47,7 @@ pub(super) fn deparse_expr(parsed: &pg_query::ParseResult, node: &Node) -> Optio
 pub(super) fn derived_table(
     source: &Source,
     group: &[GroupColumn],
+    distinct_sets: usize,
     partials: &[Partial],
     filters: &[AggregateFilter],
     where_text: &str,
@@ -77,6 +78,9 @@ pub(super) fn derived_table(
         .zip(&group_cols)
         .map(|(r, c)| format!("{r} AS {c}"))
         .collect();
+    // Grouping sets: the partials in the rows of the first set only.
+    let base = group.len() - distinct_sets;
+    let first_set = (distinct_sets > 0).then(|| group_refs[base].clone());
     for (i, p) in partials.iter().enumerate() {
         let arg = p
             .column
@@ -101,11 +105,27 @@ pub(super) fn derived_table(
         if p.kind == PartialKind::SumNumeric {
             expr = format!("({expr})::numeric");
         }
+        if let Some(first) = &first_set {
+            expr = format!("CASE WHEN GROUPING({first}) = 0 THEN {expr} END");
+        }
         select_list.push(format!("{expr} AS _cw_p{i}"));
     }
     let select_list = select_list.join(", ");
     let group_by = if group.is_empty() {
         String::new()
+    } else if distinct_sets > 0 {
+        let sets: Vec<String> = group_refs[base..]
+            .iter()
+            .map(|d| {
+                let set: Vec<&str> = group_refs[..base]
+                    .iter()
+                    .chain([d])
+                    .map(String::as_str)
+                    .collect();
+                format!("({})", set.join(", "))
+            })
+            .collect();
+        format!(" GROUP BY GROUPING SETS ({})", sets.join(", "))
     } else {
         format!(" GROUP BY {}", group_refs.join(", "))
     };

@@ -36,7 +36,8 @@
 //! hot and row branches, by the cold engine when exact), outside them only group columns, constants,
 //! parameters and a few scalar functions. An aggregate over DISTINCT values of a column
 //! (`count(DISTINCT x)`) stays as written: the partial rows are then grouped by `x` as
-//! well, so they carry each group's set of values. A GROUP BY of `date_trunc('<unit>', c)`
+//! well, so they carry each group's set of values; with several such columns, by each
+//! in a grouping set of its own ([`AggregateRewrite::distinct_sets`]). A GROUP BY of `date_trunc('<unit>', c)`
 //! (c a timestamp or timestamptz column) groups the partial rows by it and names the
 //! result `c`; the outer query's `date_trunc('<unit>', c)` then truncates again, which
 //! changes nothing. Everything else takes the row path.
@@ -182,6 +183,12 @@ pub struct AggregateRewrite {
     /// The columns the partial rows are grouped by: the GROUP BY items, then the columns
     /// of DISTINCT aggregates.
     pub group: Vec<GroupColumn>,
+    /// When not 0, the last `distinct_sets` columns of `group` (DISTINCT columns, 2 or
+    /// more) are grouping sets: the partial rows of set `j` are grouped by the GROUP BY
+    /// items and the `j`-th of them, NULL in the others, and only those of the first set
+    /// carry the partials (NULL in the others, which every combination ignores). Every
+    /// DISTINCT aggregate ignores NULLs, so each still sees its column's set of values.
+    pub distinct_sets: usize,
     /// A timestamptz column is truncated (`date_trunc`), which cold-side matches
     /// Postgres only in a session whose TimeZone is UTC.
     pub needs_utc: bool,
@@ -222,6 +229,7 @@ pub fn rewrite_aggregate<'a>(
         select: outer,
         partials,
         distinct,
+        distinct_keeps_nulls,
         filters,
     } = source.split(select, &group)?;
     let filters = filters
@@ -237,14 +245,25 @@ pub fn rewrite_aggregate<'a>(
     // The partial rows are grouped by the client's groups and the DISTINCT aggregates'
     // columns.
     let mut group = group;
+    let mut appended = 0;
     for d in distinct {
         match group.iter().find(|g| g.column == d) {
             Some(g) if g.trunc.is_none() => {}
             // The derived table's column holds the truncated values.
             Some(_) => return None,
-            None => group.push(GroupColumn::plain(d)),
+            None => {
+                group.push(GroupColumn::plain(d));
+                appended += 1;
+            }
         }
     }
+    // Several DISTINCT columns: each one's values in partial rows of their own (grouping
+    // sets), not every combination of them, which is nearly a row per row.
+    let distinct_sets = if appended >= 2 && !distinct_keeps_nulls {
+        appended
+    } else {
+        0
+    };
     let needs_utc = group.iter().any(|g| {
         g.trunc.is_some()
             && matches!(
@@ -265,7 +284,15 @@ pub fn rewrite_aggregate<'a>(
     };
 
     let param = client_params + 1;
-    let derived = derived::derived_table(&source, &group, &partials, &filters, &where_text, param)?;
+    let derived = derived::derived_table(
+        &source,
+        &group,
+        distinct_sets,
+        &partials,
+        &filters,
+        &where_text,
+        param,
+    )?;
     let sql = derived::around(parsed, outer, &source.alias, &derived)?;
     Some(AggregateRewrite {
         sql,
@@ -273,6 +300,7 @@ pub fn rewrite_aggregate<'a>(
         location: source.location,
         name: source.alias,
         group,
+        distinct_sets,
         needs_utc,
         partials,
         filters,
@@ -316,6 +344,8 @@ struct Outer {
     partials: Vec<Partial>,
     /// Columns of DISTINCT aggregates.
     distinct: Vec<usize>,
+    /// A DISTINCT aggregate counts NULL as a value.
+    distinct_keeps_nulls: bool,
     filters: Vec<split::Filter>,
 }
 
@@ -433,6 +463,7 @@ impl<'a> Source<'a> {
             partials: Vec::new(),
             aggregates: 0,
             distinct: Vec::new(),
+            distinct_keeps_nulls: false,
             filters: Vec::new(),
             filter: None,
         };
@@ -489,6 +520,7 @@ impl<'a> Source<'a> {
             select: outer,
             partials: split.partials,
             distinct: split.distinct,
+            distinct_keeps_nulls: split.distinct_keeps_nulls,
             filters: split.filters,
         })
     }

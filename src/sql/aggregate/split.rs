@@ -68,6 +68,9 @@ pub(super) struct Split<'a> {
     pub(super) aggregates: usize,
     /// Columns of DISTINCT aggregates, which the partial rows are grouped by as well.
     pub(super) distinct: Vec<usize>,
+    /// Whether a DISTINCT aggregate counts NULL as a value (`array_agg`): the partial
+    /// rows cannot then carry each column's values in rows of their own, NULL elsewhere.
+    pub(super) distinct_keeps_nulls: bool,
     /// The FILTER conditions met, one per aggregate that has one.
     pub(super) filters: Vec<Filter>,
     /// The FILTER of the aggregate being split, as an index in `filters`.
@@ -322,6 +325,7 @@ impl Split<'_> {
         if !self.distinct.contains(&position) {
             self.distinct.push(position);
         }
+        self.distinct_keeps_nulls |= name == "array_agg";
         Some(())
     }
 

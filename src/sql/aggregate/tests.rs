@@ -173,6 +173,30 @@ fn distinct_aggregates_group_the_partial_rows_by_their_column() {
     assert_eq!(columns(&r), [3, 4], "{}", r.sql);
     assert!(r.partials.is_empty());
     assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+    assert_eq!(
+        r.distinct_sets, 0,
+        "array_agg counts NULLs: every combination"
+    );
+    // Several DISTINCT columns whose aggregates ignore NULLs: a grouping set per column,
+    // the partials in the first set's rows only.
+    let r = plan("SELECT ok, count(DISTINCT tenant), count(DISTINCT note), count(*), max(tenant) FROM events GROUP BY ok").unwrap();
+    assert_eq!(columns(&r), [4, 1, 3], "{}", r.sql);
+    assert_eq!(r.distinct_sets, 2);
+    assert_eq!(
+        r.sql.matches(r#"GROUP BY GROUPING SETS (("events"."ok", "events"."tenant"), ("events"."ok", "events"."note"))"#).count(),
+        2,
+        "{}",
+        r.sql
+    );
+    assert!(
+        r.sql
+            .contains(r#"CASE WHEN GROUPING("events"."tenant") = 0 THEN count(*) END"#),
+        "{}",
+        r.sql
+    );
+    assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+    let r = plan("SELECT count(DISTINCT tenant), sum(DISTINCT tenant) FROM events").unwrap();
+    assert_eq!(r.distinct_sets, 0, "one column: grouped by it alone");
     // The key itself: one partial row per cold row, still exact.
     assert_eq!(
         columns(&plan("SELECT count(DISTINCT id) FROM events").unwrap()),
