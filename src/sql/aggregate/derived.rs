@@ -154,6 +154,25 @@ pub(super) fn derived_table(
     ))
 }
 
+/// Replaces the RangeVar at `location` within a FROM item of joins by `with`.
+fn replace_range(node: &mut Node, location: i32, with: &Node, replaced: &mut usize) {
+    match node.node.as_mut() {
+        Some(N::RangeVar(r)) if r.location == location => {
+            *node = with.clone();
+            *replaced += 1;
+        }
+        Some(N::JoinExpr(j)) => {
+            for side in [j.larg.as_deref_mut(), j.rarg.as_deref_mut()]
+                .into_iter()
+                .flatten()
+            {
+                replace_range(side, location, with, replaced);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The guard, as a materialized CTE: the plan of `$plan` when it is a refusal, has no
 /// mirror keys, or its mirror keys inside the cold key range are those the mirror holds
 /// in the statement's snapshot; otherwise a plan that fails as stale.
@@ -176,14 +195,17 @@ fn guard(source: &Source, plan: usize) -> String {
     )
 }
 
-/// The outer query's text with `derived` in place of its FROM item, named `alias`.
+/// The outer query's text with `derived` in place of its FROM item, named `alias`; or,
+/// for a join (`joined`: the table reference's location, and the WHERE left to the outer
+/// query), in place of that reference within the joins.
 pub(super) fn around(
     parsed: &pg_query::ParseResult,
     mut outer: SelectStmt,
     alias: &str,
     derived: &str,
+    joined: Option<(i32, Option<Node>)>,
 ) -> Option<String> {
-    outer.from_clause = vec![Node {
+    let placeholder = Node {
         node: Some(N::RangeVar(protobuf::RangeVar {
             relname: PLACEHOLDER.to_owned(),
             inh: true,
@@ -194,8 +216,23 @@ pub(super) fn around(
             }),
             ..Default::default()
         })),
-    }];
-    outer.where_clause = None;
+    };
+    match joined {
+        None => {
+            outer.from_clause = vec![placeholder];
+            outer.where_clause = None;
+        }
+        Some((location, kept)) => {
+            let mut replaced = 0;
+            for item in &mut outer.from_clause {
+                replace_range(item, location, &placeholder, &mut replaced);
+            }
+            if replaced != 1 {
+                return None;
+            }
+            outer.where_clause = kept.map(Box::new);
+        }
+    }
     let text = deparse_select(parsed, outer)?;
     let (before, after) = text.split_once(PLACEHOLDER)?;
     if after.contains(PLACEHOLDER) {

@@ -44,6 +44,7 @@
 
 mod conditions;
 mod derived;
+mod join;
 mod split;
 #[cfg(test)]
 mod tests;
@@ -224,7 +225,24 @@ pub fn rewrite_aggregate<'a>(
 ) -> Option<AggregateRewrite> {
     let select = single_select(parsed)?;
     let source = Source::of(select, resolve)?;
-    let group = source.group_columns(select)?;
+    let joined = match source.joined {
+        true => Some(join::plan(select, &source.alias, &source.table.columns)?),
+        false => None,
+    };
+    let group = match &joined {
+        None => source.group_columns(select)?,
+        // Joined: the partial rows are grouped by every column read outside aggregates.
+        Some(j) => j
+            .carried
+            .iter()
+            .map(|&c| match source.types[c].1 {
+                Some(ColdType::Scalar(s)) if conditions::groupable(s) => {
+                    Some(GroupColumn::plain(c))
+                }
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?,
+    };
     let Outer {
         select: outer,
         partials,
@@ -274,7 +292,11 @@ pub fn rewrite_aggregate<'a>(
 
     // WHERE: exact when every conjunct is one predicate the cold engine evaluates as
     // Postgres does.
-    let (exact_where, where_predicates, where_text) = match select.where_clause.as_deref() {
+    let where_clause = match &joined {
+        None => select.where_clause.as_deref(),
+        Some(j) => j.pushed.as_ref(),
+    };
+    let (exact_where, where_predicates, where_text) = match where_clause {
         None => (true, 0, String::new()),
         Some(w) => {
             let exact = conditions::exact_conjuncts(w, &source.alias, source.table, source.types);
@@ -293,7 +315,8 @@ pub fn rewrite_aggregate<'a>(
         &where_text,
         param,
     )?;
-    let sql = derived::around(parsed, outer, &source.alias, &derived)?;
+    let kept = joined.map(|j| (source.location, j.kept));
+    let sql = derived::around(parsed, outer, &source.alias, &derived, kept)?;
     Some(AggregateRewrite {
         sql,
         table_id: source.table.table_id,
@@ -362,6 +385,8 @@ struct Source<'a> {
     /// The table's name as the client wrote it, for the guard's refusal message (`NULL`
     /// when schema-qualified).
     written: String,
+    /// Joined with plain tables (`join`).
+    joined: bool,
 }
 
 impl<'a> Source<'a> {
@@ -371,17 +396,23 @@ impl<'a> Source<'a> {
         select: &SelectStmt,
         resolve: impl Fn(Option<&str>, &str) -> Option<AggregateTable<'a>>,
     ) -> Option<Self> {
-        let [from] = select.from_clause.as_slice() else {
-            return None;
-        };
-        let Some(N::RangeVar(range)) = from.node.as_ref() else {
-            return None;
-        };
+        // One tiered table, alone or in inner joins with plain tables (`join`).
+        let leaves = join::from_leaves(&select.from_clause)?;
+        let mut tiered = None;
+        for range in &leaves {
+            let schema = (!range.schemaname.is_empty()).then_some(range.schemaname.as_str());
+            if let Some(found) = resolve(schema, &range.relname) {
+                if tiered.is_some() {
+                    return None;
+                }
+                tiered = Some((*range, found));
+            }
+        }
+        let (range, found) = tiered?;
         if !range.inh || !range.catalogname.is_empty() {
             return None;
         }
         let schema = (!range.schemaname.is_empty()).then_some(range.schemaname.as_str());
-        let found = resolve(schema, &range.relname)?;
         let table = found.table;
         if !table.guarded || table.columns.len() != found.types.len() {
             return None;
@@ -418,6 +449,7 @@ impl<'a> Source<'a> {
             key_kind,
             alias,
             written,
+            joined: leaves.len() > 1,
         })
     }
 
@@ -466,6 +498,7 @@ impl<'a> Source<'a> {
             distinct_keeps_nulls: false,
             filters: Vec::new(),
             filter: None,
+            joined: self.joined,
         };
         for target in &mut outer.target_list {
             let Some(N::ResTarget(t)) = target.node.as_mut() else {
@@ -513,7 +546,13 @@ impl<'a> Source<'a> {
                 return None;
             }
         }
-        if split.aggregates == 0 && group.is_empty() {
+        // Joined, grouping by the columns read collapses rows: only an aggregate or a
+        // GROUP BY of the client's may.
+        let grouped = match self.joined {
+            true => !select.group_clause.is_empty(),
+            false => !group.is_empty(),
+        };
+        if split.aggregates == 0 && !grouped {
             return None;
         }
         Some(Outer {

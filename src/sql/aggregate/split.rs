@@ -10,7 +10,7 @@ use crate::sql::rewrite::TieredTable;
 use crate::values::{ColdType, ScalarType};
 
 /// Aggregates coldwire cannot split: seeing one keeps the statement on the row path.
-const OTHER_AGGREGATES: &[&str] = &[
+pub(super) const OTHER_AGGREGATES: &[&str] = &[
     "array_agg",
     "string_agg",
     "json_agg",
@@ -50,7 +50,7 @@ const OTHER_AGGREGATES: &[&str] = &[
 
 /// Aggregates coldwire answers over DISTINCT values only (see
 /// [`Split::distinct_aggregate`]).
-const DISTINCT_ONLY: &[&str] = &["array_agg", "string_agg"];
+pub(super) const DISTINCT_ONLY: &[&str] = &["array_agg", "string_agg"];
 
 /// Scalar functions allowed around aggregates and group columns in the outer query.
 const SCALAR_FUNCTIONS: &[&str] = &[
@@ -75,6 +75,8 @@ pub(super) struct Split<'a> {
     pub(super) filters: Vec<Filter>,
     /// The FILTER of the aggregate being split, as an index in `filters`.
     pub(super) filter: Option<usize>,
+    /// The table is joined with plain tables, whose columns the outer query may read.
+    pub(super) joined: bool,
 }
 
 /// A FILTER condition: its node, its conjuncts, and how many predicates it gives when
@@ -85,7 +87,11 @@ impl Split<'_> {
     /// Replaces the aggregates in `node`; `None` when something does not qualify.
     pub(super) fn visit(&mut self, node: &mut Node) -> Option<()> {
         if let Some(N::ColumnRef(_)) = node.node {
-            let name = column_of(node, self.alias, true)?;
+            let Some(name) = column_of(node, self.alias, !self.joined) else {
+                // Joined: another table's column (`join::plan` checked that a bare name
+                // is not one of this table's).
+                return self.joined.then_some(());
+            };
             let position = self.table.columns.iter().position(|n| *n == name)?;
             return self
                 .group
@@ -97,7 +103,9 @@ impl Split<'_> {
         if let Some(N::FuncCall(_)) = node.node {
             let column = |name: &str| self.table.columns.iter().position(|n| n == name);
             if let Some(g) = group_expression(node, self.alias, &column) {
-                return self.group.contains(&g).then_some(());
+                // Joined, the partial rows carry the column itself.
+                let carried = self.joined && self.group.contains(&GroupColumn::plain(g.column));
+                return (carried || self.group.contains(&g)).then_some(());
             }
         }
         match node.node.as_mut()? {

@@ -114,7 +114,6 @@ fn leaves_what_it_cannot_split() {
         "SELECT id, count(*) FROM events GROUP BY tenant",
         "SELECT tenant + 1, count(*) FROM events GROUP BY 1",
         "SELECT count(*) FROM events GROUP BY 2",
-        "SELECT count(*) FROM events e JOIN other o ON o.id = e.id",
         "SELECT count(*) FROM events WHERE id IN (SELECT 1)",
         "SELECT count(*) OVER () FROM events",
         "SELECT * FROM events",
@@ -270,4 +269,52 @@ fn order_by_an_output_name_sorts_by_its_target() {
     }
     // A name that is no output column still has to be a group column.
     assert!(plan("SELECT tenant, count(*) FROM events GROUP BY tenant ORDER BY note").is_none());
+}
+
+#[test]
+fn joins_with_plain_tables_carry_the_columns_read_outside_aggregates() {
+    let r = plan("SELECT tn.region, count(*), sum(e.amount) FROM events e JOIN tenants tn ON tn.id = e.tenant WHERE e.id > 5 AND tn.plan = 'pro' AND e.note <> tn.name GROUP BY 1 ORDER BY 1").unwrap();
+    // The join key and the column compared with the other table: the rest is partials.
+    assert_eq!(columns(&r), [1, 3], "{}", r.sql);
+    assert!(r.exact_where, "{}", r.sql);
+    assert_eq!(r.where_predicates, 1);
+    assert!(
+        r.sql.contains(") e JOIN tenants tn ON tn.id = e.tenant WHERE tn.plan = 'pro' AND e.note <> tn.name GROUP BY 1"),
+        "{}",
+        r.sql
+    );
+    assert!(
+        r.sql
+            .contains("WHERE (SELECT ok FROM _cw_guard) AND (e.id > 5) GROUP BY"),
+        "{}",
+        r.sql
+    );
+    assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+    // A FROM list, the table on either side, date_trunc of a carried column.
+    for sql in [
+        "SELECT count(*) FROM tenants tn, events e WHERE tn.id = e.tenant",
+        "SELECT date_trunc('day', e.at), max(e.tenant) FROM tenants JOIN events e ON tenants.id = e.tenant CROSS JOIN regions GROUP BY 1",
+        "SELECT tn.region FROM events e JOIN tenants tn ON tn.id = e.tenant GROUP BY tn.region",
+        "SELECT count(DISTINCT e.note), count(DISTINCT e.ok) FROM events e JOIN tenants tn ON tn.id = e.tenant",
+    ] {
+        let r = plan(sql).unwrap_or_else(|| panic!("{sql}"));
+        assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+    }
+    // What the partial rows could not answer: rows.
+    for sql in [
+        "SELECT count(*) FROM events e LEFT JOIN tenants tn ON tn.id = e.tenant",
+        "SELECT count(*) FROM events e JOIN tenants tn USING (tenant)",
+        "SELECT count(*) FROM events e NATURAL JOIN tenants",
+        "SELECT count(*) FROM events e JOIN tenants tn ON tn.id = tenant",
+        "SELECT sum(tn.fee) FROM events e JOIN tenants tn ON tn.id = e.tenant",
+        "SELECT count(*) FILTER (WHERE tn.plan = 'pro') FROM events e JOIN tenants tn ON tn.id = e.tenant",
+        "SELECT count(e.*) FROM events e JOIN tenants tn ON tn.id = e.tenant",
+        "SELECT row_to_json(e), count(*) FROM events e JOIN tenants tn ON tn.id = e.tenant GROUP BY 1",
+        "SELECT tn.region, e.note FROM events e JOIN tenants tn ON tn.id = e.tenant",
+        "SELECT count(*) FROM events e JOIN events f ON f.id = e.id",
+        "SELECT count(*) FROM events e JOIN (SELECT 1 AS id) s ON s.id = e.tenant",
+        "SELECT count(DISTINCT tn.region) FROM events e JOIN tenants tn ON tn.id = e.tenant",
+    ] {
+        assert!(plan(sql).is_none(), "{sql}");
+    }
 }
