@@ -313,11 +313,25 @@ async fn migration_v2_upgrades_capture_of_tables_tiered_before() {
              CREATE INDEX m_{id}_seq ON coldwire.m_{id} (seq);
              CREATE OR REPLACE FUNCTION coldwire.capture_{id}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
                  SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN NULL; END $$;
-             ALTER TABLE events RENAME TO events_renamed;"
+             ALTER TABLE events RENAME TO events_renamed;
+             ALTER TABLE coldwire.m_{id} RESET (autovacuum_vacuum_insert_threshold);"
         ))
         .await
         .unwrap();
     let report = coldwire::catalog::migrate(&mut direct).await.unwrap();
+    // The mirror's own autovacuum thresholds (catalog v9), set again by the upgrade.
+    let options: Vec<String> = direct
+        .query_one(
+            &format!("SELECT reloptions FROM pg_class WHERE oid = 'coldwire.m_{id}'::regclass"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        options.contains(&"autovacuum_vacuum_insert_threshold=1000".to_owned()),
+        "{options:?}"
+    );
     assert_eq!(
         (report.from_version, report.to_version),
         (1, coldwire::catalog::latest_version())

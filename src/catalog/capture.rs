@@ -188,6 +188,12 @@ impl CaptureSpec {
         vec![
             format!("GRANT SELECT ON {mirror} TO PUBLIC"),
             format!("ALTER TABLE {mirror} ENABLE ROW LEVEL SECURITY"),
+            // Reads check the mirror's keys with index-only scans: autovacuum marks its
+            // pages all-visible after a thousand or so writes, not a fifth of the mirror.
+            format!(
+                "ALTER TABLE {mirror} SET (autovacuum_vacuum_scale_factor = 0.01, \
+                 autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_vacuum_insert_threshold = 1000)"
+            ),
             format!(
                 "CREATE POLICY table_readers ON {mirror} FOR SELECT TO PUBLIC \
                  USING (has_table_privilege((SELECT t.relid FROM coldwire.tables t WHERE t.id = {id}), 'SELECT'))",

@@ -75,6 +75,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/v008_conditions.sql"),
         upgrade_capture: true,
     },
+    Migration {
+        version: 9,
+        name: "mirror_vacuum",
+        sql: include_str!("sql/v009_mirror_vacuum.sql"),
+        upgrade_capture: true,
+    },
 ];
 
 /// The placeholders of the migrations' SQL and what they stand for: constants the Rust
