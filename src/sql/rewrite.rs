@@ -10,7 +10,7 @@
 //! ```sql
 //! (SELECT <cols> FROM ONLY s.t
 //!  UNION ALL
-//!  SELECT c.<pk>, NULL::<type>, c.<read>, … FROM
+//!  SELECT c.<pk>::<type>, NULL::<type>, c.<read>::<type>, … FROM
 //!    (SELECT unnest($k::<pk type>[]) AS <pk>, unnest($k+1::<read type>[]) AS <read>) AS c
 //!  WHERE NOT EXISTS (SELECT 1 FROM coldwire.m_<id> m WHERE m.<pk> = c.<pk>)
 //!    AND NOT EXISTS (SELECT 1 FROM ONLY s.t h WHERE h.<pk> = c.<pk>)) AS t
@@ -143,7 +143,10 @@ impl TieredTable {
                     .iter()
                     .enumerate()
                     .map(|(i, name)| match bound.iter().any(|b| b.index == i) {
-                        true => format!("c.{}", quote_ident(name)),
+                        // unnest's result has no typmod: the cast gives the column's
+                        // back (varchar(20), numeric(10,2)), as RowDescription and
+                        // CREATE TABLE … AS see it; for a type without one it is no-op.
+                        true => format!("c.{}::{}", quote_ident(name), self.type_text(i)),
                         false => format!("NULL::{}", self.type_text(i)),
                     })
                     .collect::<Vec<_>>()
@@ -533,7 +536,7 @@ mod tests {
             .unwrap();
         assert!(
             r.sql.contains(
-                "SELECT c.\"id\", c.\"kind\", NULL::integer[] FROM (SELECT unnest($1::bigint[]) AS \"id\", unnest($2::character varying(20)[]) AS \"kind\") AS c"
+                "SELECT c.\"id\"::bigint, c.\"kind\"::character varying(20), NULL::integer[] FROM (SELECT unnest($1::bigint[]) AS \"id\", unnest($2::character varying(20)[]) AS \"kind\") AS c"
             ),
             "{}",
             r.sql

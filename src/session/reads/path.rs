@@ -38,9 +38,9 @@ use pg_query::protobuf::{node::Node as N, ObjectType};
 /// Most cold rows a retried aggregate reads as rows before it takes partials again.
 const RETRY_ROWS: usize = 100_000;
 
-/// The largest array of cold rows bound as one parameter: Postgres allocates at most
-/// 1 GB - 1 for one value (MaxAllocSize), and the array's header and the row headers
-/// around the encoded fields stay under this margin.
+/// The most bytes of cold rows bound for one reference: Postgres allocates at most
+/// 1 GB - 1 for one value (MaxAllocSize) and for one message, and the arrays' headers and
+/// the rest of the Bind stay under this margin.
 const MAX_ARRAY_BYTES: usize = 1_000_000_000;
 
 /// Views over views expanded at most this deep.
@@ -167,10 +167,12 @@ impl PlannedReference {
                     .map_err(|e| PlanError::Catalog(e.to_string()))?
             }
         };
-        if let Some(array) = arrays.iter().find(|a| a.len() > MAX_ARRAY_BYTES) {
+        // One Bind message takes at most 1 GB - 1 in all.
+        let bytes: usize = arrays.iter().map(BytesMut::len).sum();
+        if bytes > MAX_ARRAY_BYTES {
             return Err(PlanError::Scan(ScanError::ArrayTooLarge {
                 table: cold.name.clone(),
-                bytes: array.len(),
+                bytes,
             }));
         }
         Ok(arrays)

@@ -229,6 +229,17 @@ pub fn rewrite_aggregate<'a>(
         true => Some(join::plan(select, &source.alias, &source.table.columns)?),
         false => None,
     };
+    if let Some(j) = &joined {
+        let key = source.column(source.key)?;
+        // Nothing carried: the branches would aggregate without GROUP BY and give a row
+        // (of count 0) even for no rows, which the joins would then match. The key
+        // carried: the client may group by it and read columns that depend on it, which
+        // Postgres allows of a table with that primary key, not of the derived table;
+        // and partial rows grouped by the key are the rows anyway.
+        if j.carried.is_empty() || j.carried.contains(&key) {
+            return None;
+        }
+    }
     let group = match &joined {
         None => source.group_columns(select)?,
         // Joined: the partial rows are grouped by every column read outside aggregates.
