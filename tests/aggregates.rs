@@ -310,6 +310,10 @@ fn generate(rng: &mut StdRng) -> Query {
         "amount <> 12.5",
         "note <> 'n{s}'",
         "id NOT BETWEEN {k} AND {k} + 5000",
+        // Text in order: the test clusters' default collation is C.
+        "note < 'n{s}'",
+        "label >= 'L{s}'",
+        "note BETWEEN 'n1' AND 'n{s}' OR label > 'L1'",
     ];
     let mut wheres = Vec::new();
     for _ in 0..rng.random_range(0..3) {
@@ -949,8 +953,8 @@ async fn tables_keyed_by_uuid_or_text_aggregate_from_partials() {
         for t in ["events", "control"] {
             direct
                 .batch_execute(&format!(
-                    "CREATE TABLE {t} (k {key} PRIMARY KEY, g int4, v int8, name text COLLATE \"C\");
-                     INSERT INTO {t} SELECT {value}, g, g * 10, chr(65 + g % 26) || chr(97 + g % 7) FROM generate_series(1, 3000) g;"
+                    "CREATE TABLE {t} (k {key} PRIMARY KEY, g int4, v int8, name text COLLATE \"C\", label text COLLATE \"und-x-icu\");
+                     INSERT INTO {t} SELECT {value}, g, g * 10, chr(65 + g % 26) || chr(97 + g % 7), chr(97 + g % 26) FROM generate_series(1, 3000) g;"
                 ))
                 .await
                 .unwrap();
@@ -990,6 +994,10 @@ async fn tables_keyed_by_uuid_or_text_aggregate_from_partials() {
             // so Postgres groups and sorts the partial rows under the column's.
             "SELECT name, count(*), sum(v) FROM {t} GROUP BY name ORDER BY name",
             "SELECT count(DISTINCT name), min(DISTINCT name), max(DISTINCT name) FROM {t}",
+            // Text in order under the C collation: evaluated on cold rows, as bytes.
+            "SELECT count(*), sum(v) FROM {t} WHERE name < 'Mc'",
+            "SELECT name, count(*) FROM {t} WHERE name BETWEEN 'Bb' AND 'K' OR name >= 'x' GROUP BY 1 ORDER BY 1",
+            "SELECT count(*) FROM {t} WHERE NOT (name > 'Q')",
         ] {
             let expected = simple_rows(&direct, &sql.replace("{t}", "control"))
                 .await
@@ -999,6 +1007,16 @@ async fn tables_keyed_by_uuid_or_text_aggregate_from_partials() {
                 .unwrap_or_else(|e| panic!("{key}: {sql}: {e:?}"));
             assert_eq!(got, expected, "{key}: {sql}");
         }
+        // Under an ICU collation text is not ordered as bytes: rows, over the cap.
+        let err = c
+            .simple_query("SELECT count(*) FROM events WHERE label < 'm'")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.as_db_error().map(|e| e.code().code()),
+            Some("54000"),
+            "{key}: {err:?}"
+        );
         // The largest key of the first flush rewritten and flushed again: two cold
         // versions, and an override at the very end of a row group's key range.
         let top: String = direct

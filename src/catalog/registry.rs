@@ -39,6 +39,9 @@ pub struct Tiered {
     /// Per column of `table.columns`: its type as `format_type` writes it, and how it is
     /// stored cold (`None`: a type this build cannot read back).
     pub types: Vec<(String, Option<ColdType>)>,
+    /// Per column: Postgres orders its values as their bytes (text under the C collation,
+    /// `catalog::segments::byte_ordered_columns`).
+    pub byte_ordered: Vec<bool>,
 }
 
 /// A view or materialized view that reads a tiered table (directly or through views).
@@ -105,6 +108,7 @@ pub async fn read(
                 &[],
             )
             .await?;
+    let ordered = super::segments::byte_ordered_columns(client, None).await?;
     let mut tables = Vec::new();
     for row in rows {
         let columns: serde_json::Value = row.get(4);
@@ -137,7 +141,16 @@ pub async fn read(
                 _ => (text.clone(), None),
             })
             .collect();
+        let byte_ordered = list
+            .iter()
+            .filter(|c| c["name"].as_str().is_some())
+            .map(|c| {
+                let attnum = c["attnum"].as_i64().and_then(|a| i16::try_from(a).ok());
+                attnum.is_some_and(|a| ordered.contains(&(row.get::<_, i64>(0), a)))
+            })
+            .collect();
         tables.push(Tiered {
+            byte_ordered,
             table: TieredTable {
                 table_id: row.get(0),
                 schema: row.get(2),

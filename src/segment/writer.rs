@@ -29,6 +29,10 @@ pub struct SegmentColumn {
     pub name: String,
     pub attnum: i16,
     pub ty: ColdType,
+    /// Whether Postgres orders the column's values as their bytes (text or varchar under
+    /// the C collation), so that `<` and `>` on it may be evaluated on cold rows. Known
+    /// when a table is loaded for reads (`catalog::segments`), false otherwise.
+    pub byte_ordered: bool,
 }
 
 impl SegmentColumn {
@@ -64,6 +68,7 @@ impl SegmentColumn {
                 name: c["name"].as_str().unwrap_or_default().to_owned(),
                 attnum: c["attnum"].as_i64().unwrap_or_default() as i16,
                 ty,
+                byte_ordered: false,
             });
         }
         Ok(out)

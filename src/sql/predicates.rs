@@ -534,6 +534,12 @@ pub fn ranged(scalar: ScalarType) -> bool {
     )
 }
 
+/// Whether `scalar` is a type whose values compare as their bytes when its collation is
+/// C: text and varchar (bpchar compares without trailing blanks).
+pub fn text_ordered(scalar: ScalarType) -> bool {
+    matches!(scalar, ScalarType::Text(TextKind::Text | TextKind::Varchar))
+}
+
 /// A float8 constant as Postgres reads it for a float8 comparison: an integer (cast
 /// exactly as `int8::float8` rounds), a decimal literal or a string in plain decimal
 /// notation (correctly rounded, as `float8in` does), `Infinity`, or a binary parameter.
@@ -609,7 +615,8 @@ fn prune_one(
     };
     let encode = |v: &Constant| encode(scalar, &resolve(v, scalar, params)?, params.settings.utc);
     let attnum = column.attnum;
-    let ranged = ranged(scalar);
+    // Text is compared in order only where Postgres orders it as bytes (C collation).
+    let ranged = ranged(scalar) || (column.byte_ordered && text_ordered(scalar));
     match &p.comparison {
         Comparison::IsNull => Some(Predicate::IsNull(attnum)),
         Comparison::IsNotNull => Some(Predicate::IsNotNull(attnum)),

@@ -136,6 +136,7 @@ fn sums_of_parameters_and_integers_are_bounds_too() {
         name: "id".into(),
         attnum: 1,
         ty: ColdType::Scalar(ScalarType::Int8),
+        byte_ordered: false,
     }];
     let ten = 10i64.to_be_bytes();
     let params = BoundParams {
@@ -190,16 +191,19 @@ fn only_encodable_constants_become_prune_predicates() {
             name: "id".into(),
             attnum: 1,
             ty: ColdType::Scalar(ScalarType::Int8),
+            byte_ordered: false,
         },
         SegmentColumn {
             name: "kind".into(),
             attnum: 2,
             ty: ColdType::Scalar(ScalarType::Text(TextKind::Text)),
+            byte_ordered: false,
         },
         SegmentColumn {
             name: "at".into(),
             attnum: 3,
             ty: ColdType::Scalar(ScalarType::Timestamptz),
+            byte_ordered: false,
         },
     ];
     let got = to_prune(
@@ -222,6 +226,18 @@ fn only_encodable_constants_become_prune_predicates() {
             Predicate::IsNotNull(3)
         ]
     );
+    // Under the C collation text is ordered as its bytes: ranges become predicates.
+    let mut c = columns.clone();
+    c[1].byte_ordered = true;
+    let got = to_prune(
+        &[p(
+            "kind",
+            Comparison::Below(Constant::Text("m".into()), false),
+        )],
+        &c,
+        &BoundParams::none(),
+    );
+    assert_eq!(got, vec![Predicate::Below(2, b"m".to_vec(), false)]);
 }
 
 #[test]

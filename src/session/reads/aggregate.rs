@@ -223,6 +223,7 @@ pub(super) fn rewrite_aggregate_read(
         registry.unique(schema, name).map(|t| AggregateTable {
             table: &t.table,
             types: &t.types,
+            byte_ordered: &t.byte_ordered,
         })
     })?;
     let tiered = registry.by_id(rewritten.table_id)?;

@@ -138,30 +138,40 @@ pub(super) fn has_sublink(parsed: &pg_query::ParseResult) -> bool {
 pub(super) fn exact_conjuncts(
     where_clause: &Node,
     alias: &str,
-    table: &TieredTable,
-    types: &[(String, Option<ColdType>)],
+    columns: &Columns<'_>,
 ) -> Option<usize> {
     let (found, complete) = complete_conjuncts_of(where_clause, alias, true);
-    (complete && found.iter().all(|p| exact(p, table, types))).then_some(found.len())
+    (complete && found.iter().all(|p| exact(p, columns))).then_some(found.len())
+}
+
+/// A table's columns as [`exact_conjuncts`] needs them.
+pub(super) struct Columns<'a> {
+    pub(super) table: &'a TieredTable,
+    pub(super) types: &'a [(String, Option<ColdType>)],
+    /// Per column: Postgres orders its values as their bytes (text under the C collation).
+    pub(super) byte_ordered: &'a [bool],
 }
 
 /// Whether the cold engine evaluates `p` exactly as Postgres would.
-fn exact(p: &ColumnPredicate, table: &TieredTable, types: &[(String, Option<ColdType>)]) -> bool {
+fn exact(p: &ColumnPredicate, columns: &Columns<'_>) -> bool {
     use crate::sql::predicates::Comparison as C;
     if let C::Any(any) = &p.comparison {
-        return any.iter().flatten().all(|p| exact(p, table, types));
+        return any.iter().flatten().all(|p| exact(p, columns));
     }
-    let Some(position) = table.columns.iter().position(|c| *c == p.column) else {
+    let Some(position) = columns.table.columns.iter().position(|c| *c == p.column) else {
         return false;
     };
-    let Some(ColdType::Scalar(scalar)) = types[position].1 else {
+    let Some(ColdType::Scalar(scalar)) = columns.types[position].1 else {
         return false;
     };
     // Dates and timestamps compare as integers once their constants are read (strict
     // ISO literals or Bind values of the column's type, see `values::literal`); a
     // constant that cannot be read leaves a predicate out, and the Bind then takes the
     // row path.
-    let ranged = crate::sql::predicates::ranged(scalar);
+    // Text in order only under the C collation, where Postgres compares bytes too.
+    let ranged = crate::sql::predicates::ranged(scalar)
+        || (columns.byte_ordered.get(position) == Some(&true)
+            && crate::sql::predicates::text_ordered(scalar));
     let equality = matches!(
         scalar,
         ScalarType::Text(TextKind::Text | TextKind::Varchar) | ScalarType::Uuid | ScalarType::Bool

@@ -214,6 +214,9 @@ pub struct AggregateRewrite {
 pub struct AggregateTable<'a> {
     pub table: &'a TieredTable,
     pub types: &'a [(String, Option<ColdType>)],
+    /// Per column: Postgres orders its values as their bytes (text under the C
+    /// collation), so that `<` and `>` on it are exact cold-side.
+    pub byte_ordered: &'a [bool],
 }
 
 /// The aggregate rewrite of `parsed` (the text's parse tree), with coldwire's parameters
@@ -310,7 +313,7 @@ pub fn rewrite_aggregate<'a>(
     let (exact_where, where_predicates, where_text) = match where_clause {
         None => (true, 0, String::new()),
         Some(w) => {
-            let exact = conditions::exact_conjuncts(w, &source.alias, source.table, source.types);
+            let exact = conditions::exact_conjuncts(w, &source.alias, &source.columns());
             let text = format!(" AND ({})", derived::deparse_expr(parsed, w)?);
             (exact.is_some(), exact.unwrap_or(0), text)
         }
@@ -389,6 +392,7 @@ struct Source<'a> {
     location: i32,
     table: &'a TieredTable,
     types: &'a [(String, Option<ColdType>)],
+    byte_ordered: &'a [bool],
     key: &'a str,
     key_kind: KeyKind,
     /// The name the query refers to the table by.
@@ -456,12 +460,22 @@ impl<'a> Source<'a> {
             location: range.location,
             table,
             types: found.types,
+            byte_ordered: found.byte_ordered,
             key,
             key_kind,
             alias,
             written,
             joined: leaves.len() > 1,
         })
+    }
+
+    /// The table's columns as the exactness test reads them.
+    fn columns(&self) -> conditions::Columns<'a> {
+        conditions::Columns {
+            table: self.table,
+            types: self.types,
+            byte_ordered: self.byte_ordered,
+        }
     }
 
     fn column(&self, name: &str) -> Option<usize> {
@@ -502,6 +516,7 @@ impl<'a> Source<'a> {
             alias: &self.alias,
             table: self.table,
             types: self.types,
+            byte_ordered: self.byte_ordered,
             group,
             partials: Vec::new(),
             aggregates: 0,

@@ -63,6 +63,8 @@ pub(super) struct Split<'a> {
     pub(super) alias: &'a str,
     pub(super) table: &'a TieredTable,
     pub(super) types: &'a [(String, Option<ColdType>)],
+    /// Per column: ordered as bytes (text under the C collation).
+    pub(super) byte_ordered: &'a [bool],
     pub(super) group: &'a [GroupColumn],
     pub(super) partials: Vec<Partial>,
     pub(super) aggregates: usize,
@@ -191,7 +193,15 @@ impl Split<'_> {
                     return None;
                 }
                 let predicates = conjuncts_of(condition, self.alias, true);
-                let exact = exact_conjuncts(condition, self.alias, self.table, self.types);
+                let exact = exact_conjuncts(
+                    condition,
+                    self.alias,
+                    &super::conditions::Columns {
+                        table: self.table,
+                        types: self.types,
+                        byte_ordered: self.byte_ordered,
+                    },
+                );
                 self.filters.push((condition.clone(), predicates, exact));
                 Some(self.filters.len() - 1)
             }

@@ -38,12 +38,18 @@ fn events() -> (TieredTable, Vec<(String, Option<ColdType>)>) {
 }
 
 fn plan(sql: &str) -> Option<AggregateRewrite> {
+    plan_with(sql, &[false; 6])
+}
+
+/// [`plan`] with the columns `byte_ordered` says compared as bytes (C collation).
+fn plan_with(sql: &str, byte_ordered: &[bool]) -> Option<AggregateRewrite> {
     let (table, types) = events();
     let parsed = pg_query::parse(sql, 0).unwrap();
     rewrite_aggregate(&parsed, 0, |_, name| {
         (name == "events").then_some(AggregateTable {
             table: &table,
             types: &types,
+            byte_ordered,
         })
     })
 }
@@ -158,6 +164,21 @@ fn a_where_the_cold_side_cannot_compute_is_not_exact() {
         "SELECT count(*) FROM events WHERE id NOT IN (1, NULL)",
     ] {
         assert!(!plan(inexact).unwrap().exact_where, "{inexact}");
+    }
+    // Text in order under the C collation: bytes, as cold-side.
+    let c = [false, false, false, true, false, false];
+    for exact in [
+        "SELECT count(*) FROM events WHERE note < 'b'",
+        "SELECT count(*) FROM events WHERE note BETWEEN 'a' AND 'n2' OR id = 1",
+        "SELECT count(*) FROM events WHERE NOT (note >= 'b')",
+    ] {
+        assert!(plan_with(exact, &c).unwrap().exact_where, "{exact}");
+    }
+    for inexact in [
+        "SELECT count(*) FROM events WHERE note < 'b' COLLATE \"en-x-icu\"",
+        "SELECT count(*) FROM events WHERE note COLLATE \"en-x-icu\" < 'b'",
+    ] {
+        assert!(!plan_with(inexact, &c).unwrap().exact_where, "{inexact}");
     }
 }
 
