@@ -353,6 +353,32 @@ fn generate(rng: &mut StdRng) -> Query {
     Query { sql, approximate }
 }
 
+/// Runs `q` on the tiered table through coldwire and on the control directly, in the
+/// simple protocol (text results, floats compared with a tolerance where `q` says) and,
+/// when every column is exact, the extended protocol (binary results, byte for byte).
+async fn compare(c: &tokio_postgres::Client, direct: &tokio_postgres::Client, q: &Query) {
+    let expected = simple_rows(direct, &q.sql.replace("{t}", "control"))
+        .await
+        .unwrap();
+    let got = simple_rows(c, &q.sql.replace("{t}", "events"))
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e:?}", q.sql));
+    assert!(
+        same(&got, &expected, &q.approximate),
+        "{}\n got: {got:?}\nwant: {expected:?}",
+        q.sql
+    );
+    if q.approximate.is_empty() {
+        let expected = binary_rows(direct, &q.sql.replace("{t}", "control"), &[])
+            .await
+            .unwrap();
+        let got = binary_rows(c, &q.sql.replace("{t}", "events"), &[])
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e:?}", q.sql));
+        assert_eq!(got, expected, "{}", q.sql);
+    }
+}
+
 fn same(
     got: &[Vec<Option<String>>],
     expected: &[Vec<Option<String>>],
@@ -529,28 +555,7 @@ async fn generated_aggregates_over_a_tiered_table_match_a_plain_table() {
             "{explained}"
         );
         for _ in 0..QUERIES {
-            let q = generate(&mut rng);
-            let expected = simple_rows(direct, &q.sql.replace("{t}", "control"))
-                .await
-                .unwrap();
-            let got = simple_rows(c, &q.sql.replace("{t}", "events"))
-                .await
-                .unwrap_or_else(|e| panic!("{}: {e:?}", q.sql));
-            assert!(
-                same(&got, &expected, &q.approximate),
-                "{}\n got: {got:?}\nwant: {expected:?}",
-                q.sql
-            );
-            if q.approximate.is_empty() {
-                // The extended protocol, binary results, byte for byte.
-                let expected = binary_rows(direct, &q.sql.replace("{t}", "control"), &[])
-                    .await
-                    .unwrap();
-                let got = binary_rows(c, &q.sql.replace("{t}", "events"), &[])
-                    .await
-                    .unwrap_or_else(|e| panic!("{}: {e:?}", q.sql));
-                assert_eq!(got, expected, "{}", q.sql);
-            }
+            compare(c, direct, &generate(&mut rng)).await;
             checked += 1;
         }
     }
@@ -558,18 +563,7 @@ async fn generated_aggregates_over_a_tiered_table_match_a_plain_table() {
     // Joins with plain tables, from partials too (the cold rows are over the proxy's cap).
     direct.batch_execute(DIMS).await.unwrap();
     for _ in 0..JOIN_QUERIES {
-        let q = generate_join(&mut rng);
-        let expected = simple_rows(direct, &q.sql.replace("{t}", "control"))
-            .await
-            .unwrap();
-        let got = simple_rows(c, &q.sql.replace("{t}", "events"))
-            .await
-            .unwrap_or_else(|e| panic!("{}: {e:?}", q.sql));
-        assert!(
-            same(&got, &expected, &q.approximate),
-            "{}\n got: {got:?}\nwant: {expected:?}",
-            q.sql
-        );
+        compare(c, direct, &generate_join(&mut rng)).await;
     }
     // Joins that read nothing of the tiered table outside aggregates, over no rows: no
     // partial row may stand for them (a row of count 0 would match every region).
