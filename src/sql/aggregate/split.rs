@@ -240,12 +240,16 @@ impl Split<'_> {
         let int = matches!(scalar, ScalarType::Int2 | ScalarType::Int4);
         let int8 = scalar == ScalarType::Int8;
         let float8 = scalar == ScalarType::Float8;
+        // Text under the C collation: Postgres's min and max compare bytes, as the cold
+        // engine's do.
         let ordered = int
             || int8
             || matches!(
                 scalar,
                 ScalarType::Date | ScalarType::Timestamp | ScalarType::Timestamptz
-            );
+            )
+            || (self.byte_ordered.get(position) == Some(&true)
+                && crate::sql::predicates::text_ordered(scalar));
         let text = match kind {
             AggregateKind::Count => {
                 let p = self.partial(PartialKind::Count, Some(position), "int8");

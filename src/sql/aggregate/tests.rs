@@ -165,8 +165,11 @@ fn a_where_the_cold_side_cannot_compute_is_not_exact() {
     ] {
         assert!(!plan(inexact).unwrap().exact_where, "{inexact}");
     }
-    // Text in order under the C collation: bytes, as cold-side.
+    // Text in order under the C collation: bytes, as cold-side; min and max too.
     let c = [false, false, false, true, false, false];
+    let r = plan_with("SELECT min(note), max(note) FROM events", &c).unwrap();
+    assert_eq!(r.partials.len(), 2, "{}", r.sql);
+    assert!(plan("SELECT min(note) FROM events").is_none());
     for exact in [
         "SELECT count(*) FROM events WHERE note < 'b'",
         "SELECT count(*) FROM events WHERE note BETWEEN 'a' AND 'n2' OR id = 1",
