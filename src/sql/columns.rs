@@ -68,16 +68,7 @@ fn qualified_names(value: &Value, range_names: &[&str], out: &mut Vec<String>) {
         Value::Object(map) => {
             for (key, inner) in map {
                 if key == "ColumnRef" {
-                    let fields: Vec<&str> = inner
-                        .get("fields")
-                        .and_then(Value::as_array)
-                        .map(|f| {
-                            f.iter()
-                                .filter_map(|f| f.get("node")?.get("String")?.get("sval")?.as_str())
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    if let [.., qualifier, last] = fields.as_slice() {
+                    if let [.., Some(qualifier), Some(last)] = column_ref_fields(inner).as_slice() {
                         if range_names.contains(qualifier) {
                             out.push((*last).to_owned());
                         }
@@ -128,15 +119,21 @@ fn visit(value: &Value, range_names: &[&str], names: &mut HashSet<String>) -> bo
 /// Whether a `ColumnRef` ends in one of `range_names`: a whole-row reference (or a column
 /// named like the table, which is read then anyway).
 fn whole_row(column_ref: &Value, range_names: &[&str]) -> bool {
-    let last = column_ref
+    let last = column_ref_fields(column_ref).last().copied().flatten();
+    last.is_some_and(|name| range_names.contains(&name))
+}
+
+/// The fields of a `ColumnRef` of the parse tree as JSON: each name, `None` for `*`.
+pub(crate) fn column_ref_fields(column_ref: &Value) -> Vec<Option<&str>> {
+    column_ref
         .get("fields")
         .and_then(Value::as_array)
-        .and_then(|f| f.last())
-        .and_then(|f| f.get("node"))
-        .and_then(|n| n.get("String"))
-        .and_then(|s| s.get("sval"))
-        .and_then(Value::as_str);
-    last.is_some_and(|name| range_names.contains(&name))
+        .map(|f| {
+            f.iter()
+                .map(|f| f.get("node")?.get("String")?.get("sval")?.as_str())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

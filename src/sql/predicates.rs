@@ -12,9 +12,10 @@
 //! was understood. References on the nullable side of an outer join get no predicates (a
 //! pruned row would turn into a NULL-extended one). Constants become the order-preserving
 //! encoding only where that encoding is the comparison's order: integers and float8 (also
-//! from quoted literals); text, varchar, uuid and bool for (in)equality only (byte
-//! equality is text equality under deterministic collations; ordering would depend on
-//! the collation); dates and timestamps from strict ISO literals only
+//! from quoted literals); text, varchar, uuid and bool for (in)equality (byte equality is
+//! text equality under deterministic collations), and text and varchar in order only
+//! where the column compares as bytes (`SegmentColumn::byte_ordered`: the C collation);
+//! dates and timestamps from strict ISO literals only
 //! ([`crate::values::literal`]: nothing whose meaning depends on DateStyle, and a
 //! timestamptz without an offset only in a UTC session). Parameters (`$n`) stand for their Bind values
 //! ([`super::params::BoundParams`]), decoded only where their type is certain.

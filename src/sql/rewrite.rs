@@ -195,6 +195,9 @@ pub struct Reference {
     pub param: usize,
     /// How its cold rows are bound, from `param` on.
     pub binding: ColdBinding,
+    /// The names of the columns the statement may read through it (`sql::columns`);
+    /// `None`: every column.
+    pub read_names: Option<std::collections::HashSet<String>>,
     pub guarded: bool,
     /// The RangeVar's location in the client's text.
     pub location: i32,
@@ -288,8 +291,8 @@ pub fn rewrite_parsed(
         }
         param += 1;
         let name = alias.clone().unwrap_or_else(|| table.name.clone());
-        let read = super::columns::read_names(parsed, &[&name, &table.name], &table.columns);
-        let binding = table.binding(read.as_ref());
+        let read_names = super::columns::read_names(parsed, &[&name, &table.name], &table.columns);
+        let binding = table.binding(read_names.as_ref());
         out.push_str(&sql[copied..start]);
         out.push_str(&table.derived(param, &binding, &sql[location..end], qualified));
         if alias.is_none() {
@@ -303,6 +306,7 @@ pub fn rewrite_parsed(
             table_id: table.table_id,
             param,
             binding,
+            read_names,
             guarded: table.guarded,
             location: location as i32,
             name,
@@ -494,6 +498,7 @@ mod tests {
                 table_id: 7,
                 param: 2,
                 binding: both(),
+                read_names: Some(["kind", "id", "="].map(str::to_owned).into()),
                 guarded: false,
                 location: 17,
                 name: "events".into()

@@ -85,8 +85,8 @@ impl PartialStats {
 pub async fn cold_partials(
     store: &ColdStore,
     table: Arc<ColdTable>,
-    predicates: Vec<Predicate>,
-    excluded: HashSet<Vec<u8>>,
+    predicates: Arc<Vec<Predicate>>,
+    excluded: Arc<HashSet<Vec<u8>>>,
     aggregation: Aggregation<'_>,
     max_groups: usize,
 ) -> Result<(Vec<serde_json::Value>, PartialStats), ScanError> {
@@ -112,7 +112,6 @@ pub async fn cold_partials(
         .target_partitions()
         .clamp(1, units.len().max(1));
     let stats = Arc::new(std::sync::Mutex::new(stats));
-    let (predicates, excluded) = (Arc::new(predicates), Arc::new(excluded));
     let sources: Vec<Arc<dyn PartitionStream>> = (0..partitions)
         .map(|p| {
             Arc::new(LiveSource {

@@ -162,36 +162,33 @@ impl ReadPath {
             .catalog
             .hot_keys_in_cold_range(r.table_id, &plan.key, plan.key_kind)
             .await?;
-        let excluded: HashSet<Vec<u8>> = hot
-            .iter()
-            .flat_map(|h| &h.keys)
-            .filter_map(|k| key_bytes(k, plan.key_kind))
-            .collect();
-        if plan.distinct_sets == 0 {
-            let (rows, stats) = cold_partials(
-                &self.store,
-                cold,
-                predicates,
-                excluded,
-                Aggregation {
-                    group: &plan.group,
-                    partials: &plan.partials,
-                    filters: &filters,
-                },
-                MAX_PARTIAL_ROWS,
-            )
-            .await?;
-            return Ok(ColdPartials { rows, stats, hot });
-        }
-        // Grouping sets: one pass per DISTINCT column, each decoding only its columns;
-        // the partials in the first set's rows only.
-        let base = plan.group.len() - plan.distinct_sets;
+        let excluded: Arc<HashSet<Vec<u8>>> = Arc::new(
+            hot.iter()
+                .flat_map(|h| &h.keys)
+                .filter_map(|k| key_bytes(k, plan.key_kind))
+                .collect(),
+        );
+        let predicates = Arc::new(predicates);
+        // One pass, or with grouping sets one per DISTINCT column (each decoding only its
+        // columns), the partials in the first set's rows only.
+        let passes: Vec<(Vec<GroupColumn>, &[Partial])> = match plan.distinct_sets {
+            0 => vec![(plan.group.clone(), &plan.partials[..])],
+            sets => {
+                let base = plan.group.len() - sets;
+                plan.group[base..]
+                    .iter()
+                    .enumerate()
+                    .map(|(j, distinct)| {
+                        let mut group = plan.group[..base].to_vec();
+                        group.push(*distinct);
+                        (group, if j == 0 { &plan.partials[..] } else { &[][..] })
+                    })
+                    .collect()
+            }
+        };
         let mut rows = Vec::new();
         let mut stats = PartialStats::default();
-        for (j, distinct) in plan.group[base..].iter().enumerate() {
-            let mut group = plan.group[..base].to_vec();
-            group.push(*distinct);
-            let partials = if j == 0 { &plan.partials[..] } else { &[] };
+        for (group, partials) in passes {
             let (set, pass) = cold_partials(
                 &self.store,
                 cold.clone(),

@@ -24,7 +24,6 @@ use crate::error::fields;
 pub use crate::error::PlanError;
 use crate::segment::prune::integer_values;
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
-use crate::sql::columns::read_names;
 use crate::sql::ddl::Ddl;
 use crate::sql::params::BoundParams;
 use crate::sql::predicates::{extract, to_prune, ColumnPredicate};
@@ -617,11 +616,7 @@ fn rewrite(
                 predicates: extract(&parsed, r.location, &r.name),
                 row_type: tiered.row_type,
                 aggregate: None,
-                read_names: read_names(
-                    &parsed,
-                    &[&r.name, &tiered.table.name],
-                    &tiered.table.columns,
-                ),
+                read_names: r.read_names.clone(),
                 binding: r.binding.clone(),
             })
         })

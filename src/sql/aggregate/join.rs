@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use super::split::{DISTINCT_ONLY, OTHER_AGGREGATES};
 use super::AggregateKind;
+use crate::sql::columns::column_ref_fields as fields;
 
 /// The leaves of a FROM list of inner joins, in order; `None` for anything else.
 pub(super) fn from_leaves(items: &[Node]) -> Option<Vec<&RangeVar>> {
@@ -115,19 +116,6 @@ fn and(mut conjuncts: Vec<Node>) -> Option<Node> {
             }))),
         }),
     }
-}
-
-/// The fields of a `ColumnRef` object (`None` for `*`).
-fn fields(column_ref: &Value) -> Vec<Option<&str>> {
-    column_ref
-        .get("fields")
-        .and_then(Value::as_array)
-        .map(|f| {
-            f.iter()
-                .map(|f| f.get("node")?.get("String")?.get("sval")?.as_str())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The name of a `FuncCall` object when it is an aggregate.
