@@ -34,7 +34,8 @@ CREATE TABLE {t} (
   at timestamptz,
   ts timestamp,
   note text,
-  label varchar(12)
+  label varchar(12),
+  price numeric(12,2)
 );
 INSERT INTO {t}
 SELECT g,
@@ -48,7 +49,9 @@ SELECT g,
        TIMESTAMPTZ '2024-01-01 00:00:00+00' + g * interval '37 minutes',
        CASE WHEN g = 6 THEN '-infinity'::timestamp ELSE TIMESTAMP '1999-12-31 23:00:00' + g * interval '1 second' END,
        CASE WHEN g % 23 = 0 THEN NULL ELSE 'n' || (g % 5) END,
-       'L' || (g % 3)
+       'L' || (g % 3),
+       CASE WHEN g % 29 = 0 THEN NULL WHEN g IN (779, 4243) THEN 'NaN'::numeric WHEN g = 998 THEN 9999999999.99 WHEN g = 999 THEN -9999999999.99
+            ELSE ((g % 2000) - 700) / 8.0 END
 FROM generate_series(1, {rows}) g;
 ";
 
@@ -57,8 +60,9 @@ const WRITES: &[&str] = &[
     "UPDATE {t} SET amount = amount + 1, tenant = 99 WHERE id BETWEEN 100 AND 160",
     "DELETE FROM {t} WHERE id BETWEEN 1000 AND 1100",
     "UPDATE {t} SET note = NULL, flag = NULL WHERE id IN (7, 8, 9, 5000, 12000)",
-    "INSERT INTO {t} SELECT g, g % 4, 1, g, g, true, DATE '2030-01-01', TIMESTAMPTZ '2030-01-01 12:00:00+00', TIMESTAMP '2030-01-01', 'fresh', 'L9' FROM generate_series({rows} + 1, {rows} + 500) g",
+    "INSERT INTO {t} SELECT g, g % 4, 1, g, g, true, DATE '2030-01-01', TIMESTAMPTZ '2030-01-01 12:00:00+00', TIMESTAMP '2030-01-01', 'fresh', 'L9', g / 3.0 FROM generate_series({rows} + 1, {rows} + 500) g",
     "DELETE FROM {t} WHERE id = 3",
+    "UPDATE {t} SET price = price + 0.01 WHERE id BETWEEN 300 AND 320 OR id = 779",
 ];
 
 /// A plain table the tiered one is joined with: tenant 1 twice (each of its rows counts
@@ -190,7 +194,7 @@ fn generate(rng: &mut StdRng) -> Query {
             group.push(g);
         }
     }
-    let aggregates: [(&str, bool); 44] = [
+    let aggregates: [(&str, bool); 52] = [
         ("count(*)", false),
         ("count(1)", false),
         ("count(note)", false),
@@ -242,6 +246,19 @@ fn generate(rng: &mut StdRng) -> Query {
         // Text under the C collation (the test clusters' default).
         ("min(note)", false),
         ("max(label) FILTER (WHERE tenant > 1)", false),
+        // numeric(12, 2), with NaN (a declared precision holds no infinity) and its
+        // extremes among the values.
+        ("sum(price)", false),
+        ("avg(price)", false),
+        ("min(price)", false),
+        ("max(price)", false),
+        ("count(price)", false),
+        ("sum(price) FILTER (WHERE price > 10.005)", false),
+        (
+            "max(price) FILTER (WHERE price < 'Infinity' AND price <> 'NaN')",
+            false,
+        ),
+        ("avg(price) FILTER (WHERE tenant = 2)", false),
     ];
     // Group items under output names (`date_trunc('day', at) AS g0`), grouped and sorted
     // by those names, as reporting tools write them.
@@ -317,6 +334,22 @@ fn generate(rng: &mut StdRng) -> Query {
         "note < 'n{s}'",
         "label >= 'L{s}'",
         "note BETWEEN 'n1' AND 'n{s}' OR label > 'L1'",
+        // numeric(12, 2): constants between two values of the scale, specials, extremes.
+        "price > {s}.005",
+        "price <= -{m}.125",
+        "price = {s}.5",
+        "price = 1.005",
+        "price <> 1.005",
+        "price BETWEEN -5 AND {m}.499",
+        "price IN (1.5, 'NaN', 2.25, 1.001)",
+        "price NOT IN (-87.5, 12)",
+        "price >= 'Infinity'",
+        "price = 'NaN'",
+        "price IN (' nan', 1e9)",
+        "price > '-inf'",
+        "price < 1e3",
+        "price >= 9999999999.99 OR price <= -99999999999",
+        "price >= '{s}'::numeric",
     ];
     let mut wheres = Vec::new();
     for _ in 0..rng.random_range(0..3) {
@@ -707,6 +740,19 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
     ] {
         let (tiered, control) = (sql.replace("{t}", "events"), sql.replace("{t}", "control"));
         t.same_row(tiered.as_str(), control.as_str(), &[&v], sql)
+            .await;
+    }
+    // numeric parameters, binary, compared with the numeric(12, 2) column: read at its
+    // scale (1.005 lies between two of its values), partials (no cap met).
+    let sql = "SELECT count(*), sum(price)::text FROM {t} WHERE price > $1 AND price <= $2";
+    let (tiered, control) = (sql.replace("{t}", "events"), sql.replace("{t}", "control"));
+    for (lo, hi) in [
+        ("1.005", "100"),
+        ("-3.5", "-0.001"),
+        ("12.25", "9999999999.99"),
+    ] {
+        let (lo, hi) = (common::Decimal(lo.into()), common::Decimal(hi.into()));
+        t.same_row(tiered.as_str(), control.as_str(), &[&lo, &hi], sql)
             .await;
     }
     // An integer parameter compared with a float8 column (eight binary bytes that are

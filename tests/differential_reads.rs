@@ -13,7 +13,9 @@ mod common;
 
 use common::disguise::Disguise;
 use common::raw::{self, RawConn};
-use common::{admin_call, binary_rows, cluster, connect_direct, create_db, simple_rows, Proxy};
+use common::{
+    admin_call, binary_rows, cluster, connect_direct, create_db, simple_rows, Decimal, Proxy,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_postgres::types::ToSql;
@@ -24,19 +26,21 @@ const SEED: u64 = 0x636f_6c64;
 const ROWS: i64 = 5000;
 
 /// A constant of a generated query: written inline, or bound as parameter `$n`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Value {
     Int8(i64),
     Int4(i32),
     Float8(f64),
+    Numeric(Decimal),
 }
 
 impl Value {
-    fn text(self) -> String {
+    fn text(&self) -> String {
         match self {
             Value::Int8(v) => v.to_string(),
             Value::Int4(v) => v.to_string(),
             Value::Float8(v) => v.to_string(),
+            Value::Numeric(Decimal(v)) => v.clone(),
         }
     }
     fn param(&self) -> &(dyn ToSql + Sync) {
@@ -44,6 +48,7 @@ impl Value {
             Value::Int8(v) => v,
             Value::Int4(v) => v,
             Value::Float8(v) => v,
+            Value::Numeric(v) => v,
         }
     }
 }
@@ -88,13 +93,40 @@ impl Builder {
 
 /// One query, with constants drawn from `rng`.
 fn query(rng: &mut StdRng) -> Generated {
-    use Value::{Float8, Int4, Int8};
+    use Value::{Float8, Int4, Int8, Numeric};
+    // A numeric(10, 2) constant, often between two values of the column's scale.
+    let n = |rng: &mut StdRng| {
+        let thousandths = rng.random_range(-2_000..1_800_000);
+        let sign = if thousandths < 0 { "-" } else { "" };
+        let t: i64 = i64::abs(thousandths);
+        Numeric(Decimal(format!("{sign}{}.{:03}", t / 1000, t % 1000)))
+    };
     let k = |rng: &mut StdRng| rng.random_range(-10..ROWS + 60);
     let (k1, k2, k3) = (k(rng), k(rng), k(rng));
     let (lo, hi) = (k1.min(k2), k1.max(k2));
     let v = rng.random_range(0..50);
     let b = Builder::default();
-    match rng.random_range(0..28) {
+    match rng.random_range(0..31) {
+        // numeric(10, 2) conditions, evaluated cold-side at the column's scale.
+        27 => b
+            .sql("SELECT id, c FROM {t} WHERE c > ")
+            .v(n(rng))
+            .sql(" AND c <= ")
+            .v(n(rng))
+            .sql(" ORDER BY id LIMIT 40"),
+        28 => b
+            .sql("SELECT id, c, a FROM {t} WHERE (c = ")
+            .v(n(rng))
+            .sql(" OR c IN (1, ")
+            .v(n(rng))
+            .sql(", 'NaN')) AND id < ")
+            .v(Int8(hi))
+            .sql(" ORDER BY id"),
+        29 => b
+            .sql("SELECT count(*), sum(c), max(c), min(c) FROM {t} WHERE c < ")
+            .v(n(rng))
+            .sql(" AND c <> ")
+            .v(n(rng)),
         0 => b.sql("SELECT * FROM {t} WHERE id = ").v(Int8(k1)),
         1 => b
             .sql("SELECT id, a, c FROM {t} WHERE id BETWEEN ")

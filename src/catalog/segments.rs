@@ -13,7 +13,7 @@ use tokio_postgres::Client;
 use crate::segment::prune::{ColumnStats, SegmentMeta};
 use crate::segment::writer::SegmentColumn;
 use crate::values::ordered;
-use crate::values::{ColdColumn, ColdError, ColdType, CopyDecoder, ScalarType};
+use crate::values::{ColdColumn, ColdError, ColdType, CopyDecoder, NumericRepr, ScalarType};
 
 /// Rows per decoded batch while reading overrides.
 const OVERRIDE_BATCH_ROWS: usize = 8192;
@@ -112,7 +112,7 @@ impl ColdTable {
         {
             let id: uuid::Uuid = s.get(0);
             if let Some(segment) = segments.iter_mut().find(|g| g.segment_id == id) {
-                segment.columns.push(ColumnStats {
+                let mut stats = ColumnStats {
                     attnum: s.get(1),
                     min: s.get(2),
                     max: s.get(3),
@@ -122,7 +122,15 @@ impl ColdTable {
                     rg_max: s.get::<_, Option<Vec<Option<Vec<u8>>>>>(7).unwrap_or_default(),
                     rg_null_count: s.get::<_, Option<Vec<i64>>>(8).unwrap_or_default(),
                     rg_nan_count: s.get::<_, Option<Vec<i64>>>(9).unwrap_or_default(),
+                };
+                let numeric = columns.iter().any(|c| {
+                    c.attnum == stats.attnum
+                        && matches!(c.ty, ColdType::Scalar(ScalarType::Numeric(NumericRepr::Decimal { .. })))
                 });
+                if numeric {
+                    stats.place_specials();
+                }
+                segment.columns.push(stats);
             }
         }
 

@@ -200,6 +200,35 @@ pub struct ColumnStats {
     pub rg_nan_count: Vec<i64>,
 }
 
+impl ColumnStats {
+    /// For a numeric(p, s) column, whose NaN and ±Infinity the flush counts in
+    /// `nan_count`: places them as predicates do ([`crate::values::ordered::numeric_special`],
+    /// -Infinity lowest and NaN highest), so a range that counts any has bounds from
+    /// -Infinity to NaN and counts them as ordered values.
+    pub fn place_specials(&mut self) {
+        use crate::values::numeric::Special;
+        use crate::values::ordered::numeric_special;
+        let low = numeric_special(Special::NegInf).to_vec();
+        let high = numeric_special(Special::NaN).to_vec();
+        if self.nan_count > 0 {
+            self.min = Some(low.clone());
+            self.max = Some(high.clone());
+            self.nan_count = 0;
+        }
+        for g in 0..self.rg_nan_count.len() {
+            if self.rg_nan_count[g] > 0 {
+                if let Some(min) = self.rg_min.get_mut(g) {
+                    *min = Some(low.clone());
+                }
+                if let Some(max) = self.rg_max.get_mut(g) {
+                    *max = Some(high.clone());
+                }
+                self.rg_nan_count[g] = 0;
+            }
+        }
+    }
+}
+
 /// A segment as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentMeta {

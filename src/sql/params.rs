@@ -6,7 +6,7 @@
 //! untyped `$n` compared with a column as that column's type, unless an earlier use typed
 //! it). Anything else yields no constant, so the planner simply prunes less (invariant 7).
 
-use crate::values::{ScalarType, TextKind};
+use crate::values::{NumericRepr, ScalarType, TextKind};
 
 /// A constant as written in the statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +64,7 @@ pub(crate) mod oid {
     pub const DATE: u32 = 1082;
     pub const TIMESTAMP: u32 = 1114;
     pub const TIMESTAMPTZ: u32 = 1184;
+    pub const NUMERIC: u32 = 1700;
 }
 
 /// The client's parameter values of one Bind.
@@ -131,6 +132,9 @@ impl BoundParams<'_> {
             ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8
         );
         let text_column = matches!(column, ScalarType::Text(TextKind::Text | TextKind::Varchar));
+        // numeric(p, s): compared as numeric with numeric and integer values (an integer is
+        // cast to numeric), as float8 with a float8 one (not ours to read).
+        let numeric_column = matches!(column, ScalarType::Numeric(NumericRepr::Decimal { .. }));
         // A date or timestamp parameter of the column's own type: µs or days since 1970.
         let temporal = match (column, declared) {
             (ScalarType::Date, oid::DATE) => Some(oid::DATE),
@@ -145,7 +149,8 @@ impl BoundParams<'_> {
             let text = std::str::from_utf8(value).ok()?;
             let usable = match declared {
                 0 | oid::UNKNOWN => true,
-                oid::INT2 | oid::INT4 | oid::INT8 => int_column,
+                oid::INT2 | oid::INT4 | oid::INT8 => int_column || numeric_column,
+                oid::NUMERIC => numeric_column,
                 oid::TEXT | oid::VARCHAR => text_column,
                 oid::UUID => column == ScalarType::Uuid,
                 oid::FLOAT8 => column == ScalarType::Float8,
@@ -193,13 +198,16 @@ impl BoundParams<'_> {
             (oid::BOOL, 1) if column == ScalarType::Bool && value[0] <= 1 => {
                 Some(Constant::Bool(value[0] == 1))
             }
-            (oid::INT2, 2) if int_column => Some(Constant::Int(
+            (oid::NUMERIC, _) if numeric_column => {
+                crate::values::numeric::binary_text(value).map(Constant::Text)
+            }
+            (oid::INT2, 2) if int_column || numeric_column => Some(Constant::Int(
                 i16::from_be_bytes(value.try_into().ok()?).into(),
             )),
-            (oid::INT4, 4) if int_column => Some(Constant::Int(
+            (oid::INT4, 4) if int_column || numeric_column => Some(Constant::Int(
                 i32::from_be_bytes(value.try_into().ok()?).into(),
             )),
-            (oid::INT8, 8) if int_column => {
+            (oid::INT8, 8) if int_column || numeric_column => {
                 Some(Constant::Int(i64::from_be_bytes(value.try_into().ok()?)))
             }
             (oid::TEXT | oid::VARCHAR, _) if text_column => {
@@ -251,6 +259,32 @@ mod tests {
         );
         // Declared numeric (1700): its binary form is not an integer's.
         assert_eq!(one(&eight, true, 1700).constant(1, ScalarType::Int8), None);
+    }
+
+    #[test]
+    fn numeric_columns_read_numeric_and_integer_values() {
+        let column = ScalarType::Numeric(crate::values::NumericRepr::Decimal {
+            precision: 10,
+            scale: 2,
+        });
+        // 12.5 in numeric's binary form: two groups (12, 5000), weight 0, dscale 1.
+        let twelve_and_a_half = [0, 2, 0, 0, 0, 0, 0, 1, 0, 12, 0x13, 0x88];
+        assert_eq!(
+            one(&twelve_and_a_half, true, oid::NUMERIC).constant(1, column),
+            Some(Constant::Text("12.5".into()))
+        );
+        assert_eq!(
+            one(&7i64.to_be_bytes(), true, oid::INT8).constant(1, column),
+            Some(Constant::Int(7))
+        );
+        assert_eq!(
+            one(b"1.005", false, oid::NUMERIC).constant(1, column),
+            Some(Constant::Text("1.005".into()))
+        );
+        // A float8 makes the comparison a float8 one; an untyped binary value could be
+        // anything (eight bytes of an int8 read as a numeric header are a zero).
+        assert_eq!(one(b"1.5", false, oid::FLOAT8).constant(1, column), None);
+        assert_eq!(one(&7i64.to_be_bytes(), true, 0).constant(1, column), None);
     }
 
     #[test]

@@ -30,8 +30,9 @@ use super::params::{BoundParams, Constant};
 use crate::segment::prune::Predicate;
 use crate::segment::writer::SegmentColumn;
 use crate::values::literal::{temporal_literal, TemporalKind};
+use crate::values::numeric::{self, Scaled};
 use crate::values::ordered;
-use crate::values::{ColdType, ScalarType, TextKind};
+use crate::values::{ColdType, NumericRepr, ScalarType, TextKind};
 
 /// What a conjunct says about a column.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -470,7 +471,7 @@ pub fn constant(node: &Node) -> Option<Constant> {
                 return (ty.array_bounds.is_empty() && ty.typmods.is_empty())
                     .then_some(Constant::Typed(scalar, text));
             }
-            let same = ["int2", "int4", "int8", "text", "varchar", "uuid"];
+            let same = ["int2", "int4", "int8", "numeric", "text", "varchar", "uuid"];
             // `varchar(5)` truncates: not the same value.
             if !same.contains(&name.sval.as_str())
                 || !ty.array_bounds.is_empty()
@@ -520,8 +521,10 @@ pub fn constant(node: &Node) -> Option<Constant> {
 
 /// Whether `<`, `<=`, `>`, `>=` and `BETWEEN` on a column of `scalar` compare as its
 /// order-preserving encoding does, under every setting and collation: integers, float8
-/// (-0 is 0, and NaN, which has no encoding, is above every number as in Postgres), and
-/// dates and timestamps once their constants are read (see [`to_prune`]).
+/// (-0 is 0, and NaN, which has no encoding, is above every number as in Postgres),
+/// numeric(p, s) (constants read at the column's scale, its specials placed, see
+/// [`numeric_predicate`]), and dates and timestamps once their constants are read (see
+/// [`to_prune`]).
 pub fn ranged(scalar: ScalarType) -> bool {
     matches!(
         scalar,
@@ -532,6 +535,7 @@ pub fn ranged(scalar: ScalarType) -> bool {
             | ScalarType::Date
             | ScalarType::Timestamp
             | ScalarType::Timestamptz
+            | ScalarType::Numeric(NumericRepr::Decimal { .. })
     )
 }
 
@@ -614,8 +618,12 @@ fn prune_one(
     let ColdType::Scalar(scalar) = column.ty else {
         return None;
     };
-    let encode = |v: &Constant| encode(scalar, &resolve(v, scalar, params)?, params.settings.utc);
     let attnum = column.attnum;
+    if let ScalarType::Numeric(NumericRepr::Decimal { scale, .. }) = scalar {
+        let read = |v: &Constant| numeric_constant(&resolve(v, scalar, params)?, scale);
+        return numeric_predicate(attnum, &p.comparison, read);
+    }
+    let encode = |v: &Constant| encode(scalar, &resolve(v, scalar, params)?, params.settings.utc);
     // Text is compared in order only where Postgres orders it as bytes (C collation).
     let ranged = ranged(scalar) || (column.byte_ordered && text_ordered(scalar));
     match &p.comparison {
@@ -643,6 +651,69 @@ fn prune_one(
         }
         _ => None,
     }
+}
+
+/// A constant compared with a numeric(p, s) column, read at the column's `scale`: an
+/// integer, a numeric literal, or a string or parameter in numeric's text form (a float8
+/// value makes the comparison a float8 one, not read here).
+fn numeric_constant(value: &Constant, scale: i8) -> Option<Scaled> {
+    match value {
+        Constant::Int(v) => numeric::scaled(&v.to_string(), scale),
+        Constant::Decimal(t) | Constant::Text(t) => numeric::scaled(t, scale),
+        _ => None,
+    }
+}
+
+/// The predicate of a comparison with a numeric(p, s) column whose constants `read`
+/// gives at the column's scale. Column values are exact at that scale, so a constant
+/// between two of them compares as the nearer one on the comparison's side: `x < 1.005`
+/// at scale 2 is `x <= 1.00`, `x = 1.005` holds for no value (an empty IN list), `x <> 1.005`
+/// for every one that is not NULL. Specials compare as numeric orders them.
+fn numeric_predicate(
+    attnum: i16,
+    comparison: &Comparison,
+    read: impl Fn(&Constant) -> Option<Scaled>,
+) -> Option<Predicate> {
+    let at = |v: i128| ordered::decimal(v).to_vec();
+    // The encoding of a constant equal to a value the column can hold, `None` for one between.
+    let exact = |s: Scaled| match s {
+        Scaled::Special(s) => Some(ordered::numeric_special(s).to_vec()),
+        Scaled::Finite { floor, exact } => exact.then(|| at(floor)),
+    };
+    Some(match comparison {
+        Comparison::IsNull => Predicate::IsNull(attnum),
+        Comparison::IsNotNull => Predicate::IsNotNull(attnum),
+        Comparison::Eq(v) => match exact(read(v)?) {
+            Some(v) => Predicate::Eq(attnum, v),
+            None => Predicate::In(attnum, Vec::new()),
+        },
+        Comparison::NotEq(v) => match exact(read(v)?) {
+            Some(v) => Predicate::Any(vec![
+                vec![Predicate::Below(attnum, v.clone(), false)],
+                vec![Predicate::Above(attnum, v, false)],
+            ]),
+            None => Predicate::IsNotNull(attnum),
+        },
+        Comparison::In(vs) => {
+            let read: Vec<Scaled> = vs.iter().map(&read).collect::<Option<_>>()?;
+            Predicate::In(attnum, read.into_iter().filter_map(exact).collect())
+        }
+        Comparison::Below(v, inclusive) => match read(v)? {
+            Scaled::Finite {
+                floor,
+                exact: false,
+            } => Predicate::Below(attnum, at(floor), true),
+            s => Predicate::Below(attnum, exact(s)?, *inclusive),
+        },
+        Comparison::Above(v, inclusive) => match read(v)? {
+            Scaled::Finite {
+                floor,
+                exact: false,
+            } => Predicate::Above(attnum, at(floor + 1), true),
+            s => Predicate::Above(attnum, exact(s)?, *inclusive),
+        },
+        Comparison::Any(_) => return None,
+    })
 }
 
 /// The keys a conjunction pins every key column of to values (`Eq` or `IN`), with the

@@ -1,4 +1,5 @@
 use super::*;
+use crate::values::NumericRepr;
 
 fn located(sql: &str, name: &str, nth: usize) -> Vec<ColumnPredicate> {
     let parsed = pg_query::parse(sql, 0).unwrap();
@@ -265,4 +266,77 @@ fn float8_constants_read_as_postgres_reads_them() {
         encode(ScalarType::Float8, &Constant::Text("-0".into()), true),
         float(0.0).map(|b| b.to_vec())
     );
+}
+
+#[test]
+fn numeric_constants_compare_at_the_columns_scale() {
+    use crate::values::numeric::Special;
+    let columns = vec![SegmentColumn {
+        name: "price".into(),
+        attnum: 4,
+        ty: ColdType::Scalar(ScalarType::Numeric(NumericRepr::Decimal {
+            precision: 10,
+            scale: 2,
+        })),
+        byte_ordered: false,
+    }];
+    let at = |v: i128| ordered::decimal(v).to_vec();
+    let nan = ordered::numeric_special(Special::NaN).to_vec();
+    let dec = |t: &str| Constant::Decimal(t.into());
+    let one = |c: Comparison| to_prune(&[p("price", c)], &columns, &BoundParams::none());
+    // Exact at the scale: as written.
+    assert_eq!(
+        one(Comparison::Below(dec("1.5"), false)),
+        vec![Predicate::Below(4, at(150), false)]
+    );
+    assert_eq!(
+        one(Comparison::Eq(Constant::Int(7))),
+        vec![Predicate::Eq(4, at(700))]
+    );
+    // Between two values of the scale: the nearer one on the comparison's side.
+    assert_eq!(
+        one(Comparison::Below(dec("1.005"), false)),
+        vec![Predicate::Below(4, at(100), true)]
+    );
+    assert_eq!(
+        one(Comparison::Above(dec("-1.005"), true)),
+        vec![Predicate::Above(4, at(-100), true)]
+    );
+    assert_eq!(
+        one(Comparison::Eq(dec("1.005"))),
+        vec![Predicate::In(4, Vec::new())]
+    );
+    assert_eq!(
+        one(Comparison::NotEq(dec("1.005"))),
+        vec![Predicate::IsNotNull(4)]
+    );
+    assert_eq!(
+        one(Comparison::In(vec![
+            dec("1.5"),
+            Constant::Text("NaN".into()),
+            dec("2.001")
+        ])),
+        vec![Predicate::In(4, vec![at(150), nan.clone()])]
+    );
+    // Specials where numeric orders them; a float8 parameter is not a numeric one.
+    assert_eq!(
+        one(Comparison::Above(Constant::Text("Infinity".into()), true)),
+        vec![Predicate::Above(
+            4,
+            ordered::numeric_special(Special::PosInf).to_vec(),
+            true
+        )]
+    );
+    assert!(one(Comparison::Eq(Constant::Float(1.5f64.to_bits()))).is_empty());
+    assert!(one(Comparison::Eq(Constant::Text("1_000".into()))).is_empty());
+    // The order the encodings give: -Infinity < finite < Infinity < NaN.
+    let order = [
+        ordered::numeric_special(Special::NegInf).to_vec(),
+        at(-9_999_999_999),
+        at(0),
+        at(9_999_999_999),
+        ordered::numeric_special(Special::PosInf).to_vec(),
+        nan,
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]));
 }

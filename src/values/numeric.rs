@@ -431,6 +431,125 @@ pub fn write_text_as_binary(text: &str, out: &mut BytesMut) -> Result<(), ValueE
     write_groups(negative, int_groups as i32 - 1, &groups, dscale, out)
 }
 
+/// A numeric constant as a comparison with a numeric(p, s) column sees it: finite values
+/// at the column's scale (rounded down where the scale cannot hold them), or a special.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scaled {
+    /// The unscaled value `floor` when `exact`; otherwise a value strictly between `floor`
+    /// and `floor + 1`. Values beyond every numeric(38, s) value are ±10^38, which no
+    /// column value equals.
+    Finite {
+        floor: i128,
+        exact: bool,
+    },
+    Special(Special),
+}
+
+/// ±10^38: past the largest unscaled value of a numeric(38, s) column (10^38 - 1).
+const BEYOND: i128 = 10_i128.pow(38);
+
+/// `text` read as `numeric_in` reads it (blanks around, a sign, digits with a point, an
+/// exponent; `NaN`, `Infinity`, `inf` in any case), at `scale`. `None` for anything else
+/// (newer servers' underscores and hexadecimal among them): the caller then leaves the
+/// comparison to Postgres.
+pub fn scaled(text: &str, scale: i8) -> Option<Scaled> {
+    let t = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c'));
+    match t.to_ascii_lowercase().as_str() {
+        "nan" => return Some(Scaled::Special(Special::NaN)),
+        "infinity" | "+infinity" | "inf" | "+inf" => return Some(Scaled::Special(Special::PosInf)),
+        "-infinity" | "-inf" => return Some(Scaled::Special(Special::NegInf)),
+        _ => {}
+    }
+    let (negative, rest) = match t.as_bytes().first()? {
+        b'-' => (true, &t[1..]),
+        b'+' => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let (mantissa, exponent) = match rest.split_once(['e', 'E']) {
+        Some((m, e)) => (m, Some(e)),
+        None => (rest, None),
+    };
+    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits_only = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (int_part.is_empty() && frac_part.is_empty())
+        || !digits_only(int_part)
+        || !digits_only(frac_part)
+    {
+        return None;
+    }
+    let exponent: i64 = match exponent {
+        None => 0,
+        Some(e) => {
+            let (sign, digits) = match e.as_bytes().first()? {
+                b'-' => (-1, &e[1..]),
+                b'+' => (1, &e[1..]),
+                _ => (1, e),
+            };
+            if digits.is_empty() || !digits_only(digits) {
+                return None;
+            }
+            // Postgres refuses exponents past ±1000 (the statement fails there anyway).
+            let digits = digits.trim_start_matches('0');
+            sign * if digits.len() > 6 {
+                1_000_000
+            } else {
+                digits.parse().unwrap_or(0)
+            }
+        }
+    };
+    let all = format!("{int_part}{frac_part}");
+    let significant = all.trim_start_matches('0');
+    if significant.is_empty() {
+        return Some(Scaled::Finite {
+            floor: 0,
+            exact: true,
+        });
+    }
+    // The value is significant × 10^shift at the column's scale.
+    let shift = exponent - frac_part.len() as i64 + i64::from(scale);
+    let n = significant.len() as i64;
+    let (magnitude, exact) = if shift >= 0 {
+        if n + shift > 38 {
+            (BEYOND, true)
+        } else {
+            (
+                significant.parse::<i128>().ok()? * 10_i128.pow(shift as u32),
+                true,
+            )
+        }
+    } else if -shift >= n {
+        (0, false)
+    } else {
+        let (whole, dropped) = significant.split_at((n + shift) as usize);
+        if whole.len() > 38 {
+            (BEYOND, true)
+        } else {
+            (
+                whole.parse::<i128>().ok()?,
+                dropped.bytes().all(|b| b == b'0'),
+            )
+        }
+    };
+    let floor = match (negative, exact) {
+        (false, _) => magnitude,
+        (true, true) => -magnitude,
+        (true, false) => -magnitude - 1,
+    };
+    Some(Scaled::Finite { floor, exact })
+}
+
+/// The text of a binary numeric parameter, for [`scaled`]; `None` when malformed.
+pub fn binary_text(bytes: &[u8]) -> Option<String> {
+    match parse(bytes).ok()? {
+        Parsed::Special(s) => Some(s.as_str().to_owned()),
+        Parsed::Finite(n) => {
+            let mut out = String::new();
+            n.write_text(&mut out);
+            Some(out)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -591,5 +710,42 @@ mod tests {
         write_text_as_binary(&text, &mut b).unwrap();
         assert_eq!(text_of(&b), text);
         assert_eq!(via_text(&b), b.to_vec());
+    }
+
+    #[test]
+    fn constants_read_at_a_scale_round_down_when_inexact() {
+        let f = |floor, exact| Some(Scaled::Finite { floor, exact });
+        assert_eq!(scaled("1.5", 2), f(150, true));
+        assert_eq!(scaled(" +1.005\n", 2), f(100, false));
+        assert_eq!(scaled("-1.005", 2), f(-101, false));
+        assert_eq!(scaled("-0.001", 2), f(-1, false));
+        assert_eq!(scaled("0.001", 2), f(0, false));
+        assert_eq!(scaled("-0", 2), f(0, true));
+        assert_eq!(scaled("1.", 0), f(1, true));
+        assert_eq!(scaled(".5", 1), f(5, true));
+        assert_eq!(scaled("12e-1", 1), f(12, true));
+        assert_eq!(scaled("1.2E+3", 0), f(1200, true));
+        assert_eq!(
+            scaled("1.50000000000000000000000000000000000000000", 2),
+            f(150, true)
+        );
+        assert_eq!(scaled("1e40", 2), f(BEYOND, true));
+        assert_eq!(
+            scaled("-99999999999999999999999999999999999999999.5", 0),
+            f(-BEYOND, true)
+        );
+        assert_eq!(scaled("1e-9999999", 2), f(0, false));
+        assert_eq!(scaled("42", 3), f(42_000, true));
+        assert_eq!(scaled("NaN", 2), Some(Scaled::Special(Special::NaN)));
+        assert_eq!(scaled(" -inf ", 2), Some(Scaled::Special(Special::NegInf)));
+        assert_eq!(
+            scaled("INFINITY", 2),
+            Some(Scaled::Special(Special::PosInf))
+        );
+        for bad in [
+            "", ".", "-", "1e", "1_000", "0x1F", "1.2.3", "e5", "nan1", "1 2", "--1",
+        ] {
+            assert_eq!(scaled(bad, 2), None, "{bad:?}");
+        }
     }
 }

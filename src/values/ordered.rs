@@ -8,7 +8,7 @@
 //! |---|---|
 //! | int2, int4, int8, date (days), time, timestamp, timestamptz (µs) | the value widened to i64, big-endian, sign bit flipped (8 bytes); ±infinity are `i64`'s or `i32`'s extremes, so they sort at the ends |
 //! | float4, float8 | the value widened to f64, -0 taken as +0, IEEE bits with the sign bit flipped (negatives: all bits flipped) (8 bytes); NaN has no encoding and is counted apart (`nan_count`) |
-//! | numeric(p, s) | the unscaled i128 at the column's scale, big-endian, sign bit flipped (16 bytes); NaN and ±Infinity have no encoding and are counted in `nan_count` |
+//! | numeric(p, s) | the unscaled i128 at the column's scale, big-endian, sign bit flipped (16 bytes); segment stats count NaN and ±Infinity apart (`nan_count`), predicates place them past every finite value ([`numeric_special`]) |
 //! | bool | one byte, 0 or 1 |
 //! | text, varchar, bytea, uuid | the bytes themselves: byte order, which is text's order under the C collation only |
 //!
@@ -25,6 +25,7 @@ use arrow::datatypes::{
     Int64Type, Time64MicrosecondType, TimeUnit, TimestampMicrosecondType,
 };
 
+use super::numeric::Special;
 use super::types::{NumericRepr, ScalarType, TextKind};
 
 /// Whether stats of a column of type `scalar` are meaningful in this encoding.
@@ -84,6 +85,19 @@ pub fn decimal(v: i128) -> [u8; 16] {
     ((v as u128) ^ (1 << 127)).to_be_bytes()
 }
 
+/// A numeric special where numeric's order puts it (-Infinity below every finite value,
+/// Infinity above them, NaN above all and equal to itself): unscaled values past every
+/// Decimal128(38) value. Predicates and the cells they judge use these; segment stats
+/// keep the specials apart (`nan_count`), and the planner places them when it loads the
+/// stats (`segment::prune::ColumnStats::place_specials`).
+pub fn numeric_special(s: Special) -> [u8; 16] {
+    decimal(match s {
+        Special::NegInf => i128::MIN,
+        Special::PosInf => i128::MAX - 1,
+        Special::NaN => i128::MAX,
+    })
+}
+
 /// A bool.
 pub fn boolean(v: bool) -> [u8; 1] {
     [u8::from(v)]
@@ -121,6 +135,13 @@ pub fn push_key_component(out: &mut Vec<u8>, array: &dyn Array, row: usize) -> b
     match array.data_type() {
         DataType::Utf8 => push_bytes_component(out, array.as_string::<i32>().value(row).as_bytes()),
         DataType::Binary => push_bytes_component(out, array.as_binary::<i32>().value(row)),
+        // A numeric key's specials have no key encoding (as before predicates placed them).
+        DataType::Struct(fields)
+            if matches!(fields[0].data_type(), DataType::Decimal128(..))
+                && array.as_struct().column(1).is_valid(row) =>
+        {
+            return false
+        }
         _ => match cell(array, row) {
             Cell::Value(bytes) => out.extend_from_slice(&bytes),
             Cell::Null | Cell::Unordered | Cell::Unknown => return false,
@@ -133,7 +154,7 @@ pub fn push_key_component(out: &mut Vec<u8>, array: &dyn Array, row: usize) -> b
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cell<'a> {
     Null,
-    /// A value outside the order: float or numeric NaN.
+    /// A value outside the order: float NaN.
     Unordered,
     /// A value of a type without a byte order: no predicate can judge it.
     Unknown,
@@ -208,10 +229,11 @@ pub fn cell(array: &dyn Array, row: usize) -> Cell<'_> {
         DataType::Struct(fields)
             if fields.len() == 2 && matches!(fields[0].data_type(), DataType::Decimal128(..)) =>
         {
-            // numeric(p, s): {value, special}; a set `special` is NaN.
+            // numeric(p, s): {value, special}; a set `special` is NaN or an infinity.
             let parts = array.as_struct();
             if parts.column(1).is_valid(row) {
-                Cell::Unordered
+                Special::parse(parts.column(1).as_string::<i32>().value(row))
+                    .map_or(Cell::Unknown, |s| value(&numeric_special(s)))
             } else {
                 value(&decimal(
                     parts.column(0).as_primitive::<Decimal128Type>().value(row),

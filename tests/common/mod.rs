@@ -471,3 +471,59 @@ pub fn sample(text: &str, metric: &str, labels: &str) -> Option<f64> {
         .filter(|l| l.starts_with(metric) && l.contains(labels))
         .find_map(|l| l.rsplit(' ').next()?.parse().ok())
 }
+
+/// A numeric parameter (its text in Postgres's form), sent in numeric's binary format.
+#[derive(Debug, Clone)]
+pub struct Decimal(pub String);
+
+impl tokio_postgres::types::ToSql for Decimal {
+    fn to_sql(
+        &self,
+        _: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        // Base-10000 digit groups around the point, stripped of zero groups at both ends.
+        let (negative, unsigned) = match self.0.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, self.0.as_str()),
+        };
+        let (int, frac) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+        let int = format!("{}{int}", "0".repeat((4 - int.len() % 4) % 4));
+        let frac = format!("{frac}{}", "0".repeat((4 - frac.len() % 4) % 4));
+        let group = |s: &str| s.parse::<i16>().unwrap();
+        let mut groups: Vec<i16> = (0..int.len() / 4)
+            .map(|i| group(&int[4 * i..4 * i + 4]))
+            .chain((0..frac.len() / 4).map(|i| group(&frac[4 * i..4 * i + 4])))
+            .collect();
+        let mut weight = (int.len() / 4) as i16 - 1;
+        while groups.first() == Some(&0) {
+            groups.remove(0);
+            weight -= 1;
+        }
+        while groups.last() == Some(&0) {
+            groups.pop();
+        }
+        if groups.is_empty() {
+            weight = 0;
+        }
+        let dscale = unsigned.split_once('.').map_or(0, |(_, f)| f.len()) as i16;
+        let sign: u16 = if negative && !groups.is_empty() {
+            0x4000
+        } else {
+            0
+        };
+        for v in [groups.len() as i16, weight, sign as i16, dscale]
+            .into_iter()
+            .chain(groups)
+        {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        *ty == tokio_postgres::types::Type::NUMERIC
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}

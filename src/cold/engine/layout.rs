@@ -1,7 +1,8 @@
 //! What the engine's stream carries: the columns read from segments (only those a
 //! group, partial or condition needs, with the key), then the columns computed from
-//! them: truncated group columns (`_cw_g<i>`) and the arguments of partials under a
-//! FILTER (`_cw_a<i>`).
+//! them: truncated group columns (`_cw_g<i>`), the arguments of partials under a
+//! FILTER (`_cw_a<i>`), and numeric(p, s) arguments split in value and special
+//! (`_cw_v<i>`, `_cw_s<i>`).
 
 use std::sync::Arc;
 
@@ -10,7 +11,9 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use super::Aggregation;
 use crate::cold::scan::ColdTable;
 use crate::segment::prune::Predicate;
+use crate::sql::aggregate::PartialKind;
 use crate::values::trunc::TruncUnit;
+use crate::values::{ColdType, NumericRepr, ScalarType};
 
 /// A group column computed from a read one: `date_trunc(unit, needed[from])`, the
 /// engine's column `_cw_g<group>`.
@@ -31,6 +34,30 @@ pub(super) struct Masked {
     pub(super) checks: Vec<Predicate>,
 }
 
+/// A numeric(p, s) argument of a sum, min or max, split in two computed columns:
+/// `_cw_v<partial>`, its finite value (a Decimal128, NULL for NULLs and specials), and
+/// `_cw_s<partial>`, its special's [`special_code`] (NULL otherwise). The partial is then
+/// composed from the aggregate of the values and the least and greatest code
+/// ([`super::compose_numeric`]), as Postgres's numeric aggregates treat specials.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NumericSplit {
+    pub(super) partial: usize,
+    /// The stream column holding the argument (read, or masked by a FILTER).
+    pub(super) from: usize,
+    pub(super) precision: u8,
+    pub(super) scale: i8,
+}
+
+/// The codes of numeric's specials, in numeric's order: -Infinity 1, Infinity 2, NaN 3.
+pub(super) fn special_code(s: crate::values::numeric::Special) -> i8 {
+    use crate::values::numeric::Special;
+    match s {
+        Special::NegInf => 1,
+        Special::PosInf => 2,
+        Special::NaN => 3,
+    }
+}
+
 /// The stream's columns.
 #[derive(Debug)]
 pub(super) struct Layout {
@@ -41,6 +68,7 @@ pub(super) struct Layout {
     attnums: Vec<i16>,
     pub(super) truncs: Vec<Trunc>,
     pub(super) masked: Vec<Masked>,
+    pub(super) numerics: Vec<NumericSplit>,
     pub(super) schema: SchemaRef,
 }
 
@@ -108,6 +136,36 @@ impl Layout {
                 })
             })
             .collect();
+        let numerics: Vec<NumericSplit> = partials
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let column = p.column?;
+                let ColdType::Scalar(ScalarType::Numeric(NumericRepr::Decimal {
+                    precision,
+                    scale,
+                })) = table.columns[column].ty
+                else {
+                    return None;
+                };
+                if !matches!(
+                    p.kind,
+                    PartialKind::SumNumeric | PartialKind::Min | PartialKind::Max
+                ) {
+                    return None;
+                }
+                let from = match masked.iter().position(|m| m.partial == i) {
+                    Some(m) => needed.len() + truncs.len() + m,
+                    None => read(column)?,
+                };
+                Some(NumericSplit {
+                    partial: i,
+                    from,
+                    precision,
+                    scale,
+                })
+            })
+            .collect();
         let full = table.file_schema(table.columns.len());
         let type_of = |from: usize| full.field(needed[from]).data_type().clone();
         let schema = Arc::new(Schema::new(
@@ -123,6 +181,16 @@ impl Layout {
                     let data_type = m.from.map_or(DataType::Int64, type_of);
                     Field::new(format!("_cw_a{}", m.partial), data_type, true)
                 }))
+                .chain(numerics.iter().flat_map(|n| {
+                    [
+                        Field::new(
+                            format!("_cw_v{}", n.partial),
+                            DataType::Decimal128(n.precision, n.scale),
+                            true,
+                        ),
+                        Field::new(format!("_cw_s{}", n.partial), DataType::Int8, true),
+                    ]
+                }))
                 .collect::<Vec<Field>>(),
         ));
         Layout {
@@ -130,6 +198,7 @@ impl Layout {
             needed,
             truncs,
             masked,
+            numerics,
             schema,
         }
     }

@@ -127,7 +127,7 @@ pub async fn cold_partials(
         .collect();
     let provider =
         StreamingTable::try_new(layout.schema.clone(), sources).map_err(|e| engine_error(&e))?;
-    let (group_exprs, aggregates) = expressions(&table, aggregation);
+    let (group_exprs, aggregates) = expressions(&table, &layout, aggregation);
     let batches = ctx
         .read_table(Arc::new(provider))
         .map_err(|e| engine_error(&e))?
@@ -143,27 +143,41 @@ pub async fn cold_partials(
             cap: max_groups,
         });
     }
-    let names: Vec<String> = aggregation
-        .group
-        .iter()
-        .map(|g| table.columns[g.column].name.clone())
-        .chain((0..aggregation.partials.len()).map(|i| format!("_cw_p{i}")))
-        .collect();
     let mut out = Vec::with_capacity(rows);
     for batch in &batches {
+        let column = |name: &str| {
+            batch
+                .column_by_name(name)
+                .ok_or_else(|| ScanError::Engine(format!("the engine's answer lacks {name}")))
+        };
+        let code = |name: &str, row: usize| -> Result<Option<i8>, ScanError> {
+            let codes = column(name)?;
+            Ok(codes.is_valid(row).then(|| {
+                arrow::array::AsArray::as_primitive::<arrow::datatypes::Int8Type>(codes).value(row)
+            }))
+        };
         for row in 0..batch.num_rows() {
             let mut object = serde_json::Map::new();
-            for (c, name) in names.iter().enumerate() {
-                let mut value = text::json_text(batch.column(c).as_ref(), row)?;
+            for (c, g) in aggregation.group.iter().enumerate() {
+                let value = text::json_text(batch.column(c).as_ref(), row)?;
+                object.insert(table.columns[g.column].name.clone(), value);
+            }
+            for (i, p) in aggregation.partials.iter().enumerate() {
+                let name = format!("_cw_p{i}");
+                let mut value = text::json_text(column(&name)?.as_ref(), row)?;
+                if layout.numerics.iter().any(|n| n.partial == i) {
+                    let (lo, hi) = (
+                        code(&format!("_cw_l{i}"), row)?,
+                        code(&format!("_cw_h{i}"), row)?,
+                    );
+                    value = compose_numeric(p.kind, value, lo, hi);
+                }
                 // Counts of the row groups counted from their stats alone (no group).
-                if let Some(Some(more)) = c
-                    .checked_sub(aggregation.group.len())
-                    .and_then(|i| counted.get(i))
-                {
+                if let Some(Some(more)) = counted.get(i) {
                     let decoded: u64 = value.as_str().and_then(|v| v.parse().ok()).unwrap_or(0);
                     value = serde_json::Value::String((decoded + more).to_string());
                 }
-                object.insert(name.clone(), value);
+                object.insert(name, value);
             }
             out.push(serde_json::Value::Object(object));
         }
@@ -303,7 +317,11 @@ async fn count_from_stats(
 
 /// DataFusion's group expressions and aggregates for `aggregation`, over the stream's
 /// columns (see [`Layout`]).
-fn expressions(table: &ColdTable, aggregation: Aggregation<'_>) -> (Vec<Expr>, Vec<Expr>) {
+fn expressions(
+    table: &ColdTable,
+    layout: &Layout,
+    aggregation: Aggregation<'_>,
+) -> (Vec<Expr>, Vec<Expr>) {
     let group_exprs = aggregation
         .group
         .iter()
@@ -317,11 +335,25 @@ fn expressions(table: &ColdTable, aggregation: Aggregation<'_>) -> (Vec<Expr>, V
         .partials
         .iter()
         .enumerate()
-        .map(|(i, p)| {
+        .flat_map(|(i, p)| {
             let arg = || match p.filter {
                 Some(_) => ident(format!("_cw_a{i}")),
                 None => ident(table.columns[p.column.unwrap_or_default()].name.clone()),
             };
+            if let Some(n) = layout.numerics.iter().find(|n| n.partial == i) {
+                let value = ident(format!("_cw_v{i}"));
+                return vec![
+                    match p.kind {
+                        PartialKind::Min => min(value),
+                        PartialKind::Max => max(value),
+                        // Wide enough that no number of numeric(38) values overflows it.
+                        _ => sum(cast(value, DataType::Decimal256(76, n.scale))),
+                    }
+                    .alias(format!("_cw_p{i}")),
+                    min(ident(format!("_cw_s{i}"))).alias(format!("_cw_l{i}")),
+                    max(ident(format!("_cw_s{i}"))).alias(format!("_cw_h{i}")),
+                ];
+            }
             let e = match p.kind {
                 PartialKind::CountStar if p.filter.is_some() => count(arg()),
                 PartialKind::CountStar => count(lit(1i64)),
@@ -334,10 +366,47 @@ fn expressions(table: &ColdTable, aggregation: Aggregation<'_>) -> (Vec<Expr>, V
                 PartialKind::BoolAnd => bool_and(arg()),
                 PartialKind::BoolOr => bool_or(arg()),
             };
-            e.alias(format!("_cw_p{i}"))
+            vec![e.alias(format!("_cw_p{i}"))]
         })
         .collect();
     (group_exprs, aggregates)
+}
+
+/// A numeric(p, s) partial from the aggregate of its finite values (`value`, JSON text or
+/// null) and the least and greatest code of its specials (`lo`, `hi`, see
+/// [`layout::special_code`]), as Postgres's numeric aggregates give it: a sum is NaN with
+/// a NaN or both infinities, else the infinity present, else the finite sum; min and max
+/// order -Infinity below every finite value, then Infinity, then NaN.
+fn compose_numeric(
+    kind: PartialKind,
+    value: serde_json::Value,
+    lo: Option<i8>,
+    hi: Option<i8>,
+) -> serde_json::Value {
+    let special = |s: crate::values::numeric::Special| serde_json::Value::from(s.as_str());
+    use crate::values::numeric::Special::{NaN, NegInf, PosInf};
+    match kind {
+        PartialKind::Min => match lo {
+            Some(1) => special(NegInf),
+            _ if !value.is_null() => value,
+            Some(2) => special(PosInf),
+            Some(_) => special(NaN),
+            None => value,
+        },
+        PartialKind::Max => match hi {
+            Some(3) => special(NaN),
+            Some(2) => special(PosInf),
+            _ if !value.is_null() => value,
+            Some(_) => special(NegInf),
+            None => value,
+        },
+        _ => match (lo, hi) {
+            (_, Some(3)) | (Some(1), Some(2)) => special(NaN),
+            (Some(1), _) => special(NegInf),
+            (Some(_), _) => special(PosInf),
+            (None, _) => value,
+        },
+    }
 }
 
 fn engine_error(e: &datafusion::error::DataFusionError) -> ScanError {

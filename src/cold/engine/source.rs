@@ -187,6 +187,11 @@ impl LiveState {
             };
             arrays.push(arrow::compute::nullif(&arg, &outside)?);
         }
+        for n in s.layout.numerics.iter() {
+            let (values, specials) = split_numeric(arrays[n.from].as_ref(), n.precision, n.scale)?;
+            arrays.push(values);
+            arrays.push(specials);
+        }
         let columns = RecordBatch::try_new(s.layout.schema.clone(), arrays)?;
         let seqs = batch.column(read).as_primitive::<Int64Type>();
         let ops = batch.column(read + 1).as_primitive::<Int16Type>();
@@ -224,4 +229,33 @@ impl LiveState {
             .collect();
         Ok(filter_record_batch(&columns, &mask)?)
     }
+}
+
+/// A numeric(p, s) column ({value, special}) as its finite values and its specials' codes
+/// ([`super::layout::special_code`]), each NULL where the other is set or the value is NULL.
+fn split_numeric(
+    array: &dyn arrow::array::Array,
+    precision: u8,
+    scale: i8,
+) -> Result<(ArrayRef, ArrayRef), ScanError> {
+    use arrow::array::{Array, Decimal128Array, Int8Array};
+    use arrow::datatypes::Decimal128Type;
+    let parts = array.as_struct();
+    let value = parts.column(0).as_primitive::<Decimal128Type>();
+    let special = parts.column(1).as_string::<i32>();
+    let values: Decimal128Array = (0..array.len())
+        .map(|r| {
+            (array.is_valid(r) && special.is_null(r) && value.is_valid(r)).then(|| value.value(r))
+        })
+        .collect::<Decimal128Array>()
+        .with_precision_and_scale(precision, scale)?;
+    let codes: Int8Array = (0..array.len())
+        .map(|r| {
+            (array.is_valid(r) && special.is_valid(r))
+                .then(|| crate::values::numeric::Special::parse(special.value(r)))
+                .flatten()
+                .map(super::layout::special_code)
+        })
+        .collect();
+    Ok((Arc::new(values), Arc::new(codes)))
 }

@@ -2,8 +2,8 @@
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{
-    DataType, Date32Type, Decimal128Type, Float64Type, Int16Type, Int32Type, Int64Type, TimeUnit,
-    TimestampMicrosecondType,
+    DataType, Date32Type, Decimal128Type, Decimal256Type, Float64Type, Int16Type, Int32Type,
+    Int64Type, TimeUnit, TimestampMicrosecondType,
 };
 
 use crate::cold::scan::ScanError;
@@ -20,6 +20,7 @@ pub(super) fn json_text(array: &dyn Array, row: usize) -> Result<serde_json::Val
         DataType::Int32 => array.as_primitive::<Int32Type>().value(row).to_string(),
         DataType::Int64 => array.as_primitive::<Int64Type>().value(row).to_string(),
         DataType::Decimal128(..) => array.as_primitive::<Decimal128Type>().value_as_string(row),
+        DataType::Decimal256(..) => array.as_primitive::<Decimal256Type>().value_as_string(row),
         DataType::Float64 => {
             let v = array.as_primitive::<Float64Type>().value(row);
             if v.is_nan() {

@@ -7,7 +7,7 @@ use super::conditions::{exact_conjuncts, group_expression, non_null_constant};
 use super::{AggregateKind, GroupColumn, Partial, PartialKind};
 use crate::sql::predicates::{column_of, conjuncts_of, ColumnPredicate};
 use crate::sql::rewrite::TieredTable;
-use crate::values::{ColdType, ScalarType};
+use crate::values::{ColdType, NumericRepr, ScalarType};
 
 /// Aggregates coldwire cannot split: seeing one keeps the statement on the row path.
 pub(super) const OTHER_AGGREGATES: &[&str] = &[
@@ -240,10 +240,13 @@ impl Split<'_> {
         let int = matches!(scalar, ScalarType::Int2 | ScalarType::Int4);
         let int8 = scalar == ScalarType::Int8;
         let float8 = scalar == ScalarType::Float8;
+        // numeric(p, s): the cold engine sums exactly and orders specials as numeric does.
+        let decimal = matches!(scalar, ScalarType::Numeric(NumericRepr::Decimal { .. }));
         // Text under the C collation: Postgres's min and max compare bytes, as the cold
         // engine's do.
         let ordered = int
             || int8
+            || decimal
             || matches!(
                 scalar,
                 ScalarType::Date | ScalarType::Timestamp | ScalarType::Timestamptz
@@ -261,7 +264,7 @@ impl Split<'_> {
                     self.partial(PartialKind::SumInt, Some(position), "int8")
                 )
             }
-            AggregateKind::Sum if int8 => {
+            AggregateKind::Sum if int8 || decimal => {
                 format!(
                     "sum({})",
                     self.partial(PartialKind::SumNumeric, Some(position), "numeric")
@@ -273,7 +276,8 @@ impl Split<'_> {
                     self.partial(PartialKind::SumFloat, Some(position), "float8")
                 )
             }
-            AggregateKind::Avg if int || int8 => {
+            // numeric's avg is sum / count, as `numeric_avg` divides them.
+            AggregateKind::Avg if int || int8 || decimal => {
                 let s = self.partial(PartialKind::SumNumeric, Some(position), "numeric");
                 let c = self.partial(PartialKind::Count, Some(position), "int8");
                 format!("sum({s}) / sum({c})")
