@@ -363,6 +363,49 @@ async fn migration_v2_upgrades_capture_of_tables_tiered_before() {
         .unwrap()
         .get(0);
     assert!(!public, "grants survive CREATE OR REPLACE");
+    // The table's own rehydrate function (catalog v10), made by the upgrade under the
+    // current name, brings rows back; renamed again where coldwire does not see it, the
+    // function names the table by its oid.
+    let rehydrate = |table: &str, key: i64| {
+        format!(
+            "SELECT coldwire.rehydrate_{id}({id}, (SELECT generation FROM coldwire.tables WHERE id = {id}), \
+             ARRAY[ROW({key}, 'back')::{table}], '[]'::jsonb, NULL, 'test', false)"
+        )
+    };
+    let brought: i64 = direct
+        .query_one(&rehydrate("events_renamed", 10), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(brought, 1);
+    direct
+        .batch_execute("ALTER TABLE events_renamed RENAME TO events_again")
+        .await
+        .unwrap();
+    let brought: i64 = direct
+        .query_one(&rehydrate("events_again", 11), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(brought, 1);
+    // A key already in the mirror is not brought back twice.
+    let brought: i64 = direct
+        .query_one(&rehydrate("events_again", 11), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(brought, 0);
+    let m: BTreeMap<i64, i16> = mirror(&direct, id).await;
+    assert_eq!((m.get(&10), m.get(&11)), (Some(&1), Some(&1)), "{m:?}");
+    let heap: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM events_again WHERE id IN (10, 11) AND kind = 'back'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(heap, 2);
 }
 
 #[tokio::test]

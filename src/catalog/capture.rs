@@ -90,6 +90,7 @@ impl CaptureSpec {
             self.capture_function_sql(),
             format!("REVOKE ALL ON FUNCTION {function}() FROM PUBLIC"),
         ]);
+        sql.extend(self.rehydrate_function_sql());
         let events = [
             ("INSERT", "REFERENCING NEW TABLE AS coldwire_new"),
             (
@@ -133,10 +134,116 @@ impl CaptureSpec {
         sql
     }
 
-    /// The capture function made again for the table's current name (after a rename).
+    /// The capture and rehydrate functions made again for the table's current name (after
+    /// a rename): one batch.
     pub fn replace_function(&self) -> String {
+        format!(
+            "{};\n{}",
+            self.replace_capture_function(),
+            self.rehydrate_function_sql().join(";\n")
+        )
+    }
+
+    fn replace_capture_function(&self) -> String {
         self.capture_function_sql()
             .replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+    }
+
+    /// `coldwire.rehydrate_<id>` (catalog v10).
+    pub fn rehydrate_function(&self) -> String {
+        format!("coldwire.rehydrate_{}", self.id)
+    }
+
+    /// The table's own `coldwire.rehydrate` (catalog v10), with the arguments and checks
+    /// of the shared one (`sql/v008_conditions.sql`): the privilege check, the table's
+    /// lock taken shared, the generation compared with the planned one, the cold rows
+    /// claimed in the mirror and inserted into the heap, and the absent keys claimed. Its
+    /// statements name the mirror and the heap as written, so plpgsql plans them once per
+    /// session instead of building and planning them on every call (the shared function
+    /// reads the key columns from the catalog and runs EXECUTE); when the table's name has
+    /// changed since the function was made (on a connection coldwire does not follow,
+    /// until `catalog::reconcile` makes it again), the heap insert runs through EXECUTE,
+    /// naming the table by its oid. The cold rows stay `anyarray`, so the function holds
+    /// no dependency on the table's row type (`DROP TABLE` stays possible).
+    pub fn rehydrate_function_sql(&self) -> Vec<String> {
+        let function = self.rehydrate_function();
+        let mirror = self.mirror();
+        let pk = self.pk_list("");
+        let c_pk = self.pk_list("c.");
+        let first = quote_ident(&self.pk[0].0);
+        let insert = |table: &str, cold: &str| {
+            format!(
+                "WITH claimed AS (INSERT INTO {mirror} AS m ({pk}, seq, op, xid) \
+                 SELECT {c_pk}, pg_catalog.nextval('coldwire.change_seq'), {rehydrated}, pg_catalog.pg_current_xact_id() \
+                 FROM pg_catalog.unnest({cold}) AS c ON CONFLICT DO NOTHING RETURNING {pk}) \
+                 INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT c.* FROM pg_catalog.unnest({cold}) AS c \
+                 WHERE EXISTS (SELECT 1 FROM claimed m WHERE {matched})",
+                rehydrated = op::REHYDRATED,
+                matched = self.pk_match("m", "c"),
+            )
+        };
+        // format()'s text: the table by oid, any % of the key's names doubled.
+        let dynamic = insert(TABLE_MARK, "$1")
+            .replace('%', "%%")
+            .replace(TABLE_MARK, "%1$s")
+            .replace('\'', "''");
+        let signature = format!("{function}(bigint, bigint, anyarray, jsonb, text, text, boolean)");
+        vec![
+            format!(
+                "CREATE OR REPLACE FUNCTION {function}(table_id bigint, planned bigint, cold anyarray, absent jsonb, \
+                 digest text, statement text, append boolean) \
+                 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
+                 DECLARE rel oid; found_generation bigint; n bigint := 0;\n\
+                 BEGIN\n\
+                 PERFORM pg_catalog.set_config('{planned}', \
+                     CASE WHEN append THEN COALESCE(pg_catalog.current_setting('{planned}', true) || ' ', '') ELSE '' END \
+                     || COALESCE(digest, pg_catalog.md5(statement)), true);\n\
+                 SELECT x.relid INTO rel FROM coldwire.tables x WHERE x.id = {id} AND x.state = 'active';\n\
+                 IF NOT FOUND THEN\n\
+                 RAISE EXCEPTION 'coldwire: table % is not tiered', {id} USING ERRCODE = '55000';\n\
+                 END IF;\n\
+                 IF NOT pg_catalog.has_table_privilege(session_user, rel, 'INSERT') \
+                    AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r \
+                                    WHERE pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER') \
+                                      AND pg_catalog.has_table_privilege(r.oid, rel, 'INSERT')) THEN\n\
+                 RAISE EXCEPTION 'permission denied to bring cold rows of % back into the heap', rel::pg_catalog.regclass \
+                     USING ERRCODE = '42501', HINT = 'Writing rows of a tiered table that are cold needs INSERT privilege on it.';\n\
+                 END IF;\n\
+                 PERFORM pg_catalog.pg_advisory_xact_lock_shared({lock_class}, {id});\n\
+                 SELECT x.generation INTO found_generation FROM coldwire.tables x WHERE x.id = {id};\n\
+                 IF found_generation IS DISTINCT FROM planned THEN\n\
+                 RAISE EXCEPTION 'coldwire: the cold tier of % changed as the statement started', rel::pg_catalog.regclass \
+                     USING ERRCODE = '40001', CONSTRAINT = '{changed}', HINT = 'Retry the statement.', \
+                     DETAIL = pg_catalog.format('planned for generation %s, the table is at %s', planned, found_generation);\n\
+                 END IF;\n\
+                 IF cold IS NOT NULL AND pg_catalog.cardinality(cold) > 0 THEN\n\
+                 IF rel = pg_catalog.to_regclass({qualified}) THEN\n\
+                 {fixed};\n\
+                 ELSE\n\
+                 EXECUTE pg_catalog.format('{dynamic}', rel::pg_catalog.regclass) USING cold;\n\
+                 END IF;\n\
+                 GET DIAGNOSTICS n = ROW_COUNT;\n\
+                 END IF;\n\
+                 IF absent IS NOT NULL AND pg_catalog.jsonb_array_length(absent) > 0 THEN\n\
+                 INSERT INTO {mirror} ({pk}, seq, op, xid) \
+                 SELECT {c_pk}, pg_catalog.nextval('coldwire.change_seq'), {deleted}, pg_catalog.pg_current_xact_id() \
+                 FROM pg_catalog.jsonb_populate_recordset(NULL::{mirror}, absent) AS c, {bounds} b \
+                 WHERE b.lo IS NULL OR c.{first} BETWEEN b.lo AND b.hi ON CONFLICT DO NOTHING;\n\
+                 END IF;\n\
+                 RETURN n;\n\
+                 END\n$coldwire$",
+                planned = PLANNED_SETTING,
+                id = self.id,
+                lock_class = super::locks::TABLE_LOCK_CLASS,
+                changed = super::conditions::COLD_TIER_CHANGED,
+                qualified = sql_literal(&self.qualified_table()),
+                fixed = insert(&self.qualified_table(), "cold"),
+                deleted = op::DELETED,
+                bounds = self.bounds(),
+            ),
+            format!("REVOKE ALL ON FUNCTION {signature} FROM PUBLIC"),
+            format!("GRANT EXECUTE ON FUNCTION {signature} TO PUBLIC"),
+        ]
     }
 
     /// Statements that bring the capture objects of a table tiered by an older build to
@@ -144,12 +251,13 @@ impl CaptureSpec {
     /// function (same name, owner and grants) and no index on the mirror's `seq`.
     pub fn upgrade(&self) -> Vec<String> {
         let mut sql = vec![
-            self.replace_function(),
+            self.replace_capture_function(),
             format!("DROP INDEX IF EXISTS coldwire.m_{}_seq", self.id),
             format!("DROP POLICY IF EXISTS table_readers ON {}", self.mirror()),
         ];
         sql.extend(self.read_and_override_objects());
         sql.extend(self.bounds_objects());
+        sql.extend(self.rehydrate_function_sql());
         // Bounds unknown (NULLs) where segments exist from before them.
         sql.push(format!(
             "INSERT INTO {bounds} (lo, hi) SELECT NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM {bounds}) \
@@ -402,6 +510,9 @@ fn unplanned_write_check() -> String {
 pub fn drop_capture_objects(id: i64) -> Vec<String> {
     vec![
         format!("DROP FUNCTION IF EXISTS coldwire.capture_{id}()"),
+        format!(
+            "DROP FUNCTION IF EXISTS coldwire.rehydrate_{id}(bigint, bigint, anyarray, jsonb, text, text, boolean)"
+        ),
         format!("DROP TABLE IF EXISTS coldwire.m_{id}"),
         format!("DROP TABLE IF EXISTS coldwire.overrides_{id}"),
         format!("DROP TABLE IF EXISTS coldwire.bounds_{id}"),
@@ -545,6 +656,41 @@ mod tests {
             sql.contains("EXECUTE format('DELETE FROM %1$s WHERE x = $1 AND y LIKE ''a%%''', TG_RELID::regclass) USING cur;"),
             "{sql}"
         );
+    }
+
+    #[test]
+    fn rehydrate_names_the_table_as_made_or_by_oid_after_a_rename() {
+        let mut s = spec();
+        s.pk[0].0 = "ten%ant".into();
+        let sql = s.rehydrate_function_sql().join("\n");
+        assert!(
+            sql.contains(r#"IF rel = pg_catalog.to_regclass('"app"."Odd ""name"""') THEN"#),
+            "{sql}"
+        );
+        assert!(
+            sql.contains(r#"INSERT INTO "app"."Odd ""name""" OVERRIDING SYSTEM VALUE SELECT c.* FROM pg_catalog.unnest(cold)"#),
+            "{sql}"
+        );
+        // The EXECUTE's text: the table by oid, the key's % doubled, the rows as $1.
+        assert!(
+            sql.contains(r#"EXECUTE pg_catalog.format('WITH claimed AS (INSERT INTO coldwire.m_7 AS m ("ten%%ant", "id""#),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("INSERT INTO %1$s OVERRIDING SYSTEM VALUE SELECT c.* FROM pg_catalog.unnest($1) AS c"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("', rel::pg_catalog.regclass) USING cold;"),
+            "{sql}"
+        );
+        assert!(s
+            .uninstall()
+            .iter()
+            .any(|d| d.contains("DROP FUNCTION IF EXISTS coldwire.rehydrate_7(")));
+        assert!(s
+            .replace_function()
+            .contains("CREATE OR REPLACE FUNCTION coldwire.rehydrate_7("));
     }
 
     #[test]

@@ -81,6 +81,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/v009_mirror_vacuum.sql"),
         upgrade_capture: true,
     },
+    Migration {
+        version: 10,
+        name: "rehydrate",
+        sql: include_str!("sql/v010_rehydrate.sql"),
+        upgrade_capture: true,
+    },
 ];
 
 /// The placeholders of the migrations' SQL and what they stand for: constants the Rust

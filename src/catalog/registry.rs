@@ -42,6 +42,9 @@ pub struct Tiered {
     /// Per column: Postgres orders its values as their bytes (text under the C collation,
     /// `catalog::segments::byte_ordered_columns`).
     pub byte_ordered: Vec<bool>,
+    /// The table has its own `coldwire.rehydrate_<id>` (catalog v10; a table tiered by an
+    /// earlier build has it once the catalog upgrade ran).
+    pub own_rehydrate: bool,
 }
 
 /// A view or materialized view that reads a tiered table (directly or through views).
@@ -102,7 +105,8 @@ pub async fn read(
 ) -> Result<(Vec<Tiered>, Vec<TieredView>), tokio_postgres::Error> {
     let rows = client
             .query(
-                "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums \
+                "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums, \
+                        pg_catalog.to_regproc('coldwire.rehydrate_' || t.id) IS NOT NULL \
                  FROM coldwire.tables t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
                  WHERE t.state = 'active' ORDER BY t.id",
                 &[],
@@ -165,6 +169,7 @@ pub async fn read(
             },
             row_type: row.get(1),
             types,
+            own_rehydrate: row.get(6),
         });
     }
     let mut views = Vec::new();

@@ -35,7 +35,8 @@ pub struct PreparedWrite {
     /// The key columns, in key order.
     pk: Vec<String>,
     row_type: u32,
-    /// `SELECT coldwire.rehydrate($1, $2, $3::t[], $4, $5, $6)`.
+    /// `SELECT coldwire.rehydrate_<id>($1, $2, $3::t[], $4, $5, $6, $7)` (the shared
+    /// `coldwire.rehydrate` for a table without its own).
     pub rehydrate_sql: String,
     /// The statement's text as it goes upstream: what coldwire marks as planned in the
     /// transaction before it runs (`coldwire.plan_write`, catalog v7).
@@ -207,7 +208,12 @@ impl ReadPath {
                     pk: w.table.pk.clone(),
                     row_type: tiered.row_type,
                     rehydrate_sql: format!(
-                        "SELECT coldwire.rehydrate($1::int8, $2::int8, $3::{qualified}[], $4::jsonb, $5::text, $6::text, $7::bool)"
+                        "SELECT coldwire.{function}($1::int8, $2::int8, $3::{qualified}[], $4::jsonb, $5::text, $6::text, $7::bool)",
+                        function = if tiered.own_rehydrate {
+                            format!("rehydrate_{}", w.table.table_id)
+                        } else {
+                            "rehydrate".to_owned()
+                        }
                     ),
                 }))
             }
