@@ -244,3 +244,41 @@ fn spawn_coldwire(
     let lines = BufReader::new(child.stdout.take().unwrap()).lines();
     (child, lines)
 }
+
+/// docker/compose.yaml configures coldwire through environment variables: each one it
+/// sets is one `coldwire serve` reads, and the Dockerfile builds with the toolchain
+/// Cargo.toml names (no Docker engine runs in CI; `.ci/run` runs the build stage's script).
+#[test]
+fn the_compose_file_sets_only_variables_coldwire_reads() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let compose = std::fs::read_to_string(root.join("docker/compose.yaml")).unwrap();
+    let help = Command::new(env!("CARGO_BIN_EXE_coldwire"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let set: Vec<&str> = compose
+        .lines()
+        .filter_map(|l| l.trim().split_once(':').map(|(k, _)| k))
+        .filter(|k| k.starts_with("COLDWIRE_"))
+        .collect();
+    assert!(set.len() >= 6, "{set:?}");
+    for name in set {
+        // The secret key has no flag (ps would show it); the settings read it directly.
+        let read = help.contains(&format!("env: {name}"))
+            || (name == "COLDWIRE_S3_SECRET_ACCESS_KEY" && help.contains(name));
+        assert!(read, "docker/compose.yaml sets {name}, which coldwire does not read");
+    }
+    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let version = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .unwrap()
+        .trim_matches('"');
+    let dockerfile = std::fs::read_to_string(root.join("docker/Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains(&format!("FROM rust:{version}-bookworm AS build")),
+        "the build stage uses rust {version}"
+    );
+    assert!(dockerfile.contains("RUN bash docker/build.sh"));
+}
