@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs coldwire's whole test suite. Installs what the build and the tests need first when
-# it is missing: libclang and PostgreSQL server binaries (scripts/prereqs.sh), and moto's
-# S3 server (PyPI's `moto[server]`, into a virtualenv under ~/.cache/coldwire) for
-# tests/s3.rs. Extra arguments go to `cargo test`.
+# it is missing: libclang and PostgreSQL server binaries (scripts/prereqs.sh), moto's S3
+# server (PyPI's `moto[server]`, into a virtualenv under ~/.cache/coldwire) for
+# tests/s3.rs, psycopg 3 and asyncpg (another virtualenv there) for
+# tests/python_clients.rs, and node-postgres (npm, under ~/.cache/coldwire too) for
+# tests/node_clients.rs. Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +38,47 @@ fi
 if ! have_moto; then
   echo "test.sh: moto's S3 server is needed for tests/s3.rs: pip install \"moto[server]\"" >&2
   exit 1
+fi
+
+# Real Python drivers for tests/python_clients.rs (psycopg 3, asyncpg), in a virtualenv of
+# our own, named to the tests by COLDWIRE_PYTHON.
+clients_venv="${XDG_CACHE_HOME:-$HOME/.cache}/coldwire/clients-venv"
+if [ -z "${COLDWIRE_PYTHON:-}" ]; then
+  if ! "$clients_venv/bin/python" -c "import psycopg, asyncpg" >/dev/null 2>&1; then
+    echo "test.sh: installing psycopg and asyncpg into $clients_venv"
+    rm -rf "$clients_venv"
+    if ! python3 -m venv "$clients_venv" >/dev/null 2>&1; then
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip >/dev/null
+      fi
+      rm -rf "$clients_venv"
+      python3 -m venv "$clients_venv"
+    fi
+    "$clients_venv/bin/pip" install -q --disable-pip-version-check "psycopg[binary]" asyncpg
+  fi
+  export COLDWIRE_PYTHON="$clients_venv/bin/python"
+fi
+
+# node-postgres for tests/node_clients.rs, from npm into a folder of our own, named to
+# the tests by COLDWIRE_NODE_PATH.
+if [ -z "${COLDWIRE_NODE_PATH:-}" ]; then
+  node_dir="${XDG_CACHE_HOME:-$HOME/.cache}/coldwire/node-clients"
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+    else
+      echo "test.sh: node and npm are needed for tests/node_clients.rs: apt-get install nodejs npm" >&2
+      exit 1
+    fi
+  fi
+  if [ ! -d "$node_dir/node_modules/pg" ]; then
+    echo "test.sh: installing node-postgres into $node_dir"
+    mkdir -p "$node_dir"
+    (cd "$node_dir" && npm install --silent --no-audit --no-fund --no-save pg@8)
+  fi
+  export COLDWIRE_NODE_PATH="$node_dir/node_modules"
 fi
 
 # The house rules before the tests: modules import only downwards, the code is formatted,

@@ -267,7 +267,10 @@ fn the_compose_file_sets_only_variables_coldwire_reads() {
         // The secret key has no flag (ps would show it); the settings read it directly.
         let read = help.contains(&format!("env: {name}"))
             || (name == "COLDWIRE_S3_SECRET_ACCESS_KEY" && help.contains(name));
-        assert!(read, "docker/compose.yaml sets {name}, which coldwire does not read");
+        assert!(
+            read,
+            "docker/compose.yaml sets {name}, which coldwire does not read"
+        );
     }
     let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
     let version = cargo

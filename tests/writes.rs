@@ -22,6 +22,7 @@ const SETUP: &str = "CREATE TABLE events(id bigint PRIMARY KEY, kind text NOT NU
 /// its own (and `extra` arguments), `events` tiered and flushed down to 100 hot rows.
 struct Tiered {
     proxy: Proxy,
+    db: String,
     c: tokio_postgres::Client,
     direct: tokio_postgres::Client,
     /// The cold store's folder (removed when the test ends).
@@ -47,6 +48,7 @@ async fn tiered(hint: &str, extra: &[&str]) -> Tiered {
         .unwrap();
     Tiered {
         proxy,
+        db,
         c,
         direct,
         dir,
@@ -94,6 +96,7 @@ async fn writes_of_cold_rows_behave_as_on_a_plain_table() {
         c,
         direct,
         dir: _dir,
+        ..
     } = tiered("writes", &[]).await;
     let hot: i64 = direct
         .query_one("SELECT count(*) FROM events", &[])
@@ -155,6 +158,7 @@ async fn prepared_writes_and_transactions_reach_cold_rows() {
         c,
         direct,
         dir: _dir,
+        ..
     } = tiered("writesext", &[]).await;
     for (t, client) in [("events", &c), ("control", &direct)] {
         let update = client
@@ -255,6 +259,7 @@ async fn unbounded_writes_rehydrate_within_the_cap_or_fail_clearly() {
         c,
         direct,
         dir: _dir,
+        ..
     } = tiered("writescap", &["--max-rehydrate-rows", "500"]).await;
     let err = c.simple_query("UPDATE events SET n = 0").await.unwrap_err();
     let db_err = err.as_db_error().unwrap();
@@ -297,6 +302,7 @@ async fn inserts_whose_keys_coldwire_cannot_see_are_checked_by_capture() {
         c,
         direct,
         dir: _dir,
+        ..
     } = tiered("writescheck", &["--metrics-listen", "127.0.0.1:0"]).await;
     let metrics = proxy.metrics_addr.unwrap();
     let rehydrated = || metric(metrics, "coldwire_rows_rehydrated_total", "");
@@ -444,6 +450,7 @@ async fn truncate_retires_the_cold_tier_and_other_ddl_is_refused_clearly() {
         c,
         direct,
         dir: _dir,
+        ..
     } = tiered("writesddl", &[]).await;
     let active = || async {
         direct
@@ -762,6 +769,7 @@ async fn renamed_tables_stay_tiered_and_dropped_ones_are_untiered() {
         c,
         direct,
         dir,
+        ..
     } = tiered("writesrename", &[]).await;
     let count = |sql: &'static str| {
         let c = &c;
@@ -916,6 +924,7 @@ async fn added_columns_read_their_default_in_segments_written_before() {
         c,
         direct,
         dir: _dir,
+        ..
     } = tiered("writesaddcol", &[]).await;
     let one = |sql: &'static str| {
         let c = &c;
@@ -1051,6 +1060,7 @@ async fn lookups_served_from_the_page_cache_still_see_writes_and_flushes() {
         c,
         direct: _direct,
         dir: _dir,
+        ..
     } = tiered("writescache", &["--metrics-listen", "127.0.0.1:0"]).await;
     let metrics = proxy.metrics_addr.unwrap();
     let hits = || {
@@ -1107,4 +1117,54 @@ async fn lookups_served_from_the_page_cache_still_see_writes_and_flushes() {
     assert_eq!(lookup(7).await, vec![(7, "k3".to_owned(), Some(-7))]);
     assert_eq!(lookup(8).await, vec![]);
     assert_eq!(lookup(7).await, vec![(7, "k3".to_owned(), Some(-7))]);
+}
+
+/// A client that sends Flush after Parse and Describe and waits for their answers before
+/// it binds (asyncpg does): the write's rehydration goes into the group after answers
+/// the client already has, and the client still gets its own BindComplete and
+/// CommandComplete, not coldwire's.
+#[tokio::test]
+async fn a_cold_write_after_a_flushed_describe_gets_its_own_answers() {
+    let t = tiered("flush_describe", &[]).await;
+    let mut raw = common::raw::RawConn::ready(t.proxy.addr, &t.db).await;
+    let describe = common::raw::frame(b'D', b"Sw\0");
+    let flush = common::raw::frame(b'H', b"");
+    for (key, kind) in [(5, "cold"), (1999, "hot"), (6, "cold again")] {
+        let mut out = common::raw::parse("w", "UPDATE events SET n = n + 1 WHERE id = $1");
+        out.extend_from_slice(&describe);
+        out.extend_from_slice(&flush);
+        raw.send(&out).await;
+        let mut described = Vec::new();
+        while described
+            .last()
+            .is_none_or(|m: &common::raw::Msg| m.tag != b'n')
+        {
+            described.push(raw.next().await.expect("answers to Parse and Describe"));
+        }
+        assert_eq!(common::raw::tags(&described), "1tn", "{kind}");
+        let key = key.to_string();
+        let mut out = common::raw::bind("w", &[&key]);
+        out.extend_from_slice(&common::raw::execute());
+        out.extend_from_slice(&common::raw::frame(b'C', b"Sw\0"));
+        out.extend_from_slice(&common::raw::sync());
+        raw.send(&out).await;
+        let answered = raw.until_ready().await;
+        assert_eq!(common::raw::tags(&answered), "2C3Z", "{kind}: {answered:?}");
+        assert!(
+            answered[1].body.starts_with(b"UPDATE 1"),
+            "{kind}: {answered:?}"
+        );
+    }
+    let n: Vec<i32> = t
+        .direct
+        .query(
+            "SELECT n FROM events WHERE id IN (5, 6, 1999) ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(n, vec![6, 7, 2000]);
 }

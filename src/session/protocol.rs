@@ -34,6 +34,10 @@ pub const UPSTREAM_INSPECTED: &[u8] = &[
     msg::ROW_DESCRIPTION,
     msg::NO_DATA,
     msg::ERROR_RESPONSE,
+    // Completions, counted when they answer a group before its Sync (after a Flush).
+    msg::COMMAND_COMPLETE,
+    msg::EMPTY_QUERY_RESPONSE,
+    msg::PORTAL_SUSPENDED,
 ];
 
 /// What the relay does with a server frame.
@@ -218,6 +222,9 @@ pub fn on_server_frame(
         return Ok(ServerAction::Replace(rewritten));
     }
     track_server_frame(state, tag, frame)?;
+    if completes(tag) {
+        state.completion_passed();
+    }
     Ok(ServerAction::Pass)
 }
 

@@ -87,6 +87,11 @@ pub struct SessionState {
     /// The group being sent, when coldwire put messages of its own into it before its
     /// Sync; it becomes the group's entry at the Sync.
     open_group: Option<RewrittenGroup>,
+    /// Completions the client already got for messages of the group being sent, before
+    /// its Sync and before any message of coldwire's in it (the client sent Flush, as
+    /// asyncpg does after Parse and Describe): coldwire's own messages sent next are
+    /// answered after that many fewer of the client's.
+    early_completions: u32,
     /// Client statements (by name, "" for the unnamed one) that coldwire rewrote at Parse
     /// and gives cold parameters at each Bind.
     rewritten_statements: HashMap<String, RewrittenStatement>,
@@ -235,6 +240,7 @@ impl SessionState {
             groups: VecDeque::new(),
             open_group: None,
             txn_generations: HashMap::new(),
+            early_completions: 0,
             rewritten_statements: HashMap::new(),
             statement_ids: 0,
             sql_prepared: HashMap::new(),
@@ -399,14 +405,28 @@ impl SessionState {
 
     /// coldwire sent messages of its own into the group being sent, answered after
     /// `before` completions of the client's messages in it.
-    pub fn own_messages_sent(&mut self, own: OwnPrefix) {
+    pub fn own_messages_sent(&mut self, mut own: OwnPrefix) {
+        own.before = own
+            .before
+            .saturating_sub(std::mem::take(&mut self.early_completions));
         self.open_group
             .get_or_insert_with(RewrittenGroup::default)
             .own
             .push_back(own);
     }
 
+    /// A completion went to the client: counted when it answers the group being sent
+    /// (no Sync outstanding) after coldwire's own messages in it were all answered.
+    pub fn completion_passed(&mut self) {
+        let open =
+            self.groups.is_empty() && self.open_group.as_ref().is_none_or(|g| g.own.is_empty());
+        if open {
+            self.early_completions += 1;
+        }
+    }
+
     fn group_sent(&mut self, group: Group) {
+        self.early_completions = 0;
         self.pending.push_back(Pending::SyncPoint);
         self.outstanding_syncs += 1;
         self.groups.push_back(group);
