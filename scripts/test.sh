@@ -3,8 +3,9 @@
 # it is missing: libclang and PostgreSQL server binaries (scripts/prereqs.sh), moto's S3
 # server (PyPI's `moto[server]`, into a virtualenv under ~/.cache/coldwire) for
 # tests/s3.rs, psycopg 3 and asyncpg (another virtualenv there) for
-# tests/python_clients.rs, and node-postgres (npm, under ~/.cache/coldwire too) for
-# tests/node_clients.rs. Extra arguments go to `cargo test`.
+# tests/python_clients.rs, node-postgres (npm, under ~/.cache/coldwire too) for
+# tests/node_clients.rs, and pgjdbc with a JDK (Debian) for tests/jdbc_clients.rs. Extra
+# arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,6 +80,19 @@ if [ -z "${COLDWIRE_NODE_PATH:-}" ]; then
     (cd "$node_dir" && npm install --silent --no-audit --no-fund --no-save pg@8)
   fi
   export COLDWIRE_NODE_PATH="$node_dir/node_modules"
+fi
+
+# pgjdbc and a JDK for tests/jdbc_clients.rs (Debian's packages).
+if [ -z "${COLDWIRE_JDBC_JAR:-}" ] && { [ ! -f /usr/share/java/postgresql.jar ] || ! command -v java >/dev/null 2>&1; }; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing pgjdbc and a JDK"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      libpostgresql-jdbc-java default-jdk-headless >/dev/null
+  else
+    echo "test.sh: tests/jdbc_clients.rs needs pgjdbc and a JDK: apt-get install libpostgresql-jdbc-java default-jdk-headless" >&2
+    exit 1
+  fi
 fi
 
 # The house rules before the tests: modules import only downwards, the code is formatted,

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod clients;
 pub mod disguise;
 pub mod flushing;
 pub mod moto;
