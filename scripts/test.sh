@@ -13,6 +13,18 @@ cd "$(dirname "$0")/.."
 source scripts/prereqs.sh
 ensure_prereqs test.sh || exit 1
 
+# A virtualenv at $1 (with Debian's venv module first, when root and it is missing).
+make_venv() {
+  if ! python3 -m venv "$1" >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip >/dev/null
+    fi
+    rm -rf "$1"
+    python3 -m venv "$1"
+  fi
+}
+
 # moto's S3 server: on PATH, named by COLDWIRE_MOTO_SERVER, or installed into a
 # virtualenv of our own (which needs no --break-system-packages and leaves the system's
 # Python alone).
@@ -24,14 +36,7 @@ if ! have_moto; then
   venv="${XDG_CACHE_HOME:-$HOME/.cache}/coldwire/moto-venv"
   if [ ! -x "$venv/bin/moto_server" ]; then
     echo "test.sh: installing moto's S3 server into $venv"
-    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip >/dev/null
-      fi
-      rm -rf "$venv"
-      python3 -m venv "$venv"
-    fi
+    make_venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "moto[server]"
   fi
   export COLDWIRE_MOTO_SERVER="$venv/bin/moto_server"
@@ -48,14 +53,7 @@ if [ -z "${COLDWIRE_PYTHON:-}" ]; then
   if ! "$clients_venv/bin/python" -c "import psycopg, asyncpg" >/dev/null 2>&1; then
     echo "test.sh: installing psycopg and asyncpg into $clients_venv"
     rm -rf "$clients_venv"
-    if ! python3 -m venv "$clients_venv" >/dev/null 2>&1; then
-      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip >/dev/null
-      fi
-      rm -rf "$clients_venv"
-      python3 -m venv "$clients_venv"
-    fi
+    make_venv "$clients_venv"
     "$clients_venv/bin/pip" install -q --disable-pip-version-check "psycopg[binary]" asyncpg
   fi
   export COLDWIRE_PYTHON="$clients_venv/bin/python"
