@@ -87,6 +87,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/v010_rehydrate.sql"),
         upgrade_capture: true,
     },
+    Migration {
+        version: 11,
+        name: "live_counts",
+        sql: include_str!("sql/v011_live_counts.sql"),
+        upgrade_capture: false,
+    },
 ];
 
 /// The placeholders of the migrations' SQL and what they stand for: constants the Rust
