@@ -755,6 +755,26 @@ async fn aggregates_with_inexact_conditions_take_the_row_path() {
         t.same_row(tiered.as_str(), control.as_str(), &[&lo, &hi], sql)
             .await;
     }
+    // Under an integer cast a decimal is rounded ('7.6'::numeric::int is 8): the cast
+    // value is not read as 7.6 (the row path, narrowed by the key, answers), in a literal
+    // and in a numeric parameter.
+    t.same(
+        "SELECT count(*), sum(price)::text FROM {t} WHERE price < '7.6'::numeric::int AND id < 900",
+    )
+    .await;
+    let sql = "SELECT count(*), sum(price)::text FROM {t} WHERE price < $1::int AND id < 900";
+    let numeric = [tokio_postgres::types::Type::NUMERIC];
+    let tiered = c
+        .prepare_typed(&sql.replace("{t}", "events"), &numeric)
+        .await
+        .unwrap();
+    let control = direct
+        .prepare_typed(&sql.replace("{t}", "control"), &numeric)
+        .await
+        .unwrap();
+    let seven_point_six = common::Decimal("7.6".into());
+    t.same_row(&tiered, &control, &[&seven_point_six], sql)
+        .await;
     // An integer parameter compared with a float8 column (eight binary bytes that are
     // not a float8), and a decimal under an integer cast (5.7::int4 is 6): the row path,
     // narrowed by the key, answers like the control.

@@ -15,7 +15,8 @@ pub enum Constant {
     Text(String),
     /// `$n`: the client's parameter number n (1-based), known at Bind.
     Param(u32),
-    /// `x + k` or `x - k` of an integer constant or parameter `x` (`k` negated for minus).
+    /// `x + k` or `x - k` of an integer constant or parameter `x` (`k` negated for minus);
+    /// `k` 0 for `$n::int4` and the like, whose value counts only when it is an integer.
     Sum(Box<Constant>, i64),
     /// A literal cast to a date or timestamp type (`DATE '2024-01-01'`).
     Typed(ScalarType, String),
@@ -34,6 +35,8 @@ impl std::fmt::Display for Constant {
             Constant::Bool(b) => write!(f, "{b}"),
             Constant::Text(t) => write!(f, "'{}'", t.replace('\'', "''")),
             Constant::Param(n) => write!(f, "${n}"),
+            // An integer cast of a parameter (read only where its value is an integer).
+            Constant::Sum(x, 0) => write!(f, "{x}"),
             Constant::Sum(x, k) if *k < 0 => write!(f, "{x} - {}", k.unsigned_abs()),
             Constant::Sum(x, k) => write!(f, "{x} + {k}"),
             Constant::Decimal(t) => write!(f, "{t}"),
@@ -148,7 +151,11 @@ impl BoundParams<'_> {
             // column is that text.
             let text = std::str::from_utf8(value).ok()?;
             let usable = match declared {
-                0 | oid::UNKNOWN => true,
+                // Untyped, where no description showed the type: Postgres infers the
+                // column's type unless another use typed the parameter first, which for
+                // integer, text and other columns yields the same comparison, but for a
+                // numeric one could make it a float8 comparison (`f8 = $1 AND n = $1`).
+                0 | oid::UNKNOWN => !numeric_column,
                 oid::INT2 | oid::INT4 | oid::INT8 => int_column || numeric_column,
                 oid::NUMERIC => numeric_column,
                 oid::TEXT | oid::VARCHAR => text_column,
@@ -282,8 +289,10 @@ mod tests {
             Some(Constant::Text("1.005".into()))
         );
         // A float8 makes the comparison a float8 one; an untyped binary value could be
-        // anything (eight bytes of an int8 read as a numeric header are a zero).
+        // anything (eight bytes of an int8 read as a numeric header are a zero), and an
+        // untyped text one may have been typed float8 by another use.
         assert_eq!(one(b"1.5", false, oid::FLOAT8).constant(1, column), None);
+        assert_eq!(one(b"1.5", false, 0).constant(1, column), None);
         assert_eq!(one(&7i64.to_be_bytes(), true, 0).constant(1, column), None);
     }
 

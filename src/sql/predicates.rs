@@ -479,10 +479,18 @@ pub fn constant(node: &Node) -> Option<Constant> {
             {
                 return None;
             }
-            // `5.7::int4` is 6: a decimal under an integer cast is not the decimal.
-            return match constant(c.arg.as_deref()?)? {
-                Constant::Decimal(_) if name.sval.starts_with("int") => None,
-                inner => Some(inner),
+            // `5.7::int4` is 6: under an integer cast only integers stand for themselves
+            // (`'7.6'::numeric::int4` is 8, and so is a numeric parameter of 7.6).
+            let inner = constant(c.arg.as_deref()?)?;
+            if !name.sval.starts_with("int") {
+                return Some(inner);
+            }
+            return match inner {
+                Constant::Int(_) => Some(inner),
+                Constant::Text(t) => t.trim().parse::<i64>().ok().map(Constant::Int),
+                // Resolved as a sum: only a value that is an integer is read.
+                Constant::Param(_) | Constant::Sum(..) => Some(Constant::Sum(Box::new(inner), 0)),
+                _ => None,
             };
         }
         Some(N::ParamRef(p)) => return u32::try_from(p.number).ok().map(Constant::Param),

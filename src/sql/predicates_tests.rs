@@ -329,6 +329,39 @@ fn numeric_constants_compare_at_the_columns_scale() {
     );
     assert!(one(Comparison::Eq(Constant::Float(1.5f64.to_bits()))).is_empty());
     assert!(one(Comparison::Eq(Constant::Text("1_000".into()))).is_empty());
+    // Under an integer cast only integers are the value: '7.6'::numeric::int is 8.
+    let cast = |sql: &str| {
+        let parsed = pg_query::parse(&format!("SELECT {sql}"), 0).unwrap();
+        let stmt = parsed.protobuf.stmts[0].stmt.clone().unwrap();
+        let Some(N::SelectStmt(select)) = stmt.node else {
+            panic!()
+        };
+        let Some(N::ResTarget(t)) = select.target_list[0].node.clone() else {
+            panic!()
+        };
+        constant(&t.val.unwrap())
+    };
+    assert_eq!(cast("'7.6'::numeric::int"), None);
+    assert_eq!(cast("'7'::numeric::int8"), Some(Constant::Int(7)));
+    assert_eq!(cast("7.6::int"), None);
+    assert_eq!(
+        cast("$1::int"),
+        Some(Constant::Sum(Box::new(Constant::Param(1)), 0))
+    );
+    let params = BoundParams {
+        values: vec![Some(&b"7.6"[..])],
+        binary: vec![false],
+        declared: vec![1700],
+        settings: crate::sql::params::Settings {
+            utf8: true,
+            utc: false,
+        },
+    };
+    let as_int = p(
+        "price",
+        Comparison::Below(Constant::Sum(Box::new(Constant::Param(1)), 0), false),
+    );
+    assert!(to_prune(&[as_int], &columns, &params).is_empty());
     // The order the encodings give: -Infinity < finite < Infinity < NaN.
     let order = [
         ordered::numeric_special(Special::NegInf).to_vec(),
