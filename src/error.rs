@@ -214,7 +214,7 @@ pub fn admin_error(e: &AdminError) -> ErrorFields {
         AdminError::DuplicateArgument { .. } | AdminError::PositionalAfterNamed { .. } => (SqlState::SYNTAX_ERROR, None),
         AdminError::Policy(_) => (
             SqlState::INVALID_PARAMETER_VALUE,
-            Some("policy keys: hot_row_limit, min_flush_rows, max_rows_per_file, auto_flush, check_interval"),
+            Some(crate::catalog::policy::POLICY_HINT),
         ),
         AdminError::InvalidText { .. } => (SqlState::INVALID_TEXT_REPRESENTATION, None),
         AdminError::BadBinary { .. } => (SqlState::INVALID_BINARY_REPRESENTATION, None),

@@ -7,7 +7,7 @@ use tokio_postgres::Client;
 use super::args::Resolved;
 use super::executor::{AdminExecutor, AdminFuture, AdminRequest};
 use super::shared::{check_may_manage, pg_error, service_error, table_arg};
-use super::{AdminError, AdminFunction, Policy};
+use super::{policy, AdminError, AdminFunction, Policy};
 use crate::catalog::capture::CaptureSpec;
 use crate::catalog::inspect::{self};
 use crate::catalog::{self};
@@ -107,6 +107,7 @@ async fn tier_table(
             reasons,
         });
     }
+    let policy = checked_age_rule(client, &facts, policy).await?;
     let columns: Vec<Value> = facts
         .columns
         .iter()
@@ -211,7 +212,7 @@ async fn set_policy(client: &mut Client, request: &AdminRequest) -> Result<Value
         });
     };
     // Check the keys before looking anything up.
-    Policy::default().merged(changes)?;
+    Policy::check_keys(changes)?;
     let facts = inspect::table_facts(client, table)
         .await
         .map_err(service_error)?;
@@ -231,6 +232,7 @@ async fn set_policy(client: &mut Client, request: &AdminRequest) -> Result<Value
         .map_err(pg_error)?
         .get(0);
     let policy = Policy::default().merged(&current)?.merged(changes)?;
+    let policy = checked_age_rule(&tx, &facts, policy).await?;
     tx.execute(
         "UPDATE coldwire.tables SET policy = $2 WHERE id = $1",
         &[&id, &policy.to_json()],
@@ -243,6 +245,62 @@ async fn set_policy(client: &mut Client, request: &AdminRequest) -> Result<Value
     tx.commit().await.map_err(pg_error)?;
     Ok(json!({"table": facts.display_name(), "policy": policy.to_json()}))
 }
+
+/// `policy` with its age rule checked against the table and Postgres (22023 naming the
+/// key): `age_column` a date, timestamp or timestamptz column, `tier_after` a positive
+/// interval, stored as Postgres prints it.
+async fn checked_age_rule(
+    client: &impl tokio_postgres::GenericClient,
+    facts: &inspect::TableFacts,
+    mut policy: Policy,
+) -> Result<Policy, AdminError> {
+    let Some((column, interval)) = policy.age_rule() else {
+        return Ok(policy);
+    };
+    let bad = |key: &str, reason: String| {
+        AdminError::Policy(policy::PolicyError::BadValue {
+            key: key.into(),
+            reason,
+        })
+    };
+    let Some(c) = facts.columns.iter().find(|c| c.name == column) else {
+        return Err(bad(
+            "age_column",
+            format!("{} has no column \"{column}\"", facts.display_name()),
+        ));
+    };
+    if !AGE_COLUMN_TYPES.contains(&c.type_oid) {
+        return Err(bad(
+            "age_column",
+            format!(
+                "column \"{column}\" is {}; an age column is a date, timestamp or timestamptz",
+                c.type_name
+            ),
+        ));
+    }
+    let normalized = client
+        .query_one(
+            "SELECT CASE WHEN $1::text::interval > interval '0' THEN ($1::text::interval)::text END",
+            &[&interval],
+        )
+        .await
+        .map_err(|e| {
+            bad(
+                "tier_after",
+                format!(
+                    "{} (an interval such as '90 days' or '12 hours')",
+                    crate::catalog::postgres_text(&e)
+                ),
+            )
+        })?
+        .get::<_, Option<String>>(0)
+        .ok_or_else(|| bad("tier_after", format!("{interval} is not a positive interval")))?;
+    policy.tier_after = Some(normalized);
+    Ok(policy)
+}
+
+/// Type OIDs an age column may have: date, timestamp, timestamptz.
+const AGE_COLUMN_TYPES: [u32; 3] = [1082, 1114, 1184];
 
 /// Enqueues a flush (or finds the active one); with `wait => true`, waits for it to end.
 async fn flush_table(client: &mut Client, request: &AdminRequest) -> Result<Value, AdminError> {

@@ -8,11 +8,31 @@ use serde_json::{Map, Value};
 /// Smallest `check_interval`: the scheduler must not spin.
 const MIN_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The row limit of a policy that names none.
+pub const DEFAULT_HOT_ROW_LIMIT: i64 = 100_000;
+
+macro_rules! policy_keys {
+    () => {
+        "hot_row_limit, tier_after, age_column, min_flush_rows, max_rows_per_file, auto_flush, check_interval"
+    };
+}
+
+/// The policy keys.
+pub const POLICY_KEYS: &str = policy_keys!();
+/// The hint of a policy error.
+pub const POLICY_HINT: &str = concat!("policy keys: ", policy_keys!());
+
 /// When and how much to flush (DESIGN §5, §8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
-    /// Rows the heap may hold before a flush is due. Default 100000.
-    pub hot_row_limit: i64,
+    /// Rows the heap may hold before a flush is due; `None`: no row limit. Default 100000,
+    /// and none for a policy given an age rule without a row limit.
+    pub hot_row_limit: Option<i64>,
+    /// The age rule: rows whose `age_column` is older than `tier_after` (an interval as
+    /// Postgres prints it) are due at the next flush. Both or neither.
+    pub tier_after: Option<String>,
+    /// A date, timestamp or timestamptz column of the table.
+    pub age_column: Option<String>,
     /// Rows flushed per chunk. Default 10000.
     pub min_flush_rows: i64,
     /// Rows per Parquet segment. Default 1000000.
@@ -26,7 +46,9 @@ pub struct Policy {
 impl Default for Policy {
     fn default() -> Self {
         Self {
-            hot_row_limit: 100_000,
+            hot_row_limit: Some(DEFAULT_HOT_ROW_LIMIT),
+            tier_after: None,
+            age_column: None,
             min_flush_rows: 10_000,
             max_rows_per_file: 1_000_000,
             auto_flush: true,
@@ -40,7 +62,7 @@ impl Default for Policy {
 pub enum PolicyError {
     #[error("policy must be a JSON object, not {0}")]
     NotAnObject(String),
-    #[error("unknown policy key \"{0}\" (known: hot_row_limit, min_flush_rows, max_rows_per_file, auto_flush, check_interval)")]
+    #[error("unknown policy key \"{0}\" (known: {POLICY_KEYS})")]
     UnknownKey(String),
     #[error("policy key \"{key}\": {reason}")]
     BadValue { key: String, reason: String },
@@ -49,13 +71,41 @@ pub enum PolicyError {
 impl Policy {
     /// This policy with the keys of `changes` (a JSON object) applied.
     ///
+    /// Giving a policy that has no age rule and the default row limit an age rule, without
+    /// naming `hot_row_limit` in the same change, drops the default limit: "keep 90 days
+    /// hot" means that alone. Naming `hot_row_limit` keeps both rules.
+    ///
+    /// # Errors
+    /// Not an object, an unknown key, a value of the wrong type or range, an age rule
+    /// missing half, or no rule at all.
+    pub fn merged(&self, changes: &Value) -> Result<Policy, PolicyError> {
+        let p = self.applied(changes)?;
+        p.check_rules()?;
+        Ok(p)
+    }
+
+    /// Checks the keys and values of `changes` (a JSON object) alone, as any policy's
+    /// change; whether the policy they make has its rules whole is [`Policy::merged`]'s
+    /// to say.
+    ///
     /// # Errors
     /// Not an object, an unknown key, or a value of the wrong type or range.
-    pub fn merged(&self, changes: &Value) -> Result<Policy, PolicyError> {
+    pub fn check_keys(changes: &Value) -> Result<(), PolicyError> {
+        Policy::default().applied(changes).map(drop)
+    }
+
+    fn applied(&self, changes: &Value) -> Result<Policy, PolicyError> {
         let Value::Object(map) = changes else {
             return Err(PolicyError::NotAnObject(json_kind(changes).into()));
         };
         let mut p = self.clone();
+        let gains_age_rule = self.tier_after.is_none()
+            && map.get("tier_after").is_some_and(|v| !v.is_null())
+            && !map.contains_key("hot_row_limit")
+            && self.hot_row_limit == Some(DEFAULT_HOT_ROW_LIMIT);
+        if gains_age_rule {
+            p.hot_row_limit = None;
+        }
         for (key, value) in map {
             let bad = |reason: &str| PolicyError::BadValue {
                 key: key.clone(),
@@ -63,8 +113,23 @@ impl Policy {
             };
             match key.as_str() {
                 "hot_row_limit" => {
-                    p.hot_row_limit =
-                        whole(value, 0).ok_or_else(|| bad("must be a whole number ≥ 0"))?
+                    p.hot_row_limit = if value.is_null() {
+                        None
+                    } else {
+                        Some(whole(value, 0).ok_or_else(|| {
+                            bad("must be a whole number ≥ 0, or null for no row limit")
+                        })?)
+                    }
+                }
+                "tier_after" => {
+                    p.tier_after = text_or_null(value).ok_or_else(|| {
+                        bad("must be an interval such as '90 days', or null for no age rule")
+                    })?
+                }
+                "age_column" => {
+                    p.age_column = text_or_null(value).ok_or_else(|| {
+                        bad("must name a date, timestamp or timestamptz column, or be null")
+                    })?
                 }
                 "min_flush_rows" => {
                     p.min_flush_rows =
@@ -97,10 +162,48 @@ impl Policy {
         Ok(p)
     }
 
+    /// Both halves of an age rule or neither, and at least one rule.
+    fn check_rules(&self) -> Result<(), PolicyError> {
+        let p = self;
+        let rule_error = |key: &str, reason: &str| PolicyError::BadValue {
+            key: key.into(),
+            reason: reason.into(),
+        };
+        match (&p.tier_after, &p.age_column) {
+            (Some(_), None) => {
+                return Err(rule_error(
+                    "age_column",
+                    "tier_after needs an age_column: the date, timestamp or timestamptz column rows are aged by",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(rule_error(
+                    "tier_after",
+                    "age_column needs a tier_after interval, such as '90 days'",
+                ))
+            }
+            _ => {}
+        }
+        if p.hot_row_limit.is_none() && p.tier_after.is_none() {
+            return Err(rule_error(
+                "hot_row_limit",
+                "a policy needs a row limit or an age rule (tier_after with age_column); use auto_flush false to flush only on request",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The age rule: (column, interval text).
+    pub fn age_rule(&self) -> Option<(&str, &str)> {
+        Some((self.age_column.as_deref()?, self.tier_after.as_deref()?))
+    }
+
     /// The jsonb stored in the catalog and returned by the admin calls.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("hot_row_limit".into(), self.hot_row_limit.into());
+        m.insert("tier_after".into(), self.tier_after.clone().into());
+        m.insert("age_column".into(), self.age_column.clone().into());
         m.insert("min_flush_rows".into(), self.min_flush_rows.into());
         m.insert("max_rows_per_file".into(), self.max_rows_per_file.into());
         m.insert("auto_flush".into(), self.auto_flush.into());
@@ -109,6 +212,15 @@ impl Policy {
             format_interval(self.check_interval).into(),
         );
         Value::Object(m)
+    }
+}
+
+/// `Some(None)` for null, `Some(Some(text))` for a non-blank string, `None` otherwise.
+fn text_or_null(v: &Value) -> Option<Option<String>> {
+    match v {
+        Value::Null => Some(None),
+        Value::String(s) if !s.trim().is_empty() => Some(Some(s.clone())),
+        _ => None,
     }
 }
 
@@ -163,7 +275,7 @@ mod tests {
         let p = Policy::default()
             .merged(&json!({"hot_row_limit": 5, "min_flush_rows": 2, "check_interval": "250ms", "auto_flush": false}))
             .unwrap();
-        assert_eq!(p.hot_row_limit, 5);
+        assert_eq!(p.hot_row_limit, Some(5));
         assert_eq!(p.min_flush_rows, 2);
         assert_eq!(p.max_rows_per_file, 1_000_000);
         assert!(!p.auto_flush);
@@ -225,5 +337,68 @@ mod tests {
             matches!(err(json!({"check_interval": "10ms"})), PolicyError::BadValue { key, .. } if key == "check_interval")
         );
         assert!(matches!(err(json!([1])), PolicyError::NotAnObject(_)));
+    }
+
+    #[test]
+    fn an_age_rule_needs_both_halves_and_replaces_the_default_limit() {
+        let err = |base: &Policy, v: Value| base.merged(&v).unwrap_err();
+        let key = |e: PolicyError| match e {
+            PolicyError::BadValue { key, .. } => key,
+            other => panic!("{other:?}"),
+        };
+        let base = Policy::default();
+        assert_eq!(
+            key(err(&base, json!({"tier_after": "90 days"}))),
+            "age_column"
+        );
+        assert_eq!(key(err(&base, json!({"age_column": "at"}))), "tier_after");
+        assert_eq!(
+            key(err(&base, json!({"tier_after": 90, "age_column": "at"}))),
+            "tier_after"
+        );
+        assert_eq!(
+            key(err(
+                &base,
+                json!({"tier_after": "90 days", "age_column": " "})
+            )),
+            "age_column"
+        );
+        assert_eq!(
+            key(err(&base, json!({"hot_row_limit": null}))),
+            "hot_row_limit"
+        );
+
+        // Alone: the default row limit goes.
+        let aged = base
+            .merged(&json!({"tier_after": "90 days", "age_column": "at"}))
+            .unwrap();
+        assert_eq!(aged.hot_row_limit, None);
+        assert_eq!(aged.age_rule(), Some(("at", "90 days")));
+        // Together with a row limit named in the same change.
+        let both = base
+            .merged(&json!({"tier_after": "90 days", "age_column": "at", "hot_row_limit": 100000}))
+            .unwrap();
+        assert_eq!(both.hot_row_limit, Some(100_000));
+        // A row limit someone chose stays.
+        let chosen = base.merged(&json!({"hot_row_limit": 5})).unwrap();
+        assert_eq!(
+            chosen
+                .merged(&json!({"tier_after": "1 day", "age_column": "at"}))
+                .unwrap()
+                .hot_row_limit,
+            Some(5)
+        );
+        // Dropping the age rule of an age-only policy leaves no rule: refused.
+        assert_eq!(
+            key(err(&aged, json!({"tier_after": null, "age_column": null}))),
+            "hot_row_limit"
+        );
+        let back = aged
+            .merged(&json!({"tier_after": null, "age_column": null, "hot_row_limit": 10}))
+            .unwrap();
+        assert_eq!((back.hot_row_limit, back.age_rule()), (Some(10), None));
+        // The stored form reads back to the same policy.
+        assert_eq!(Policy::default().merged(&aged.to_json()).unwrap(), aged);
+        assert_eq!(Policy::default().merged(&both.to_json()).unwrap(), both);
     }
 }

@@ -9,11 +9,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::run;
-use super::select::rows_to_flush;
+use super::select::{aged_rows_worth_a_flush, rows_to_flush};
 use super::table::FlushError;
 use crate::catalog::jobs;
 use crate::catalog::reconcile::{self, RECONCILE_INTERVAL};
 use crate::catalog::Policy;
+use crate::sql::quote::quote_ident;
 use crate::store::ColdStore;
 
 /// How often an idle executor looks for work.
@@ -130,15 +131,18 @@ async fn execute(
 }
 
 /// Enqueues a flush for every active table with `auto_flush` whose mirror is over its
-/// hot_row_limit, looking at each table at most once per `check_interval`. The mirror size
-/// comes from statistics estimates; the exact count is taken only when one looks due.
+/// hot_row_limit or whose heap holds enough rows due by age, looking at each table at most
+/// once per `check_interval`. The mirror size comes from statistics estimates; the exact
+/// count is taken only when one looks due. Rows due by age are counted in the heap up to
+/// the number worth a flush (an index on the age column makes that cheap).
 async fn schedule(
     client: &Client,
     last_check: &mut HashMap<i64, Instant>,
 ) -> Result<(), tokio_postgres::Error> {
     let tables = client
         .query(
-            "SELECT t.id, t.policy, coalesce(s.n_live_tup, 0) FROM coldwire.tables t \
+            "SELECT t.id, t.policy, coalesce(s.n_live_tup, 0), format('%I.%I', n.nspname, c.relname) FROM coldwire.tables t \
+             JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
              LEFT JOIN pg_stat_user_tables s ON s.schemaname = 'coldwire' AND s.relname = 'm_' || t.id \
              WHERE t.state = 'active' \
                AND NOT EXISTS (SELECT 1 FROM coldwire.jobs j WHERE j.table_id = t.id AND j.state IN ('pending', 'running'))",
@@ -159,24 +163,58 @@ async fn schedule(
         }
         last_check.insert(id, Instant::now());
         let estimate: i64 = row.get(2);
-        if estimate <= policy.hot_row_limit {
-            continue;
+        let heap: String = row.get(3);
+        let reason = match flush_due(client, id, &policy, estimate, &heap).await {
+            Ok(reason) => reason,
+            Err(e) => {
+                // One table's trouble (say, an age column renamed away) must not stop the
+                // others' flushes; it is looked at again after its check_interval.
+                tracing::warn!(table_id = id, error = %crate::catalog::postgres_text(&e), "cannot tell whether a flush is due");
+                None
+            }
+        };
+        if let Some(reason) = reason {
+            let job = jobs::enqueue_flush(client, id, false).await?;
+            tracing::info!(table_id = id, job_id = job.id, reason, "auto flush queued");
         }
+    }
+    Ok(())
+}
+
+/// Why a flush of table `id` is due now, or `None`.
+async fn flush_due(
+    client: &Client,
+    id: i64,
+    policy: &Policy,
+    estimate: i64,
+    heap: &str,
+) -> Result<Option<String>, tokio_postgres::Error> {
+    if policy.hot_row_limit.is_some_and(|limit| estimate > limit) {
         let exact: i64 = client
             .query_one(&format!("SELECT count(*) FROM coldwire.m_{id}"), &[])
             .await?
             .get(0);
-        if rows_to_flush(exact, &policy, false) > 0 {
-            let job = jobs::enqueue_flush(client, id, false).await?;
-            tracing::info!(
-                table_id = id,
-                job_id = job.id,
-                mirror_rows = exact,
-                "auto flush queued"
-            );
+        if rows_to_flush(exact, policy, false) > 0 {
+            return Ok(Some(format!("{exact} mirror rows")));
         }
     }
-    Ok(())
+    if let Some((column, interval)) = policy.age_rule() {
+        let worth = aged_rows_worth_a_flush(policy);
+        let aged: i64 = client
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM (SELECT FROM ONLY {heap} WHERE {age} < now() - $1::text::interval LIMIT $2) s",
+                    age = quote_ident(column)
+                ),
+                &[&interval, &worth],
+            )
+            .await?
+            .get(0);
+        if aged >= worth {
+            return Ok(Some(format!("at least {aged} rows older than {interval}")));
+        }
+    }
+    Ok(None)
 }
 
 fn hostname() -> String {

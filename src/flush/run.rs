@@ -37,8 +37,8 @@ pub async fn run(
     if let Some(outcome) = resume_prune(client, store, job, &table).await? {
         return Ok(outcome);
     }
-    // 1. The cutoff, recorded in the job so a retry selects the same rows.
-    let Some((cutoff, total)) = cutoff(client, job, &table).await? else {
+    // 1. The selection, recorded in the job so a retry selects the same rows.
+    let Some((selection, total)) = cutoff(client, job, &table).await? else {
         finalize_empty(client, job).await?;
         return Ok(FlushOutcome {
             rows: 0,
@@ -49,7 +49,7 @@ pub async fn run(
     let Written {
         segments,
         overrides,
-    } = write_segments(client, side, store, job, &table, cutoff).await?;
+    } = write_segments(client, side, store, job, &table, selection).await?;
 
     // 5. The manifest as it will be once this job's segments are active.
     let generation: i64 = side
@@ -156,48 +156,89 @@ async fn resume_prune(
     Ok(None)
 }
 
-/// The job's cutoff seq and row count: recorded in the job by an earlier attempt, else
+/// Which mirror rows a flush takes, recorded in the job so a retry takes the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Selection {
+    /// The pairs with `seq` up to this cutoff (a row limit alone).
+    UpToSeq(i64),
+    /// The first `n` pairs in age order ([`super::select::age_order`]): keys deleted from
+    /// the heap, then rows by their age column (NULL last), then by seq.
+    Oldest(i64),
+}
+
+/// The job's selection and row count: recorded in the job by an earlier attempt, else
 /// chosen by the policy now and recorded, so a retry selects the same rows. `None` when
-/// there is nothing to flush.
+/// there is nothing to flush. A job by age records its row count only (`target_seq` NULL).
 async fn cutoff(
     client: &Client,
     job: &Job,
     table: &Tiered,
-) -> Result<Option<(i64, i64)>, FlushError> {
-    Ok(match (job.target_seq, job.rows_total) {
-        (Some(cutoff), Some(total)) => Some((cutoff, total)),
-        _ => {
-            let pending: i64 = client
-                .query_one(
-                    &format!("SELECT count(*) FROM coldwire.m_{}", table.id),
-                    &[],
-                )
-                .await?
-                .get(0);
-            let n = rows_to_flush(pending, &table.policy, job.drain);
-            if n == 0 {
-                return Ok(None);
-            }
+) -> Result<Option<(Selection, i64)>, FlushError> {
+    match (job.target_seq, job.rows_total) {
+        (Some(cutoff), Some(total)) => return Ok(Some((Selection::UpToSeq(cutoff), total))),
+        (None, Some(total)) => return Ok(Some((Selection::Oldest(total), total))),
+        _ => {}
+    }
+    let pending: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM coldwire.m_{}", table.id),
+            &[],
+        )
+        .await?
+        .get(0);
+    let by_limit = rows_to_flush(pending, &table.policy, job.drain);
+    let (selection, n) = match table.policy.age_rule() {
+        Some((column, interval)) => {
+            let aged = if job.drain {
+                0
+            } else {
+                client
+                    .query_one(
+                        &format!(
+                            "SELECT count(*) FROM coldwire.m_{id} m LEFT JOIN ONLY {heap} h ON {on} WHERE {due}",
+                            id = table.id,
+                            heap = table.qualified,
+                            on = table.pk_equal("h", "m"),
+                            due = super::select::aged_or_deleted("h", &table.pk[0], column),
+                        ),
+                        &[&interval],
+                    )
+                    .await?
+                    .get(0)
+            };
+            let n = by_limit.max(aged);
+            (Selection::Oldest(n), n)
+        }
+        None if by_limit > 0 => {
             let cutoff: i64 = client
                 .query_one(
                     &format!(
                         "SELECT seq FROM coldwire.m_{} ORDER BY seq OFFSET $1 LIMIT 1",
                         table.id
                     ),
-                    &[&(n - 1)],
+                    &[&(by_limit - 1)],
                 )
                 .await?
                 .get(0);
-            let updated = client
-                .execute(
-                    "UPDATE coldwire.jobs SET target_seq = $3, rows_total = $4 WHERE id = $1 AND attempt = $2 AND state = 'running'",
-                    &[&job.id, &job.attempt, &cutoff, &n],
-                )
-                .await?;
-            if updated != 1 {
-                return Err(FlushError::Fenced(job.id, job.attempt));
-            }
-            Some((cutoff, n))
+            (Selection::UpToSeq(cutoff), by_limit)
         }
-    })
+        None => return Ok(None),
+    };
+    if n == 0 {
+        return Ok(None);
+    }
+    let target_seq = match selection {
+        Selection::UpToSeq(cutoff) => Some(cutoff),
+        Selection::Oldest(_) => None,
+    };
+    let updated = client
+        .execute(
+            "UPDATE coldwire.jobs SET target_seq = $3, rows_total = $4 WHERE id = $1 AND attempt = $2 AND state = 'running'",
+            &[&job.id, &job.attempt, &target_seq, &n],
+        )
+        .await?;
+    if updated != 1 {
+        return Err(FlushError::Fenced(job.id, job.attempt));
+    }
+    Ok(Some((selection, n)))
 }

@@ -2,13 +2,18 @@
 //! `min_flush_rows` chunks, a remainder of at least half a chunk counting as one more.
 
 use crate::catalog::Policy;
+use crate::sql::quote::quote_ident;
 
-/// How many of the `pending` mirror rows (oldest first) to flush now; 0 when none is due.
+/// How many of the `pending` mirror rows (oldest first) the row limit makes due now; 0
+/// when none is, or the policy has no row limit.
 pub fn rows_to_flush(pending: i64, policy: &Policy, drain: bool) -> i64 {
     if drain {
         return pending.max(0);
     }
-    let excess = pending - policy.hot_row_limit;
+    let Some(limit) = policy.hot_row_limit else {
+        return 0;
+    };
+    let excess = pending - limit;
     if excess <= 0 {
         return 0;
     }
@@ -21,13 +26,41 @@ pub fn rows_to_flush(pending: i64, policy: &Policy, drain: bool) -> i64 {
     (chunks * chunk).min(pending)
 }
 
+/// How many rows due by age an automatic flush waits for: half a `min_flush_rows` chunk,
+/// as the row limit's remainder rule (an explicit flush takes every row due).
+pub fn aged_rows_worth_a_flush(policy: &Policy) -> i64 {
+    ((policy.min_flush_rows.max(1) + 1) / 2).max(1)
+}
+
+/// The condition that a mirror row joined to its heap row `heap` (LEFT JOIN) is due by
+/// age: its key was deleted, or its `column` is older than the interval bound as `$1`
+/// (text). A NULL age is never due.
+pub(super) fn aged_or_deleted(heap: &str, first_pk: &str, column: &str) -> String {
+    format!(
+        "({heap}.{pk} IS NULL OR {heap}.{age} < now() - $1::text::interval)",
+        pk = quote_ident(first_pk),
+        age = quote_ident(column)
+    )
+}
+
+/// The age order of mirror rows `mirror` joined to their heap rows `heap`: deleted keys
+/// first, then by age (NULL last), then by seq. Every row due by age comes before every
+/// row that is not, so the first n rows hold all that are due when n counts them.
+pub(super) fn age_order(mirror: &str, heap: &str, first_pk: &str, column: &str) -> String {
+    format!(
+        "{heap}.{pk} IS NOT NULL, {heap}.{age} NULLS LAST, {mirror}.seq",
+        pk = quote_ident(first_pk),
+        age = quote_ident(column)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn policy(limit: i64, chunk: i64) -> Policy {
         Policy {
-            hot_row_limit: limit,
+            hot_row_limit: Some(limit),
             min_flush_rows: chunk,
             ..Policy::default()
         }

@@ -86,6 +86,17 @@ pub(super) async fn load(client: &Client, table_id: i64) -> Result<Tiered, Flush
             "no primary key recorded".into(),
         ));
     }
+    if let Some((age_column, _)) = policy.age_rule() {
+        if !columns
+            .iter()
+            .any(|c| c.name == age_column && c.ty.can_age())
+        {
+            return Err(FlushError::Table(
+                table_id,
+                format!("its age_column \"{age_column}\" is no longer a date, timestamp or timestamptz column of the table (renamed or dropped?); name it again with coldwire.set_policy"),
+            ));
+        }
+    }
     Ok(Tiered {
         id: table_id,
         qualified: row.get(0),

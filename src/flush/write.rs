@@ -9,6 +9,8 @@ use futures_util::{pin_mut, SinkExt, TryStreamExt};
 use tokio_postgres::Client;
 
 use super::probe::ColdKeyProbe;
+use super::run::Selection;
+use super::select::age_order;
 use super::table::{FlushError, Tiered};
 use crate::catalog::jobs::{self, Job};
 use crate::segment::writer::{SegmentColumn, SegmentFacts, SegmentWriter};
@@ -34,7 +36,7 @@ pub(super) struct Written {
     pub overrides: bool,
 }
 
-/// Writes and publishes the segments of the rows up to `cutoff`, and leaves the keys that
+/// Writes and publishes the segments of the rows `selection` takes, and leaves the keys that
 /// may have a cold version already in `pg_temp.cw_maybe_cold` for finalize.
 pub(super) async fn write_segments(
     client: &mut Client,
@@ -42,9 +44,9 @@ pub(super) async fn write_segments(
     store: &ColdStore,
     job: &Job,
     table: &Tiered,
-    cutoff: i64,
+    selection: Selection,
 ) -> Result<Written, FlushError> {
-    let copy = take_pairs(client, table, cutoff).await?;
+    let copy = take_pairs(client, table, selection).await?;
     let mut cold_columns: Vec<ColdColumn> = table
         .columns
         .iter()
@@ -160,21 +162,45 @@ pub(super) async fn write_segments(
 }
 
 /// Step 2: opens the flush's snapshot transaction on `client`, takes the exact (pk, seq)
-/// pairs up to `cutoff` into `pg_temp.cw_pairs`, and returns the COPY that streams their
+/// pairs `selection` names into `pg_temp.cw_pairs`, and returns the COPY that streams their
 /// rows (deleted keys as tombstones where older cold versions may exist), in key order.
-async fn take_pairs(client: &Client, table: &Tiered, cutoff: i64) -> Result<String, FlushError> {
+async fn take_pairs(
+    client: &Client,
+    table: &Tiered,
+    selection: Selection,
+) -> Result<String, FlushError> {
     let has_cold: bool = client
         .query_one("SELECT EXISTS (SELECT 1 FROM coldwire.segments WHERE table_id = $1 AND status = 'active')", &[&table.id])
         .await?
         .get(0);
     let pk_list = table.pk_list("");
+    let pairs = match selection {
+        Selection::UpToSeq(cutoff) => {
+            format!(
+                "SELECT {pk_list}, seq FROM coldwire.m_{id} WHERE seq <= {cutoff}",
+                id = table.id
+            )
+        }
+        Selection::Oldest(n) => {
+            let order = match table.policy.age_rule() {
+                Some((column, _)) => age_order("m", "h", &table.pk[0], column),
+                None => "m.seq".into(),
+            };
+            format!(
+                "SELECT {m_pk}, m.seq FROM coldwire.m_{id} m LEFT JOIN ONLY {heap} h ON {on} ORDER BY {order} LIMIT {n}",
+                m_pk = table.pk_list("m."),
+                id = table.id,
+                heap = table.qualified,
+                on = table.pk_equal("h", "m"),
+            )
+        }
+    };
     client
         .batch_execute(&format!(
             "BEGIN ISOLATION LEVEL REPEATABLE READ; \
              DROP TABLE IF EXISTS pg_temp.cw_pairs; \
-             CREATE TEMP TABLE cw_pairs AS SELECT {pk_list}, seq, row_number() OVER () AS n FROM coldwire.m_{id} WHERE seq <= {cutoff}; \
-             CREATE INDEX ON pg_temp.cw_pairs (n);",
-            id = table.id
+             CREATE TEMP TABLE cw_pairs AS SELECT {pk_list}, seq, row_number() OVER () AS n FROM ({pairs}) s; \
+             CREATE INDEX ON pg_temp.cw_pairs (n);"
         ))
         .await?;
     let select_columns: Vec<String> = table

@@ -167,6 +167,15 @@ const UNSUPPORTED_NAMES: [(u32, &str); 34] = [
 ];
 
 impl ColdType {
+    /// Whether a column of this type can be a policy's `age_column` (date, timestamp,
+    /// timestamptz).
+    pub fn can_age(&self) -> bool {
+        matches!(
+            self,
+            ColdType::Scalar(ScalarType::Date | ScalarType::Timestamp | ScalarType::Timestamptz)
+        )
+    }
+
     /// The cold representation of a column of type `type_oid` with `typmod` (pg_attribute's
     /// `atttypid`, `atttypmod`; for arrays the typmod is the element's).
     ///
