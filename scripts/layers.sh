@@ -17,7 +17,7 @@ layers=(
   "error"                               # coldwire's errors as clients see them
   "session"                             # one client connection
   "server"                              # listeners, accept loop, shutdown
-  "demo"                                # the embedded default
+  "demo cli"                            # the embedded default; the operator's command line
 )
 
 declare -A level

@@ -27,12 +27,14 @@
 //!   every frame, sans-IO), `relay` (the I/O), `retry` (reads run again unseen), `reads`
 //!   (planning reads, aggregates and writes of tiered tables).
 //! - [`server`]: listeners, the accept loop, graceful shutdown; [`demo`]: the embedded
-//!   default, a throwaway local Postgres (also used by the tests).
+//!   default, a throwaway local Postgres (also used by the tests); [`cli`]: the operator's
+//!   commands (`coldwire status`, `tier`, `flush`, …), clients of the admin calls.
 //!
 //! docs/architecture.md describes how the parts work together.
 
 pub mod admin;
 pub mod catalog;
+pub mod cli;
 pub mod cold;
 pub mod config;
 pub mod demo;

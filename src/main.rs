@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use coldwire::cli::Action;
 use coldwire::config::ServeArgs;
 use coldwire::demo::DemoArgs;
 use coldwire::server::{runtime, Server};
@@ -26,32 +27,137 @@ enum Command {
     Serve(ServeArgs),
     /// Run the proxy in front of a throwaway local Postgres (needs PostgreSQL binaries).
     Demo(DemoArgs),
+    /// Tiered tables: rows hot, in the mirror and cold, segments, last flush, running jobs.
+    Status {
+        /// Count hot and mirror rows exactly (one count(*) each) instead of estimates.
+        #[arg(long)]
+        exact: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        config: ServeArgs,
+    },
+    /// Tier a table (coldwire.tier_table).
+    Tier {
+        /// The table, as a regclass literal: events, app.events, "Mixed Case".
+        table: String,
+        /// The policy as JSON, e.g. '{"tier_after": "90 days", "age_column": "at"}'.
+        #[arg(long)]
+        policy: Option<String>,
+        #[command(flatten)]
+        config: ServeArgs,
+    },
+    /// Bring every cold row of a table back and make it plain (coldwire.untier_table).
+    Untier {
+        table: String,
+        #[command(flatten)]
+        config: ServeArgs,
+    },
+    /// Change some keys of a table's policy (coldwire.set_policy).
+    Policy {
+        table: String,
+        /// The keys to change, as JSON, e.g. '{"hot_row_limit": 500000}'.
+        policy: String,
+        #[command(flatten)]
+        config: ServeArgs,
+    },
+    /// Flush a table's due rows now and follow the job (coldwire.flush_table).
+    Flush {
+        table: String,
+        /// Flush every hot row, not only those the policy makes due.
+        #[arg(long)]
+        drain: bool,
+        /// Queue the job and exit without waiting for it.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        config: ServeArgs,
+    },
+}
+
+/// Replaces the log filter of the running process (SIGHUP, the `log` setting).
+type LogFilter =
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
+
+/// The filter of RUST_LOG, else `coldwire=info`.
+fn env_filter() -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "coldwire=info".into())
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "coldwire=info".into()),
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let (filter, log_filter) = tracing_subscriber::reload::Layer::new(env_filter());
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
             let config = args.resolve().context("configuration")?;
-            runtime(config.worker_threads)?.block_on(serve(config))
+            set_log_filter(&log_filter, config.log.as_deref());
+            runtime(config.worker_threads)?.block_on(serve(args, config, log_filter))
         }
         Command::Demo(args) => runtime(0)?.block_on(async {
             let shutdown = on_signal()?;
             Ok(coldwire::demo::run(args, shutdown).await?)
         }),
+        Command::Status {
+            exact,
+            json,
+            config,
+        } => operate(config, Action::Status { exact, json }),
+        Command::Tier {
+            table,
+            policy,
+            config,
+        } => operate(config, Action::Tier { table, policy }),
+        Command::Untier { table, config } => operate(config, Action::Untier { table }),
+        Command::Policy {
+            table,
+            policy,
+            config,
+        } => operate(config, Action::Policy { table, policy }),
+        Command::Flush {
+            table,
+            drain,
+            no_wait,
+            config,
+        } => operate(
+            config,
+            Action::Flush {
+                table,
+                drain,
+                wait: !no_wait,
+            },
+        ),
     }
 }
 
-async fn serve(config: coldwire::config::Config) -> anyhow::Result<()> {
+/// Runs an operator command; a refusal or failure exits 1 with its message.
+fn operate(args: ServeArgs, action: Action) -> anyhow::Result<()> {
+    let config = args.resolve().context("configuration")?;
+    let outcome = runtime(0)?.block_on(coldwire::cli::run(config, action));
+    if let Err(e) = outcome {
+        eprintln!("coldwire: {e:#}");
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+async fn serve(
+    args: ServeArgs,
+    config: coldwire::config::Config,
+    log_filter: LogFilter,
+) -> anyhow::Result<()> {
     let shutdown = on_signal()?;
+    let mut log = config.log.clone();
     let server = Server::bind(config).await?;
     if let Some(addr) = server.local_addr() {
         println!("coldwire listening on {addr}");
@@ -59,8 +165,61 @@ async fn serve(config: coldwire::config::Config) -> anyhow::Result<()> {
     if let Some(addr) = server.metrics_addr() {
         println!("coldwire metrics on http://{addr}/metrics");
     }
+    let reloader = server.reloader();
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            log = reload(&args, &reloader, &log_filter, log.take());
+        }
+    });
     server.run(shutdown).await;
     Ok(())
+}
+
+/// SIGHUP: reads the configuration again (file, environment, flags) and applies what can
+/// change without a restart; on an invalid configuration keeps the running one. Returns
+/// the `log` setting now in force.
+fn reload(
+    args: &ServeArgs,
+    reloader: &coldwire::server::Reloader,
+    log_filter: &LogFilter,
+    log: Option<String>,
+) -> Option<String> {
+    tracing::info!("SIGHUP received: reloading the configuration");
+    let config = match args.resolve() {
+        Ok(config) => config,
+        Err(e) => {
+            tracing::error!(error = %e, "the configuration is invalid; the running one stays");
+            return log;
+        }
+    };
+    let mut changed = match reloader.reload(&config) {
+        Ok(changed) => changed,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot apply the configuration; the running one stays");
+            return log;
+        }
+    };
+    if config.log != log {
+        set_log_filter(log_filter, config.log.as_deref());
+        changed.push(format!(
+            "log: {}",
+            config.log.as_deref().unwrap_or("RUST_LOG or coldwire=info")
+        ));
+    }
+    tracing::info!(changed = %changed.join("; "), "configuration reloaded");
+    config.log
+}
+
+/// Filters the log by `log` (RUST_LOG directives), or by RUST_LOG without it.
+fn set_log_filter(handle: &LogFilter, log: Option<&str>) {
+    let filter = match log {
+        Some(directives) => tracing_subscriber::EnvFilter::new(directives),
+        None => env_filter(),
+    };
+    if let Err(e) = handle.reload(filter) {
+        tracing::warn!(error = %e, "cannot change the log filter");
+    }
 }
 
 /// A token cancelled by SIGINT or SIGTERM. The handlers are installed before this returns,

@@ -83,16 +83,31 @@ async fn extended_protocol_calls_are_answered_by_coldwire() {
     let proxy = Proxy::start(&[]).await;
     let c = proxy.connect(&db).await;
 
-    // Parse and Describe are answered by coldwire: the parameter and result types are the
-    // function's (regclass, boolean; jsonb), as Postgres would describe them.
+    // Parse and Describe are answered by coldwire: the parameter types are the
+    // function's (regclass, boolean), the columns those of its readable answer.
     let stmt = c
         .prepare("SELECT coldwire.flush_table($1, wait => $2)")
         .await
         .unwrap();
     assert_eq!(stmt.params(), &[Type::REGCLASS, Type::BOOL]);
-    assert_eq!(stmt.columns().len(), 1);
-    assert_eq!(stmt.columns()[0].name(), "flush_table");
-    assert_eq!(stmt.columns()[0].type_(), &Type::JSONB);
+    let described: Vec<(&str, &Type)> = stmt
+        .columns()
+        .iter()
+        .map(|c| (c.name(), c.type_()))
+        .collect();
+    assert_eq!(
+        described,
+        [
+            ("table", &Type::TEXT),
+            ("job_id", &Type::INT8),
+            ("state", &Type::TEXT),
+            ("rows_done", &Type::INT8),
+            ("rows_total", &Type::INT8),
+            ("segments", &Type::INT8),
+            ("error", &Type::TEXT),
+            ("details", &Type::JSONB),
+        ]
+    );
 
     let typed = c
         .prepare_typed(
@@ -102,7 +117,11 @@ async fn extended_protocol_calls_are_answered_by_coldwire() {
         .await
         .unwrap();
     assert_eq!(typed.params(), &[Type::TEXT, Type::BOOL]);
-    assert_eq!(typed.columns()[0].name(), "job");
+    assert_eq!(
+        typed.columns().len(),
+        8,
+        "an alias does not change the answer's columns"
+    );
     let e = c.query(&typed, &[&"events", &true]).await.unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE));
     // The same prepared statement again, after the error: still coldwire's.

@@ -1,11 +1,14 @@
-//! Authentication is relayed (Postgres decides who gets in) and TLS ends at coldwire.
+//! Authentication is relayed (Postgres decides who gets in) and TLS ends at coldwire; a
+//! SIGHUP reloads the certificate (and the log filter and policy defaults).
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
 
-use common::{create_db, pg_bin, psql_admin, Proxy, MD5_GROUP, SCRAM_GROUP};
+use common::{cluster, create_db, pg_bin, psql_admin, Proxy, MD5_GROUP, SCRAM_GROUP};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use tokio_postgres::error::SqlState;
 
 async fn connect_err(url: &str) -> tokio_postgres::Error {
@@ -161,4 +164,133 @@ async fn require_tls_refuses_plaintext_with_28000() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_certificate_the_log_filter_and_policy_defaults() {
+    let db = create_db("sighup");
+    let dir = tempfile::tempdir().unwrap();
+    let first = tempfile::tempdir().unwrap();
+    let (first_cert, _) = self_signed(first.path());
+    // The served files are replaced in place on renewal: keep copies of the first one.
+    let (cert, key) = self_signed(dir.path());
+    std::fs::copy(&cert, &first_cert).unwrap();
+    std::fs::copy(&key, first.path().join("server.key")).unwrap();
+    let file = dir.path().join("coldwire.toml");
+    let write_config = |extra: &str| {
+        std::fs::write(
+            &file,
+            format!("tls_cert = '{cert}'\ntls_key = '{key}'\n{extra}"),
+        )
+        .unwrap()
+    };
+    write_config("log = 'coldwire=info'\n");
+    let store = tempfile::tempdir().unwrap();
+    let store_url = format!("file://{}", store.path().display());
+    let proxy = Proxy::start(&[
+        "--config",
+        file.to_str().unwrap(),
+        "--service-url",
+        &cluster().url(&db),
+        "--cold-store",
+        &store_url,
+    ])
+    .await;
+    let port = proxy.addr.port();
+    let verified = |root: &str| {
+        format!("host=localhost hostaddr=127.0.0.1 port={port} dbname={db} user=postgres sslmode=verify-full sslrootcert={root}")
+    };
+    assert!(psql(&verified(&first_cert), "SELECT 1", None)
+        .status
+        .success());
+    let hangup =
+        |proxy: &Proxy| kill(Pid::from_raw(proxy.pid().unwrap() as i32), Signal::SIGHUP).unwrap();
+    let reloads = |proxy: &Proxy| proxy.log().matches("configuration reloaded").count();
+    let wait_for = |proxy: &Proxy, needle: &str, n: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while proxy.log().matches(needle).count() < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{needle}: {}",
+                proxy.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    // Cold rows read at the file's level, info: their debug line is not logged.
+    let c = proxy.connect(&db).await;
+    c.batch_execute(
+        "CREATE TABLE a(id int PRIMARY KEY); INSERT INTO a SELECT generate_series(1, 3)",
+    )
+    .await
+    .unwrap();
+    common::admin_call(&c, "SELECT coldwire.tier_table('a')")
+        .await
+        .unwrap();
+    common::admin_call(
+        &c,
+        "SELECT coldwire.flush_table('a', wait => true, drain => true)",
+    )
+    .await
+    .unwrap();
+    let read_cold = || async {
+        let rows = c.query("SELECT id FROM a WHERE id > 0", &[]).await.unwrap();
+        assert_eq!(rows.len(), 3);
+    };
+    read_cold().await;
+    assert!(
+        !proxy.log().contains("cold rows injected"),
+        "the file's log filter replaced RUST_LOG"
+    );
+
+    // A renewed certificate at the same paths, a louder log, defaults for new tables.
+    let renewed = self_signed(dir.path());
+    assert_eq!(renewed.0, cert);
+    write_config("log = 'coldwire=debug'\npolicy_defaults = '{\"hot_row_limit\": 7, \"auto_flush\": false}'\n");
+    hangup(&proxy);
+    wait_for(&proxy, "configuration reloaded", 1);
+    let log = proxy.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("configuration reloaded"))
+        .unwrap();
+    assert!(
+        line.contains("TLS certificate and key read from")
+            && line
+                .contains("policy defaults for new tables: flush beyond 7 rows; on request only")
+            && line.contains("log: coldwire=debug"),
+        "{line}"
+    );
+    let old = psql(&verified(&first_cert), "SELECT 1", None);
+    assert!(
+        !old.status.success(),
+        "the old certificate is no longer served"
+    );
+    let new = psql(&verified(&cert), "SELECT 1", None);
+    assert!(
+        new.status.success(),
+        "{}",
+        String::from_utf8_lossy(&new.stderr)
+    );
+    c.batch_execute("CREATE TABLE t(id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let tiered = common::admin_call(&c, "SELECT coldwire.tier_table('t')")
+        .await
+        .unwrap();
+    assert_eq!(tiered["policy"]["hot_row_limit"], 7, "{tiered}");
+    assert_eq!(tiered["policy"]["auto_flush"], false);
+    read_cold().await;
+    assert!(
+        proxy.log_contains("cold rows injected").await,
+        "debug lines now: {}",
+        proxy.log()
+    );
+
+    // An invalid configuration is refused whole; the running one stays.
+    write_config("policy_defaults = '{\"hot_row_limit\": -1}'\n");
+    hangup(&proxy);
+    wait_for(&proxy, "the running one stays", 1);
+    assert_eq!(reloads(&proxy), 1);
+    assert!(psql(&verified(&cert), "SELECT 1", None).status.success());
 }

@@ -559,8 +559,19 @@ async fn policies_are_validated_stored_and_merged() {
         .query_one(&stmt, &[&"p", &json!({"check_interval": "1s"})])
         .await
         .unwrap();
-    let result: Value = row.get(0);
+    let result: Value = row.get("details");
     assert_eq!(result["policy"]["check_interval"], "1s");
+    // The readable columns, in binary as tokio-postgres asks for them.
+    assert_eq!(row.get::<_, &str>("table"), "public.p");
+    assert!(row.get::<_, i64>("id") > 0);
+    assert_eq!(
+        row.get::<_, i64>("mirror_rows"),
+        result["mirror_rows"].as_i64().unwrap()
+    );
+    assert_eq!(
+        row.get::<_, &str>("policy"),
+        "flush beyond 100000 rows; checked every 1s"
+    );
 
     let updated = admin(
         &c,

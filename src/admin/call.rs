@@ -18,6 +18,7 @@ pub enum AdminFunction {
 /// Postgres type OIDs of the admin functions' parameters.
 pub mod oid {
     pub const BOOL: u32 = 16;
+    pub const INT8: u32 = 20;
     pub const TEXT: u32 = 25;
     pub const JSONB: u32 = 3802;
     pub const REGCLASS: u32 = 2205;
@@ -40,14 +41,6 @@ impl AdminFunction {
             AdminFunction::FlushTable => "flush_table",
             AdminFunction::UntierTable => "untier_table",
             AdminFunction::Explain => "explain",
-        }
-    }
-
-    /// The type OID of the one value the call returns.
-    pub fn result_type(self) -> u32 {
-        match self {
-            AdminFunction::Explain => oid::TEXT,
-            _ => oid::JSONB,
         }
     }
 

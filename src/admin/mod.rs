@@ -1,6 +1,7 @@
 //! Admin SQL (`coldwire.tier_table`, `set_policy`, `flush_table`) answered by the proxy:
 //! recognizing the calls, typing their arguments, and the executor interface.
 
+pub mod answer;
 pub mod args;
 pub mod call;
 pub mod executor;

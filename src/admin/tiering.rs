@@ -90,7 +90,7 @@ async fn tier_table(
         Some(Resolved::Json(v)) => v.clone(),
         _ => json!({}),
     };
-    let policy = Policy::default().merged(&changes)?;
+    let policy = Policy::for_new_table().merged(&changes)?;
     let facts = inspect::table_facts(client, table)
         .await
         .map_err(service_error)?;
@@ -197,7 +197,6 @@ async fn tier_table(
         "table": facts.display_name(),
         "id": id,
         "primary_key": pk_names,
-        "columns": columns,
         "policy": policy.to_json(),
         "mirror_rows": mirror_rows,
     }))

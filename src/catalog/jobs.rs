@@ -128,13 +128,33 @@ pub async fn claim(
     client: &mut Client,
     worker: &str,
 ) -> Result<Option<Job>, tokio_postgres::Error> {
+    claim_where(client, worker, None).await
+}
+
+/// [`claim`] of job `id` only (the command line runs the flush it queued).
+///
+/// # Errors
+/// Postgres errors.
+pub async fn claim_job(
+    client: &mut Client,
+    worker: &str,
+    id: i64,
+) -> Result<Option<Job>, tokio_postgres::Error> {
+    claim_where(client, worker, Some(id)).await
+}
+
+async fn claim_where(
+    client: &mut Client,
+    worker: &str,
+    only: Option<i64>,
+) -> Result<Option<Job>, tokio_postgres::Error> {
     let tx = client.transaction().await?;
     let claimed = tx
         .query_opt(
             &format!(
                 "WITH next AS ( \
                    SELECT id FROM coldwire.jobs \
-                   WHERE state IN ('pending', 'running') \
+                   WHERE state IN ('pending', 'running') AND ($2::int8 IS NULL OR id = $2) \
                      AND (state = 'pending' OR NOT EXISTS ( \
                            SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
                              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
@@ -146,7 +166,7 @@ pub async fn claim(
                 COLUMNS.split(", ").map(|c| format!("j.{c}")).collect::<Vec<_>>().join(", "),
                 class = FLUSH_LOCK_CLASS,
             ),
-            &[&worker],
+            &[&worker, &only],
         )
         .await?;
     let Some(row) = claimed else { return Ok(None) };

@@ -43,6 +43,28 @@ pub struct Policy {
     pub check_interval: Duration,
 }
 
+/// The policy tables tiered from now on start from (`policy_defaults`), set at start and
+/// on SIGHUP.
+static NEW_TABLE_DEFAULTS: std::sync::RwLock<Option<Policy>> = std::sync::RwLock::new(None);
+
+/// Sets the policy tables tiered from now on start from (`None`: the built-in defaults).
+pub fn set_defaults_for_new_tables(policy: Option<Policy>) {
+    *NEW_TABLE_DEFAULTS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = policy;
+}
+
+impl Policy {
+    /// The policy a table tiered now starts from, before `tier_table`'s own keys.
+    pub fn for_new_table() -> Policy {
+        NEW_TABLE_DEFAULTS
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .unwrap_or_default()
+    }
+}
+
 impl Default for Policy {
     fn default() -> Self {
         Self {
@@ -191,6 +213,24 @@ impl Policy {
             ));
         }
         Ok(())
+    }
+
+    /// The policy in words, as the admin calls' `policy` column shows it, e.g. "rows
+    /// older than 90 days by at, or beyond 100000 rows; checked every 10s".
+    pub fn in_words(&self) -> String {
+        let mut rules = Vec::new();
+        if let Some((column, interval)) = self.age_rule() {
+            rules.push(format!("rows older than {interval} by {column}"));
+        }
+        if let Some(limit) = self.hot_row_limit {
+            rules.push(format!("beyond {limit} rows"));
+        }
+        let when = if self.auto_flush {
+            format!("checked every {}", format_interval(self.check_interval))
+        } else {
+            "on request only".to_owned()
+        };
+        format!("flush {}; {when}", rules.join(", or "))
     }
 
     /// The age rule: (column, interval text).

@@ -86,6 +86,12 @@ pub struct ServeArgs {
     /// Threads that run sessions, 0 = one per core [default: 0].
     #[arg(long, env = "COLDWIRE_WORKER_THREADS")]
     pub worker_threads: Option<usize>,
+    /// What is logged, as RUST_LOG directives, e.g. coldwire=debug [default: RUST_LOG or coldwire=info].
+    #[arg(long, env = "COLDWIRE_LOG")]
+    pub log: Option<String>,
+    /// Policy keys for tables tiered from now on, as JSON, e.g. '{"hot_row_limit": 500000}'.
+    #[arg(long, env = "COLDWIRE_POLICY_DEFAULTS")]
+    pub policy_defaults: Option<String>,
 }
 
 impl ServeArgs {
@@ -158,6 +164,8 @@ impl ServeArgs {
         c.metrics_listen = a.metrics_listen.or(c.metrics_listen);
         c.tls_cert = a.tls_cert.or(c.tls_cert);
         c.tls_key = a.tls_key.or(c.tls_key);
+        c.log = a.log.or(c.log);
+        c.policy_defaults = a.policy_defaults.or(c.policy_defaults);
         c.validate()?;
         Ok(c)
     }

@@ -92,6 +92,13 @@ pub struct Config {
     /// MiB of decoded cold rows kept in memory (`cold::page_cache`): the pages narrow reads
     /// such as pk lookups decoded, evicted oldest first. 0 turns the cache off. Default 256.
     pub cold_cache_mb: usize,
+    /// What is logged, as `RUST_LOG` directives (e.g. `coldwire=debug`). Default: none
+    /// (`RUST_LOG`, else `coldwire=info`). Reloaded on SIGHUP.
+    pub log: Option<String>,
+    /// Policy keys that tables tiered from now on get unless `tier_table` names them, as
+    /// JSON (e.g. `{"hot_row_limit": 500000}`). Default: none (the built-in defaults).
+    /// Reloaded on SIGHUP; tables already tiered keep their policies.
+    pub policy_defaults: Option<String>,
 }
 
 /// A setting that must not show in logs or `Debug` output.
@@ -135,6 +142,8 @@ impl Default for Config {
             max_rehydrate_rows: 100_000,
             max_databases: 16,
             cold_cache_mb: 256,
+            log: None,
+            policy_defaults: None,
         }
     }
 }
@@ -192,7 +201,51 @@ impl Config {
                 reason: "must be positive".into(),
             });
         }
+        if let Some(log) = &self.log {
+            tracing_subscriber::EnvFilter::try_new(log).map_err(|e| ConfigError::Invalid {
+                field: "log",
+                reason: format!("{e} (RUST_LOG directives such as coldwire=debug)"),
+            })?;
+        }
         Ok(())
+    }
+
+    /// The settings that differ in `new` and that a SIGHUP does not reload (they need a
+    /// restart).
+    pub fn needing_restart(&self, new: &Config) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        macro_rules! compare {
+            ($($field:ident),*) => {
+                $(if self.$field != new.$field {
+                    changed.push(stringify!($field));
+                })*
+            };
+        }
+        compare!(
+            listen,
+            upstream,
+            service_url,
+            cold_store,
+            s3_endpoint,
+            s3_region,
+            s3_allow_http,
+            s3_virtual_hosted_style,
+            s3_access_key_id,
+            s3_secret_access_key,
+            cold_store_retry_timeout_ms,
+            metrics_listen,
+            require_tls,
+            max_message_bytes,
+            connect_timeout_ms,
+            shutdown_grace_secs,
+            worker_threads,
+            max_cold_rows,
+            max_cold_memory_mb,
+            max_rehydrate_rows,
+            max_databases,
+            cold_cache_mb
+        );
+        changed
     }
 
     /// The cold store settings besides its URL.
@@ -264,6 +317,45 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown field"), "{err}");
+    }
+
+    #[test]
+    fn every_setting_is_reloaded_or_named_as_needing_a_restart() {
+        // Every field, none from Default: a new setting fails to compile here until it is
+        // sorted into one of the two groups.
+        let changed = Config {
+            listen: "x".into(),
+            upstream: "x".into(),
+            service_url: Some("x".into()),
+            cold_store: "x".into(),
+            s3_endpoint: Some("x".into()),
+            s3_region: Some("x".into()),
+            s3_allow_http: Some(true),
+            s3_virtual_hosted_style: Some(true),
+            s3_access_key_id: Some("x".into()),
+            s3_secret_access_key: Some(Secret("x".into())),
+            cold_store_retry_timeout_ms: 1,
+            metrics_listen: Some("x".into()),
+            tls_cert: Some("x".into()),
+            tls_key: Some("x".into()),
+            require_tls: true,
+            max_message_bytes: 1,
+            connect_timeout_ms: 1,
+            shutdown_grace_secs: 1,
+            worker_threads: 1,
+            max_cold_rows: 1,
+            max_cold_memory_mb: 1,
+            max_rehydrate_rows: 1,
+            max_databases: 1,
+            cold_cache_mb: 1,
+            log: Some("x".into()),
+            policy_defaults: Some("x".into()),
+        };
+        let restart = Config::default().needing_restart(&changed);
+        assert_eq!(restart.len(), 22, "{restart:?}");
+        for reloaded in ["tls_cert", "tls_key", "log", "policy_defaults"] {
+            assert!(!restart.contains(&reloaded));
+        }
     }
 
     #[test]

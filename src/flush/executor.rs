@@ -49,15 +49,7 @@ pub async fn run(service: tokio_postgres::Config, store: ColdStore, shutdown: Ca
             }
             match jobs::claim(&mut client, &worker).await {
                 Ok(Some(job)) => {
-                    let span = tracing::info_span!(
-                        "flush",
-                        job_id = job.id,
-                        table_id = job.table_id,
-                        attempt = job.attempt
-                    );
-                    execute(&mut client, &service, &store, &job)
-                        .instrument(span)
-                        .await;
+                    execute_claimed(&mut client, &service, &store, &job).await;
                     if client.is_closed() {
                         break;
                     }
@@ -84,6 +76,23 @@ async fn follow_ddl(client: &mut Client, store: &ColdStore) -> Result<(), tokio_
     reconcile::reconcile(client).await?;
     reconcile::collect_dropped(client, store).await?;
     Ok(())
+}
+
+/// Runs `job`, claimed on `client` (by [`jobs::claim_job`]), to its end, and gives back
+/// the table's flush lock: what an executor does with a job it claimed.
+pub async fn execute_claimed(
+    client: &mut Client,
+    service: &tokio_postgres::Config,
+    store: &ColdStore,
+    job: &jobs::Job,
+) {
+    let span = tracing::info_span!(
+        "flush",
+        job_id = job.id,
+        table_id = job.table_id,
+        attempt = job.attempt
+    );
+    execute(client, service, store, job).instrument(span).await;
 }
 
 async fn execute(

@@ -70,6 +70,7 @@ impl Server {
             (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
             _ => None,
         };
+        crate::catalog::policy::set_defaults_for_new_tables(policy_defaults(&config)?);
         let service = prepare_catalog(&config).await?;
         let flush = match &service {
             Some(service) => {
@@ -127,7 +128,7 @@ impl Server {
         let ctx = Arc::new(SessionContext {
             config,
             upstream,
-            tls,
+            tls: std::sync::RwLock::new(tls),
             cancel_keys: Arc::new(CancelRegistry::default()),
             force_close: CancellationToken::new(),
             admin,
@@ -138,6 +139,13 @@ impl Server {
             listener,
             metrics,
         })
+    }
+
+    /// What a SIGHUP uses to apply a reloaded configuration to this server.
+    pub fn reloader(&self) -> Reloader {
+        Reloader {
+            ctx: Arc::clone(&self.ctx),
+        }
     }
 
     /// The address clients connect to (useful with port 0).
@@ -208,6 +216,71 @@ impl Server {
         }
         tracing::info!("shutdown complete");
     }
+}
+
+/// Applies what can change without a restart to a running server.
+pub struct Reloader {
+    ctx: Arc<SessionContext>,
+}
+
+impl Reloader {
+    /// Applies `new`'s TLS certificate and key (read again from their files, so a renewed
+    /// certificate at the same path is picked up) and `policy_defaults`, and says what
+    /// changed. The log filter is the caller's (it owns the subscriber). Settings that
+    /// need a restart are named in a warning and otherwise ignored.
+    ///
+    /// # Errors
+    /// Unreadable TLS files or bad policy defaults: nothing is applied.
+    pub fn reload(&self, new: &Config) -> Result<Vec<String>, ServerError> {
+        let tls = match (&new.tls_cert, &new.tls_key) {
+            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+            _ => None,
+        };
+        let defaults = policy_defaults(new)?;
+        let mut changed = Vec::new();
+        match (&new.tls_cert, self.ctx.tls().is_some()) {
+            (Some(cert), _) => changed.push(format!(
+                "TLS certificate and key read from {}",
+                cert.display()
+            )),
+            (None, true) => changed.push("TLS turned off".to_owned()),
+            (None, false) => {}
+        }
+        *self
+            .ctx
+            .tls
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = tls;
+        if crate::catalog::Policy::for_new_table() != defaults.clone().unwrap_or_default() {
+            changed.push(format!(
+                "policy defaults for new tables: {}",
+                defaults.clone().unwrap_or_default().in_words()
+            ));
+        }
+        crate::catalog::policy::set_defaults_for_new_tables(defaults);
+        let waiting = self.ctx.config.needing_restart(new);
+        if !waiting.is_empty() {
+            tracing::warn!(settings = %waiting.join(", "), "changed settings take effect at the next restart");
+        }
+        Ok(changed)
+    }
+}
+
+/// `policy_defaults` read as a policy over the built-in defaults.
+fn policy_defaults(config: &Config) -> Result<Option<crate::catalog::Policy>, ConfigError> {
+    let Some(text) = &config.policy_defaults else {
+        return Ok(None);
+    };
+    let invalid = |reason: String| ConfigError::Invalid {
+        field: "policy_defaults",
+        reason,
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| invalid(format!("not JSON: {e}")))?;
+    crate::catalog::Policy::default()
+        .merged(&json)
+        .map(Some)
+        .map_err(|e| invalid(e.to_string()))
 }
 
 /// Migrates the catalog through the service connection and returns its settings, or logs

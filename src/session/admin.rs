@@ -40,7 +40,8 @@ pub enum Answer {
     Run {
         call: AdminCall,
         args: Vec<Resolved>,
-        binary: bool,
+        /// Bind's result format codes (binary or not).
+        formats: Vec<bool>,
         simple: bool,
     },
 }
@@ -55,7 +56,7 @@ struct Prepared {
 struct Bound {
     call: AdminCall,
     args: Result<Vec<Resolved>, AdminError>,
-    binary: bool,
+    formats: Vec<bool>,
 }
 
 /// Per-session admin state.
@@ -134,7 +135,7 @@ impl AdminSession {
                 Ok(args) => Disposition::Answer(Answer::Run {
                     call,
                     args,
-                    binary: false,
+                    formats: Vec::new(),
                     simple: true,
                 }),
                 Err(error) => Disposition::Answer(Answer::Fail {
@@ -207,7 +208,7 @@ impl AdminSession {
         let bound = Bound {
             call: prepared.call.clone(),
             args: args::resolve(&prepared.call, &params),
-            binary: bind.result_binary.first().copied().unwrap_or(false),
+            formats: bind.result_binary.clone(),
         };
         self.portals.insert(bind.portal.to_owned(), bound);
         self.in_group = true;
@@ -226,22 +227,14 @@ impl AdminSession {
                         &mut out,
                         &args::parameter_types(&p.call, &p.param_types),
                     );
-                    ext::row_description(
-                        &mut out,
-                        &p.call.column,
-                        p.call.function.result_type(),
-                        false,
-                    );
+                    crate::admin::answer::row_description(&mut out, &p.call, &[]);
                 }
                 _ => return Ok(Disposition::Forward),
             },
             Target::Portal(name) => match self.portals.get(name) {
-                Some(b) if can_answer => ext::row_description(
-                    &mut out,
-                    &b.call.column,
-                    b.call.function.result_type(),
-                    b.binary,
-                ),
+                Some(b) if can_answer => {
+                    crate::admin::answer::row_description(&mut out, &b.call, &b.formats)
+                }
                 _ => return Ok(Disposition::Forward),
             },
         }
@@ -259,7 +252,7 @@ impl AdminSession {
                     Ok(args) => Answer::Run {
                         call: bound.call.clone(),
                         args: args.clone(),
-                        binary: bound.binary,
+                        formats: bound.formats.clone(),
                         simple: false,
                     },
                     Err(error) => {

@@ -4,7 +4,7 @@
 
 use std::sync::PoisonError;
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 
 use super::admin::{AdminSession, Answer};
@@ -12,7 +12,6 @@ use super::shared::Shared;
 use super::state::Phase;
 use super::SessionError;
 use crate::admin::args::Resolved;
-use crate::admin::call::oid;
 use crate::admin::{AdminError, AdminFunction, AdminRequest};
 use crate::wire::extended as ext;
 use crate::wire::messages as msg;
@@ -64,7 +63,7 @@ pub async fn answer_admin(
             Answer::Run {
                 call,
                 args,
-                binary,
+                formats,
                 simple,
             } => {
                 let request = AdminRequest {
@@ -104,22 +103,10 @@ pub async fn answer_admin(
                     reads.invalidate();
                 }
                 outcome.map(|result| {
-                    let result_type = call.function.result_type();
                     if simple {
-                        ext::row_description(&mut out, &call.column, result_type, false);
+                        crate::admin::answer::row_description(&mut out, &call, &[]);
                     }
-                    let text = match &result {
-                        Value::String(text) if result_type == oid::TEXT => text.clone(),
-                        json => json.to_string(),
-                    };
-                    if binary && result_type == oid::JSONB {
-                        let mut value = BytesMut::with_capacity(text.len() + 1);
-                        value.put_u8(1); // jsonb binary format version
-                        value.put_slice(text.as_bytes());
-                        ext::data_row(&mut out, &value);
-                    } else {
-                        ext::data_row(&mut out, text.as_bytes());
-                    }
+                    crate::admin::answer::data_row(&mut out, &call, &result, &formats);
                     ext::command_complete(&mut out, "SELECT 1");
                 })
             }

@@ -17,7 +17,8 @@ pub type UpstreamCancel = CancelKey;
 pub struct SessionContext {
     pub config: Config,
     pub upstream: Upstream,
-    pub tls: Option<TlsAcceptor>,
+    /// Replaced when a SIGHUP reloads the certificate and key.
+    pub tls: std::sync::RwLock<Option<TlsAcceptor>>,
     pub cancel_keys: Arc<CancelRegistry<UpstreamCancel>>,
     /// Fired when the shutdown grace period is over: sessions close at once.
     pub force_close: CancellationToken,
@@ -26,4 +27,14 @@ pub struct SessionContext {
     /// The databases whose tables coldwire tiers, each with its read path; `None`
     /// without a service connection.
     pub databases: Option<Arc<super::databases::Databases>>,
+}
+
+impl SessionContext {
+    /// The TLS acceptor new sessions use now (`None`: TLS refused).
+    pub fn tls(&self) -> Option<TlsAcceptor> {
+        self.tls
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }

@@ -64,7 +64,7 @@ async fn negotiate(
                 if tls {
                     return Err(WireError::Malformed("second SSLRequest").into());
                 }
-                let Some(acceptor) = &ctx.tls else {
+                let Some(acceptor) = ctx.tls() else {
                     client.write_all(b"N").await?;
                     continue;
                 };

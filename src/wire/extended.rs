@@ -292,6 +292,39 @@ pub fn row_description(out: &mut BytesMut, column: &str, type_oid: u32, binary: 
     finish(out, at);
 }
 
+/// RowDescription of computed columns (no table): name, type OID, binary.
+pub fn row_description_of(out: &mut BytesMut, columns: &[(&str, u32, bool)]) {
+    let at = start(out, b'T');
+    out.put_i16(columns.len() as i16);
+    for (name, type_oid, binary) in columns {
+        out.put_slice(name.as_bytes());
+        out.put_u8(0);
+        out.put_u32(0); // table OID
+        out.put_i16(0); // column number
+        out.put_u32(*type_oid);
+        out.put_i16(if *type_oid == 20 { 8 } else { -1 });
+        out.put_i32(-1); // typmod
+        out.put_i16(i16::from(*binary));
+    }
+    finish(out, at);
+}
+
+/// DataRow of these values (`None`: NULL).
+pub fn data_row_of(out: &mut BytesMut, values: &[Option<Vec<u8>>]) {
+    let at = start(out, b'D');
+    out.put_i16(values.len() as i16);
+    for v in values {
+        match v {
+            Some(v) => {
+                out.put_i32(v.len() as i32);
+                out.put_slice(v);
+            }
+            None => out.put_i32(-1),
+        }
+    }
+    finish(out, at);
+}
+
 /// DataRow of one value.
 pub fn data_row(out: &mut BytesMut, value: &[u8]) {
     let at = start(out, b'D');

@@ -357,7 +357,7 @@ pub fn pg_bin(name: &str) -> PathBuf {
     cluster().bin_dir().join(name)
 }
 
-/// The jsonb an admin call returns, sent as a simple Query.
+/// The jsonb an admin call returns (its `details` column), sent as a simple Query.
 pub async fn admin_call(
     c: &tokio_postgres::Client,
     sql: &str,
@@ -366,7 +366,10 @@ pub async fn admin_call(
     let text = msgs
         .iter()
         .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                let details = r.columns().iter().position(|c| c.name() == "details");
+                r.get(details.unwrap_or(0)).map(str::to_owned)
+            }
             _ => None,
         })
         .expect("one row");

@@ -1,0 +1,493 @@
+//! The operator's command line: `coldwire status`, `tier`, `untier`, `policy` and `flush`,
+//! talking to Postgres through `service_url`. Each is a client of the admin calls the
+//! proxy answers (the same executor, in this process, as the service user), so what the
+//! SQL can do the command does, with the same checks and errors. `flush` runs the job
+//! itself unless a proxy's executor claims it first, and shows its progress.
+//!
+//! Exit codes: 0 done; 1 refused or failed (the message says why); 2 a usage error (clap).
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+use crate::admin::args::Resolved;
+use crate::admin::{AdminExecutor, AdminFunction, AdminRequest, Tiering};
+use crate::catalog::inspect::TableRef;
+use crate::catalog::jobs::{self, Job};
+use crate::config::Config;
+use crate::store::ColdStore;
+
+/// What the command line was asked to do.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Tiered tables, their rows in each tier, segments, last flush and running jobs.
+    Status {
+        exact: bool,
+        json: bool,
+    },
+    Tier {
+        table: String,
+        policy: Option<String>,
+    },
+    Untier {
+        table: String,
+    },
+    Policy {
+        table: String,
+        policy: String,
+    },
+    Flush {
+        table: String,
+        drain: bool,
+        wait: bool,
+    },
+}
+
+/// How often a waiting `flush` looks at its job.
+const POLL: Duration = Duration::from_millis(250);
+/// How often, without a terminal, a waiting `flush` prints a progress line.
+const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// Runs `action` against the catalog of `config`'s `service_url`.
+///
+/// # Errors
+/// No `service_url`, an unreachable database or store, a refused call, a failed job.
+pub async fn run(config: Config, action: Action) -> anyhow::Result<()> {
+    let service = config
+        .service()?
+        .context("no service_url: pass --service-url (or COLDWIRE_SERVICE_URL, or service_url in the config file)")?;
+    let target = crate::catalog::describe(&service);
+    let mut client = crate::catalog::connect(&service)
+        .await
+        .with_context(|| format!("cannot connect to {target}"))?;
+    if let Action::Status { exact, json } = action {
+        return status(&client, exact, json).await;
+    }
+    // The same catalog version a proxy of this build would run against.
+    crate::catalog::migrate(&mut client)
+        .await
+        .with_context(|| format!("the coldwire catalog in {target}"))?;
+    let store = ColdStore::open_checked(
+        &config.cold_store,
+        &config.cold_store_options(),
+        config.connect_timeout(),
+    )
+    .await?;
+    let executor = Tiering::new(service.clone(), store.clone());
+    let call = |function: AdminFunction, args: Vec<Resolved>| AdminRequest {
+        function,
+        args,
+        user: service.get_user().unwrap_or("postgres").to_owned(),
+        database: crate::catalog::service_database(&service),
+    };
+    let table_arg = |t: &str| Resolved::Table(TableRef::Name(t.to_owned()));
+    let json_arg = |text: &str| -> anyhow::Result<Resolved> {
+        Ok(Resolved::Json(serde_json::from_str(text).with_context(
+            || format!("the policy is not JSON: {text}"),
+        )?))
+    };
+    let answer = |r: Result<Value, crate::admin::AdminError>| {
+        r.map_err(|e| {
+            let f = crate::error::admin_error(&e);
+            let mut text = format!("{} (SQLSTATE {})", f.message, f.code);
+            for (label, extra) in [("DETAIL", &f.detail), ("HINT", &f.hint)] {
+                if let Some(extra) = extra {
+                    text.push_str(&format!("\n{label}: {extra}"));
+                }
+            }
+            anyhow::anyhow!(text)
+        })
+    };
+    match action {
+        Action::Status { .. } => unreachable!("answered above"),
+        Action::Tier { table, policy } => {
+            let policy = match policy {
+                Some(p) => json_arg(&p)?,
+                None => Resolved::Default,
+            };
+            let done = answer(
+                executor
+                    .execute(call(
+                        AdminFunction::TierTable,
+                        vec![table_arg(&table), policy],
+                    ))
+                    .await,
+            )?;
+            println!(
+                "tiered {} (id {}): {} rows recorded; {}",
+                done["table"].as_str().unwrap_or(&table),
+                done["id"],
+                done["mirror_rows"],
+                policy_in_words(&done["policy"])
+            );
+        }
+        Action::Policy { table, policy } => {
+            let done = answer(
+                executor
+                    .execute(call(
+                        AdminFunction::SetPolicy,
+                        vec![table_arg(&table), json_arg(&policy)?],
+                    ))
+                    .await,
+            )?;
+            println!(
+                "{}: {}",
+                done["table"].as_str().unwrap_or(&table),
+                policy_in_words(&done["policy"])
+            );
+        }
+        Action::Untier { table } => {
+            let done = answer(
+                executor
+                    .execute(call(AdminFunction::UntierTable, vec![table_arg(&table)]))
+                    .await,
+            )?;
+            println!(
+                "untiered {}: {} rows back in the heap from {} segments",
+                done["table"].as_str().unwrap_or(&table),
+                done["rows_rehydrated"],
+                done["segments"]
+            );
+            if let Some(left) = done["objects_left"].as_str() {
+                println!("cold objects left for the executor to delete: {left}");
+            }
+        }
+        Action::Flush { table, drain, wait } => {
+            let queued = answer(
+                executor
+                    .execute(call(
+                        AdminFunction::FlushTable,
+                        vec![
+                            table_arg(&table),
+                            Resolved::Bool(false),
+                            Resolved::Bool(drain),
+                        ],
+                    ))
+                    .await,
+            )?;
+            let job_id = queued["job_id"]
+                .as_i64()
+                .context("flush_table answered no job")?;
+            let name = queued["table"].as_str().unwrap_or(&table).to_owned();
+            if !wait {
+                println!("flush of {name} queued: job {job_id}");
+                return Ok(());
+            }
+            let job = follow_flush(&client, &service, &store, job_id, &name).await?;
+            match job.state.as_str() {
+                "completed" => println!(
+                    "flush of {name} completed: {} rows in {} segments (job {job_id})",
+                    job.rows_done, job.segments
+                ),
+                _ => bail!(
+                    "flush of {name} {}: {} (job {job_id})",
+                    job.state,
+                    job.error.as_deref().unwrap_or("no error recorded")
+                ),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn policy_in_words(policy: &Value) -> String {
+    crate::catalog::Policy::default()
+        .merged(policy)
+        .map(|p| p.in_words())
+        .unwrap_or_else(|e| e.to_string())
+}
+
+/// Runs job `job_id` in this process if no executor has claimed it, and follows it to its
+/// end, with a progress bar on a terminal and a line every few seconds otherwise.
+async fn follow_flush(
+    client: &tokio_postgres::Client,
+    service: &tokio_postgres::Config,
+    store: &ColdStore,
+    job_id: i64,
+    name: &str,
+) -> anyhow::Result<Job> {
+    let mut worker = crate::catalog::connect(service).await?;
+    let label = format!("coldwire-cli:{}", std::process::id());
+    let runner = match jobs::claim_job(&mut worker, &label, job_id).await? {
+        Some(job) => {
+            let (service, store) = (service.clone(), store.clone());
+            Some(tokio::spawn(async move {
+                crate::flush::executor::execute_claimed(&mut worker, &service, &store, &job).await
+            }))
+        }
+        None => {
+            eprintln!("job {job_id} is run by a proxy's executor; following it");
+            None
+        }
+    };
+    let terminal = std::io::stderr().is_terminal();
+    let bar = terminal.then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:40}] {pos}/{len} rows ({elapsed}, eta {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_message(format!("flush {name}"));
+        bar
+    });
+    let started = Instant::now();
+    let mut printed = Instant::now();
+    let job = loop {
+        let job = jobs::get(client, job_id).await?;
+        let (done, total) = (job.rows_done, job.rows_total.unwrap_or(0));
+        if let Some(bar) = &bar {
+            bar.set_length(total.max(0) as u64);
+            bar.set_position(done.max(0) as u64);
+        } else if printed.elapsed() >= PLAIN_PROGRESS_EVERY {
+            printed = Instant::now();
+            eprintln!(
+                "flush {name}: {done}/{total} rows, {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        if !matches!(job.state.as_str(), "pending" | "running") {
+            break job;
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    if let Some(runner) = runner {
+        runner.await.context("the flush task")?;
+    }
+    Ok(job)
+}
+
+/// Prints every tiered table (exact counts with `exact`: one `count(*)` per heap and
+/// mirror; otherwise Postgres's running estimates, marked `~`), and the running jobs.
+async fn status(client: &tokio_postgres::Client, exact: bool, json: bool) -> anyhow::Result<()> {
+    let present: bool = client
+        .query_one("SELECT to_regclass('coldwire.status') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    if !present {
+        bail!("no coldwire catalog in this database: start `coldwire serve` with this service_url once, or tier a table with `coldwire tier`");
+    }
+    let rows = client
+        .query(
+            "SELECT s.table_id, format('%I.%I', s.schema_name, s.table_name), s.state, s.hot_rows, s.mirror_rows, \
+                    s.cold_rows, s.cold_bytes, s.segments, s.generation, \
+                    to_char(s.last_flush, 'YYYY-MM-DD HH24:MI:SSOF'), s.queued_jobs, t.policy \
+             FROM coldwire.status s JOIN coldwire.tables t ON t.id = s.table_id ORDER BY 2",
+            &[],
+        )
+        .await?;
+    let mut tables = Vec::new();
+    for r in &rows {
+        let id: i64 = r.get(0);
+        let name: String = r.get(1);
+        let (mut hot, mut mirror): (Option<i64>, Option<i64>) = (r.get(3), r.get(4));
+        let mut counted = false;
+        if exact && r.get::<_, String>(2) == "active" {
+            let counts = client
+                .query_one(
+                    &format!(
+                        "SELECT (SELECT count(*) FROM ONLY {name}), (SELECT count(*) FROM coldwire.m_{id})"
+                    ),
+                    &[],
+                )
+                .await?;
+            (hot, mirror) = (counts.get(0), counts.get(1));
+            counted = true;
+        }
+        tables.push(serde_json::json!({
+            "table": name,
+            "id": id,
+            "state": r.get::<_, String>(2),
+            "hot_rows": hot,
+            "mirror_rows": mirror,
+            "counts": if counted { "exact" } else { "estimated" },
+            "cold_rows": r.get::<_, i64>(5),
+            "cold_bytes": r.get::<_, i64>(6),
+            "segments": r.get::<_, i64>(7),
+            "generation": r.get::<_, i64>(8),
+            "last_flush": r.get::<_, Option<String>>(9),
+            "queued_jobs": r.get::<_, i64>(10),
+            "policy": policy_in_words(&r.get::<_, Value>(11)),
+        }));
+    }
+    let running: Vec<Value> = client
+        .query(
+            "SELECT j.id, format('%I.%I', t.schema_name, t.table_name), j.kind, j.state, j.rows_done, j.rows_total, \
+                    j.attempt, j.claimed_by, extract(epoch FROM now() - coalesce(j.started_at, j.created_at))::float8 \
+             FROM coldwire.jobs j JOIN coldwire.tables t ON t.id = j.table_id \
+             WHERE j.state IN ('pending', 'running') ORDER BY j.id",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "job_id": r.get::<_, i64>(0),
+                "table": r.get::<_, String>(1),
+                "kind": r.get::<_, String>(2),
+                "state": r.get::<_, String>(3),
+                "rows_done": r.get::<_, Option<i64>>(4),
+                "rows_total": r.get::<_, Option<i64>>(5),
+                "attempt": r.get::<_, i32>(6),
+                "claimed_by": r.get::<_, Option<String>>(7),
+                "seconds": r.get::<_, Option<f64>>(8).map(|s| s.round() as i64),
+            })
+        })
+        .collect();
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"tables": tables, "jobs": running})
+        )?;
+        return Ok(());
+    }
+    write!(out, "{}", status_text(&tables, &running))?;
+    Ok(())
+}
+
+/// The human form of `coldwire status`: one aligned line per table, then the jobs.
+fn status_text(tables: &[Value], jobs: &[Value]) -> String {
+    if tables.is_empty() {
+        return "no tiered tables\n".into();
+    }
+    let count = |v: &Value, estimated: bool| match v.as_i64() {
+        Some(n) if estimated => format!("~{n}"),
+        Some(n) => n.to_string(),
+        None => "-".into(),
+    };
+    let header = [
+        "table",
+        "state",
+        "hot",
+        "mirror",
+        "cold",
+        "cold size",
+        "segments",
+        "gen",
+        "last flush",
+        "policy",
+    ];
+    let mut lines: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for t in tables {
+        let estimated = t["counts"] == "estimated";
+        lines.push(vec![
+            t["table"].as_str().unwrap_or_default().to_owned(),
+            t["state"].as_str().unwrap_or_default().to_owned(),
+            count(&t["hot_rows"], estimated),
+            count(&t["mirror_rows"], estimated),
+            count(&t["cold_rows"], false),
+            human_bytes(t["cold_bytes"].as_i64().unwrap_or(0)),
+            t["segments"].to_string(),
+            t["generation"].to_string(),
+            t["last_flush"].as_str().unwrap_or("never").to_owned(),
+            t["policy"].as_str().unwrap_or_default().to_owned(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            lines
+                .iter()
+                .map(|l| l[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for line in &lines {
+        let cells: Vec<String> = line
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    if tables.iter().any(|t| t["counts"] == "estimated") {
+        out.push_str("~ Postgres's running estimates; --exact counts them\n");
+    }
+    for j in jobs {
+        out.push_str(&format!(
+            "job {} {} of {}: {}, {}/{} rows, attempt {}, {} s{}\n",
+            j["job_id"],
+            j["kind"].as_str().unwrap_or_default(),
+            j["table"].as_str().unwrap_or_default(),
+            j["state"].as_str().unwrap_or_default(),
+            j["rows_done"].as_i64().unwrap_or(0),
+            j["rows_total"]
+                .as_i64()
+                .map_or_else(|| "?".to_owned(), |n| n.to_string()),
+            j["attempt"],
+            j["seconds"],
+            j["claimed_by"]
+                .as_str()
+                .map(|w| format!(", by {w}"))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}
+
+fn human_bytes(n: i64) -> String {
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit < UNITS.len() - 1 {
+        value /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn status_lines_up_and_marks_estimates() {
+        let tables = [
+            json!({"table": "public.events", "state": "active", "hot_rows": 100, "mirror_rows": 100,
+                             "counts": "estimated", "cold_rows": 900, "cold_bytes": 123456, "segments": 3,
+                             "generation": 2, "last_flush": null, "policy": "flush beyond 100 rows; on request only"}),
+        ];
+        let jobs = [
+            json!({"job_id": 4, "kind": "flush", "table": "public.events", "state": "running",
+                           "rows_done": 10, "rows_total": null, "attempt": 1, "seconds": 3, "claimed_by": "h:1"}),
+        ];
+        let text = status_text(&tables, &jobs);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("table          state   hot   mirror  cold"),
+            "{text}"
+        );
+        assert!(
+            lines[1].starts_with("public.events  active  ~100  ~100    900   123.5 kB   3"),
+            "{text}"
+        );
+        assert!(
+            lines[1].ends_with("never       flush beyond 100 rows; on request only"),
+            "{text}"
+        );
+        assert!(lines[2].starts_with("~ "), "{text}");
+        assert_eq!(
+            lines[3],
+            "job 4 flush of public.events: running, 10/? rows, attempt 1, 3 s, by h:1"
+        );
+        assert_eq!(status_text(&[], &[]), "no tiered tables\n");
+        assert_eq!(human_bytes(999), "999 B");
+        assert_eq!(human_bytes(1_500_000), "1.5 MB");
+    }
+}

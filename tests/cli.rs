@@ -1,0 +1,173 @@
+//! The operator's command line against a real Postgres, with no proxy running: `coldwire
+//! tier`, `policy`, `flush` (which then runs the job itself), `status` and `untier`, their
+//! output and exit codes.
+
+mod common;
+
+use common::{cluster, connect_direct, create_db};
+use serde_json::Value;
+
+struct Outcome {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+async fn coldwire(db: &str, store: &std::path::Path, args: &[&str]) -> Outcome {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_coldwire"))
+        .args(args)
+        .args([
+            "--service-url",
+            &cluster().url(db),
+            "--cold-store",
+            &format!("file://{}", store.display()),
+        ])
+        .env("RUST_LOG", "coldwire=warn")
+        .output()
+        .await
+        .expect("run coldwire");
+    Outcome {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+async fn count(c: &tokio_postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+#[tokio::test]
+async fn operators_tier_flush_inspect_and_untier_from_the_command_line() {
+    let db = create_db("cli");
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE t(id bigint PRIMARY KEY, v text);
+             INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 1000) g;",
+        )
+        .await
+        .unwrap();
+    let run = |args: &'static [&'static str]| coldwire(&db, store.path(), args);
+
+    let none = run(&["status"]).await;
+    assert_eq!(none.code, 1, "{}", none.stderr);
+    assert!(
+        none.stderr.contains("no coldwire catalog"),
+        "{}",
+        none.stderr
+    );
+
+    let tiered = run(&[
+        "tier",
+        "t",
+        "--policy",
+        r#"{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}"#,
+    ])
+    .await;
+    assert_eq!(tiered.code, 0, "{}", tiered.stderr);
+    assert!(
+        tiered.stdout.contains(
+            "tiered public.t (id 1): 1000 rows recorded; flush beyond 100 rows; on request only"
+        ),
+        "{}",
+        tiered.stdout
+    );
+    let again = run(&["tier", "t"]).await;
+    assert_eq!(again.code, 1);
+    assert!(again.stderr.contains("already tiered"), "{}", again.stderr);
+
+    let bad = run(&["policy", "t", r#"{"hot_row_limit": -1}"#]).await;
+    assert_eq!(bad.code, 1);
+    assert!(
+        bad.stderr.contains("\"hot_row_limit\"")
+            && bad.stderr.contains("SQLSTATE 22023")
+            && bad.stderr.contains("HINT: policy keys"),
+        "{}",
+        bad.stderr
+    );
+    let not_json = run(&["policy", "t", "{hot_row_limit: 5}"]).await;
+    assert_eq!(not_json.code, 1);
+    assert!(not_json.stderr.contains("not JSON"), "{}", not_json.stderr);
+
+    // No proxy runs: the command runs the job it queued, and says what it did.
+    let flushed = run(&["flush", "t"]).await;
+    assert_eq!(flushed.code, 0, "{}", flushed.stderr);
+    assert!(
+        flushed
+            .stdout
+            .contains("flush of public.t completed: 900 rows in 1 segments"),
+        "{}",
+        flushed.stdout
+    );
+    assert_eq!(count(&direct, "SELECT count(*) FROM t").await, 100);
+
+    // Queued without waiting, then run by the next flush command (the table's one job).
+    direct
+        .batch_execute("INSERT INTO t SELECT g, 'w' FROM generate_series(1001, 1300) g")
+        .await
+        .unwrap();
+    let queued = run(&["flush", "t", "--no-wait"]).await;
+    assert_eq!(queued.code, 0, "{}", queued.stderr);
+    assert!(
+        queued.stdout.contains("flush of public.t queued: job 2"),
+        "{}",
+        queued.stdout
+    );
+    assert_eq!(count(&direct, "SELECT count(*) FROM t").await, 400);
+    let resumed = run(&["flush", "t"]).await;
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    assert!(resumed.stdout.contains("300 rows"), "{}", resumed.stdout);
+
+    let status = run(&["status", "--exact"]).await;
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    let line = status
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("public.t"))
+        .unwrap_or_else(|| panic!("{}", status.stdout));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        &cells[..5],
+        ["public.t", "active", "100", "100", "1200"],
+        "{}",
+        status.stdout
+    );
+    let json = run(&["status", "--exact", "--json"]).await;
+    let parsed: Value = serde_json::from_str(&json.stdout).unwrap();
+    let table = &parsed["tables"][0];
+    assert_eq!(
+        (
+            &table["hot_rows"],
+            &table["cold_rows"],
+            &table["segments"],
+            &table["counts"]
+        ),
+        (
+            &Value::from(100),
+            &Value::from(1200),
+            &Value::from(2),
+            &Value::from("exact")
+        ),
+        "{parsed}"
+    );
+    assert_eq!(parsed["jobs"], Value::Array(vec![]));
+
+    let untiered = run(&["untier", "t"]).await;
+    assert_eq!(untiered.code, 0, "{}", untiered.stderr);
+    assert!(
+        untiered
+            .stdout
+            .contains("untiered public.t: 1200 rows back in the heap from 2 segments"),
+        "{}",
+        untiered.stdout
+    );
+    assert_eq!(count(&direct, "SELECT count(*) FROM t").await, 1300);
+
+    let unknown = run(&["flush", "nope"]).await;
+    assert_eq!(unknown.code, 1);
+    assert!(unknown.stderr.contains("42P01"), "{}", unknown.stderr);
+    let usage = run(&["flush"]).await;
+    assert_eq!(usage.code, 2, "a usage error: {}", usage.stderr);
+}
