@@ -131,6 +131,15 @@ pub(super) async fn prune_flushed(
             tracing::warn!(table = %table.qualified, error = %crate::catalog::postgres_text(&e), "could not vacuum the mirror after the flush; autovacuum will");
         }
     }
+    // coldwire.status counts hot and mirror rows from Postgres's running live counts,
+    // which a backend reports at most once a second: report the prune's deletes now, so
+    // they show by the time the job reads completed (Postgres 15 and later).
+    client
+        .batch_execute(
+            "DO $$ BEGIN IF current_setting('server_version_num')::int >= 150000 THEN \
+             PERFORM pg_stat_force_next_flush(); END IF; END $$",
+        )
+        .await?;
     let done = client
         .execute(
             "UPDATE coldwire.jobs SET state = 'completed', finished_at = now(), rows_done = $3, segments = $4, heartbeat_at = now() \
