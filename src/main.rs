@@ -112,18 +112,18 @@ fn main() -> anyhow::Result<()> {
             exact,
             json,
             config,
-        } => operate(config, Action::Status { exact, json }),
+        } => operate(config, Action::Status { exact, json }, &log_filter),
         Command::Tier {
             table,
             policy,
             config,
-        } => operate(config, Action::Tier { table, policy }),
-        Command::Untier { table, config } => operate(config, Action::Untier { table }),
+        } => operate(config, Action::Tier { table, policy }, &log_filter),
+        Command::Untier { table, config } => operate(config, Action::Untier { table }, &log_filter),
         Command::Policy {
             table,
             policy,
             config,
-        } => operate(config, Action::Policy { table, policy }),
+        } => operate(config, Action::Policy { table, policy }, &log_filter),
         Command::Flush {
             table,
             drain,
@@ -136,13 +136,19 @@ fn main() -> anyhow::Result<()> {
                 drain,
                 wait: !no_wait,
             },
+            &log_filter,
         ),
     }
 }
 
-/// Runs an operator command; a refusal or failure exits 1 with its message.
-fn operate(args: ServeArgs, action: Action) -> anyhow::Result<()> {
+/// Runs an operator command; a refusal or failure exits 1 with its message. Its output is
+/// its answer: the log shows warnings only, unless `log` or RUST_LOG asks for more.
+fn operate(args: ServeArgs, action: Action, log_filter: &LogFilter) -> anyhow::Result<()> {
     let config = args.resolve().context("configuration")?;
+    let quiet = std::env::var_os("RUST_LOG")
+        .is_none()
+        .then_some("coldwire=warn");
+    set_log_filter(log_filter, config.log.as_deref().or(quiet));
     let outcome = runtime(0)?.block_on(coldwire::cli::run(config, action));
     if let Err(e) = outcome {
         eprintln!("coldwire: {e:#}");

@@ -240,13 +240,20 @@ async fn follow_flush(
     let job = loop {
         let job = jobs::get(client, job_id).await?;
         let (done, total) = (job.rows_done, job.rows_total.unwrap_or(0));
+        // Rows count as done when their segment is published; then the heap is pruned.
+        let phase = if total > 0 && done >= total {
+            "pruning the heap"
+        } else {
+            "writing segments"
+        };
         if let Some(bar) = &bar {
             bar.set_length(total.max(0) as u64);
             bar.set_position(done.max(0) as u64);
+            bar.set_message(format!("flush {name}: {phase}"));
         } else if printed.elapsed() >= PLAIN_PROGRESS_EVERY {
             printed = Instant::now();
             eprintln!(
-                "flush {name}: {done}/{total} rows, {:.0} s",
+                "flush {name}: {done}/{total} rows written, {phase}, {:.0} s",
                 started.elapsed().as_secs_f64()
             );
         }
