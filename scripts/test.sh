@@ -59,8 +59,8 @@ if [ -z "${COLDWIRE_PYTHON:-}" ]; then
   export COLDWIRE_PYTHON="$clients_venv/bin/python"
 fi
 
-# node-postgres for tests/node_clients.rs, from npm into a folder of our own, named to
-# the tests by COLDWIRE_NODE_PATH.
+# node-postgres (with pg-copy-streams, its COPY) for tests/node_clients.rs, from npm into
+# a folder of our own, named to the tests by COLDWIRE_NODE_PATH.
 if [ -z "${COLDWIRE_NODE_PATH:-}" ]; then
   node_dir="${XDG_CACHE_HOME:-$HOME/.cache}/coldwire/node-clients"
   if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -72,10 +72,10 @@ if [ -z "${COLDWIRE_NODE_PATH:-}" ]; then
       exit 1
     fi
   fi
-  if [ ! -d "$node_dir/node_modules/pg" ]; then
-    echo "test.sh: installing node-postgres into $node_dir"
+  if [ ! -d "$node_dir/node_modules/pg" ] || [ ! -d "$node_dir/node_modules/pg-copy-streams" ]; then
+    echo "test.sh: installing node-postgres and pg-copy-streams into $node_dir"
     mkdir -p "$node_dir"
-    (cd "$node_dir" && npm install --silent --no-audit --no-fund --no-save pg@8)
+    (cd "$node_dir" && npm install --silent --no-audit --no-fund --no-save pg@8 pg-copy-streams@7)
   fi
   export COLDWIRE_NODE_PATH="$node_dir/node_modules"
 fi

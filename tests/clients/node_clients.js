@@ -1,6 +1,7 @@
 // node-postgres (pg) against a tiered table through coldwire (tests/node_clients.rs).
 //
-// Usage: node node_clients.js URL TABLE ROWS COLD_MAX   (NODE_PATH names pg's node_modules)
+// Usage: node node_clients.js URL TABLE ROWS COLD_MAX
+// (NODE_PATH names the node_modules holding pg and pg-copy-streams)
 //
 // TABLE was seeded as tests/clients/python_clients.py describes, keys 1..COLD_MAX cold.
 // node-postgres sends parameters in the extended protocol with text results; named
@@ -8,6 +9,8 @@
 // with what a plain table would answer; the first difference exits with status 1.
 'use strict';
 const { Client } = require('pg');
+const copyStreams = require('pg-copy-streams');
+const { finished } = require('stream/promises');
 
 const [url, table, rowsArg, coldArg] = process.argv.slice(2);
 const rows = Number(rowsArg);
@@ -78,6 +81,21 @@ async function main() {
     { id: String(cold - 3), owner: rowOf(cold - 3).owner },
     { id: String(cold - 2), owner: 'committed' },
   ]);
+  // COPY out (every row, hot and cold, once) and in (a new hot row), by pg-copy-streams.
+  const out = c.query(copyStreams.to(`COPY ${table} (id) TO STDOUT`));
+  let text = '';
+  for await (const chunk of out) text += chunk.toString();
+  const copied = text.trim().split('\n').map(Number).sort((a, b) => a - b);
+  const every = [];
+  for (let g = 1; g <= rows; g++) if (g !== cold - 1) every.push(g);
+  check('COPY TO STDOUT has every row once', copied, every);
+  const into = c.query(copyStreams.from(`COPY ${table} (id, owner, balance, at, tags) FROM STDIN`));
+  into.end(`${rows + 1}\tcopied\t1.50\t2026-01-01 00:00:00+00\t{a,b}\n`);
+  await finished(into);
+  r = await c.query({ name: 'by_key', text: select, values: [rows + 1] });
+  check('COPY FROM STDIN row read back', [r.rows[0].owner, r.rows[0].balance, r.rows[0].tags], ['copied', '1.50', ['a', 'b']]);
+  await c.query(`DELETE FROM ${table} WHERE id = $1`, [rows + 1]);
+
   // A simple-protocol multi-statement string.
   r = await c.query(`SELECT count(*)::int AS n FROM ${table} WHERE id <= ${coldMax}; SELECT 1 AS one`);
   check('multi-statement simple query', [r[0].rows[0].n, r[1].rows[0].one], [coldMax - 1, 1]);
