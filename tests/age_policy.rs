@@ -97,54 +97,50 @@ async fn an_age_rule_is_checked_where_it_is_set() {
             }
         }
     };
-    refused(
-        r#"{"tier_after": "90 days"}"#,
-        "age_column",
-        "needs an age_column",
-    )
-    .await;
-    refused(
-        r#"{"age_column": "at"}"#,
-        "tier_after",
-        "needs a tier_after",
-    )
-    .await;
-    refused(
-        r#"{"tier_after": "90 days", "age_column": "note"}"#,
-        "age_column",
-        "is text",
-    )
-    .await;
-    refused(
-        r#"{"tier_after": "90 days", "age_column": "gone"}"#,
-        "age_column",
-        "has no column",
-    )
-    .await;
-    refused(
-        r#"{"tier_after": "90 dayz", "age_column": "at"}"#,
-        "tier_after",
-        "interval",
-    )
-    .await;
-    refused(
-        r#"{"tier_after": "-1 day", "age_column": "at"}"#,
-        "tier_after",
-        "not a positive interval",
-    )
-    .await;
-    refused(
-        r#"{"tier_after": "1 day -25 hours", "age_column": "at"}"#,
-        "tier_after",
-        "not a positive interval",
-    )
-    .await;
-    refused(
-        r#"{"tier_after": 90, "age_column": "at"}"#,
-        "tier_after",
-        "must be an interval",
-    )
-    .await;
+    for (policy, key, says) in [
+        (
+            r#"{"tier_after": "90 days"}"#,
+            "age_column",
+            "needs an age_column",
+        ),
+        (
+            r#"{"age_column": "at"}"#,
+            "tier_after",
+            "needs a tier_after",
+        ),
+        (
+            r#"{"tier_after": "90 days", "age_column": "note"}"#,
+            "age_column",
+            "is text",
+        ),
+        (
+            r#"{"tier_after": "90 days", "age_column": "gone"}"#,
+            "age_column",
+            "has no column",
+        ),
+        (
+            r#"{"tier_after": "90 dayz", "age_column": "at"}"#,
+            "tier_after",
+            "interval",
+        ),
+        (
+            r#"{"tier_after": "-1 day", "age_column": "at"}"#,
+            "tier_after",
+            "not a positive interval",
+        ),
+        (
+            r#"{"tier_after": "1 day -25 hours", "age_column": "at"}"#,
+            "tier_after",
+            "not a positive interval",
+        ),
+        (
+            r#"{"tier_after": 90, "age_column": "at"}"#,
+            "tier_after",
+            "must be an interval",
+        ),
+    ] {
+        refused(policy, key, says).await;
+    }
     let tables: i64 = direct
         .query_one("SELECT count(*) FROM coldwire.tables", &[])
         .await
@@ -394,18 +390,7 @@ async fn a_proxy_killed_mid_flush_by_age_leaves_a_job_the_next_one_finishes() {
         );
 
         let proxy = proxy_for(&db, store.path(), &[]).await;
-        let mut state = String::new();
-        for _ in 0..100 {
-            state = direct
-                .query_one("SELECT state FROM coldwire.jobs", &[])
-                .await
-                .unwrap()
-                .get(0);
-            if state == "completed" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let state = common::first_job_completed(&direct).await;
         assert_eq!(state, "completed", "{failpoint}: {}", proxy.log());
         assert_eq!(ids(&direct, "SELECT id FROM t").await, young, "{failpoint}");
         let (live, _) = cold_keys(&direct, store.path()).await;
@@ -541,17 +526,5 @@ async fn generated_writes_that_age_rows_match_a_plain_table() {
         .unwrap()
         .get(0);
     assert!(segments > 5, "{segments} segments");
-    let all = "SELECT * FROM {t} ORDER BY id";
-    let expected = binary_rows(&direct, &all.replace("{t}", "control"), &[])
-        .await
-        .unwrap();
-    let got = binary_rows(&c, &all.replace("{t}", "t"), &[])
-        .await
-        .unwrap();
-    assert_eq!(got.len(), expected.len());
-    assert!(
-        got == expected,
-        "first differing row: {:?}",
-        got.iter().zip(&expected).position(|(a, b)| a != b)
-    );
+    common::assert_same_as_control(&c, &direct).await;
 }

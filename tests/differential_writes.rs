@@ -8,7 +8,7 @@
 mod common;
 
 use common::disguise::Disguise;
-use common::{admin_call, binary_rows, cluster, connect_direct, create_db, Proxy};
+use common::{admin_call, cluster, connect_direct, create_db, Proxy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_postgres::SimpleQueryMessage;
@@ -173,17 +173,5 @@ async fn generated_writes_over_hot_and_cold_rows_match_a_plain_table() {
         .unwrap()
         .get(0);
     assert!(cold > 3, "{cold} segments");
-    let all = "SELECT * FROM {t} ORDER BY id";
-    let expected = binary_rows(&direct, &all.replace("{t}", "control"), &[])
-        .await
-        .unwrap();
-    let got = binary_rows(&c, &all.replace("{t}", "t"), &[])
-        .await
-        .unwrap();
-    assert_eq!(got.len(), expected.len());
-    assert!(
-        got == expected,
-        "first differing row: {:?}",
-        got.iter().zip(&expected).position(|(a, b)| a != b)
-    );
+    common::assert_same_as_control(&c, &direct).await;
 }

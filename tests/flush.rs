@@ -289,18 +289,7 @@ async fn a_proxy_killed_mid_flush_leaves_a_job_the_next_one_finishes() {
 
         // A new proxy's executor reclaims the job at once and finishes it.
         let proxy = proxy_for(&db, store.path(), &[]).await;
-        let mut state = String::new();
-        for _ in 0..100 {
-            state = direct
-                .query_one("SELECT state FROM coldwire.jobs ORDER BY id LIMIT 1", &[])
-                .await
-                .unwrap()
-                .get(0);
-            if state == "completed" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let state = common::first_job_completed(&direct).await;
         assert_eq!(state, "completed", "{failpoint}: {}", proxy.log());
         let attempt: i32 = direct
             .query_one("SELECT attempt FROM coldwire.jobs", &[])

@@ -531,3 +531,38 @@ impl tokio_postgres::types::ToSql for Decimal {
 
     tokio_postgres::types::to_sql_checked!();
 }
+
+/// Waits up to ten seconds for the first job in `coldwire.jobs` to read completed; the
+/// state it read last.
+pub async fn first_job_completed(direct: &tokio_postgres::Client) -> String {
+    let mut state = String::new();
+    for _ in 0..100 {
+        state = direct
+            .query_one("SELECT state FROM coldwire.jobs ORDER BY id LIMIT 1", &[])
+            .await
+            .expect("read coldwire.jobs")
+            .get(0);
+        if state == "completed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    state
+}
+
+/// Asserts that table `t` read through `c` holds, byte for byte in binary, what `control`
+/// holds read directly (both in `id` order).
+pub async fn assert_same_as_control(c: &tokio_postgres::Client, direct: &tokio_postgres::Client) {
+    let expected = binary_rows(direct, "SELECT * FROM control ORDER BY id", &[])
+        .await
+        .expect("read control");
+    let got = binary_rows(c, "SELECT * FROM t ORDER BY id", &[])
+        .await
+        .expect("read t through coldwire");
+    assert_eq!(got.len(), expected.len());
+    assert!(
+        got == expected,
+        "first differing row: {:?}",
+        got.iter().zip(&expected).position(|(a, b)| a != b)
+    );
+}
