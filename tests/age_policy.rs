@@ -9,25 +9,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{admin_call, binary_rows, cluster, connect_direct, create_db, Proxy};
+use common::{admin_call, binary_rows, connect_direct, create_db, Proxy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use tokio_postgres::Client;
-
-async fn proxy_for(db: &str, store: &Path, env: &[(&str, &str)]) -> Proxy {
-    let store_url = format!("file://{}", store.display());
-    Proxy::start_env(
-        &[
-            "--service-url",
-            &cluster().url(db),
-            "--cold-store",
-            &store_url,
-        ],
-        env,
-    )
-    .await
-}
 
 async fn admin(c: &Client, sql: &str) -> Value {
     admin_call(c, sql)
@@ -75,28 +61,8 @@ async fn an_age_rule_is_checked_where_it_is_set() {
         .batch_execute("CREATE TABLE t(id bigint PRIMARY KEY, at timestamptz, note text)")
         .await
         .unwrap();
-    let proxy = proxy_for(&db, store.path(), &[]).await;
+    let proxy = Proxy::tiering(&db, store.path(), &[]).await;
     let c = proxy.connect(&db).await;
-    let refused = |policy: &'static str, key: &'static str, says: &'static str| {
-        let c = &c;
-        async move {
-            for call in ["tier_table", "set_policy"] {
-                let sql = format!("SELECT coldwire.{call}('t', '{policy}')");
-                let e = admin_call(c, &sql).await.unwrap_err();
-                let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e:?}"));
-                assert_eq!(db.code().code(), "22023", "{sql}: {db:?}");
-                assert!(
-                    db.message().contains(&format!("\"{key}\"")) && db.message().contains(says),
-                    "{sql}: {}",
-                    db.message()
-                );
-                if call == "tier_table" {
-                    // set_policy is asked of a table tiered below.
-                    break;
-                }
-            }
-        }
-    };
     for (policy, key, says) in [
         (
             r#"{"tier_after": "90 days"}"#,
@@ -139,7 +105,7 @@ async fn an_age_rule_is_checked_where_it_is_set() {
             "must be an interval",
         ),
     ] {
-        refused(policy, key, says).await;
+        refused(&c, "tier_table", policy, key, says).await;
     }
     let tables: i64 = direct
         .query_one("SELECT count(*) FROM coldwire.tables", &[])
@@ -173,7 +139,7 @@ async fn an_age_rule_is_checked_where_it_is_set() {
             "needs a tier_after",
         ),
     ] {
-        refused_set(&c, policy, key, says).await;
+        refused(&c, "set_policy", policy, key, says).await;
     }
     let stored: Value = direct
         .query_one("SELECT policy FROM coldwire.tables", &[])
@@ -200,8 +166,9 @@ async fn an_age_rule_is_checked_where_it_is_set() {
     assert_eq!(rows_only["policy"]["age_column"], Value::Null);
 }
 
-async fn refused_set(c: &Client, policy: &str, key: &str, says: &str) {
-    let sql = format!("SELECT coldwire.set_policy('t', '{policy}')");
+/// `coldwire.<call>('t', policy)` is refused with 22023 naming `key` and saying `says`.
+async fn refused(c: &Client, call: &str, policy: &str, key: &str, says: &str) {
+    let sql = format!("SELECT coldwire.{call}('t', '{policy}')");
     let e = admin_call(c, &sql).await.unwrap_err();
     let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e:?}"));
     assert_eq!(db.code().code(), "22023", "{sql}: {db:?}");
@@ -219,7 +186,7 @@ async fn a_flush_by_age_takes_exactly_the_rows_older_than_tier_after() {
         let store = tempfile::tempdir().unwrap();
         let direct = connect_direct(&db).await;
         aged_table(&direct, age_type).await;
-        let proxy = proxy_for(&db, store.path(), &[]).await;
+        let proxy = Proxy::tiering(&db, store.path(), &[]).await;
         let c = proxy.connect(&db).await;
         let tiered = admin(&c, r#"SELECT coldwire.tier_table('t', '{"tier_after": "90 days", "age_column": "at", "auto_flush": false, "max_rows_per_file": 200}')"#).await;
         let id = tiered["id"].as_i64().unwrap();
@@ -277,7 +244,7 @@ async fn an_age_rule_with_a_row_limit_takes_the_oldest_rows_beyond_both() {
     let store = tempfile::tempdir().unwrap();
     let direct = connect_direct(&db).await;
     aged_table(&direct, "timestamptz").await;
-    let proxy = proxy_for(&db, store.path(), &[]).await;
+    let proxy = Proxy::tiering(&db, store.path(), &[]).await;
     let c = proxy.connect(&db).await;
     // The age rule alone would leave about 450 rows hot; the row limit asks for 200.
     direct
@@ -320,7 +287,7 @@ async fn auto_flush_moves_rows_as_they_age() {
     let store = tempfile::tempdir().unwrap();
     let direct = connect_direct(&db).await;
     aged_table(&direct, "timestamptz").await;
-    let proxy = proxy_for(&db, store.path(), &[]).await;
+    let proxy = Proxy::tiering(&db, store.path(), &[]).await;
     let c = proxy.connect(&db).await;
     admin(&c, r#"SELECT coldwire.tier_table('t', '{"tier_after": "90 days", "age_column": "at", "min_flush_rows": 50, "check_interval": "200ms"}')"#).await;
     let wait_for_no_aged = || async {
@@ -368,7 +335,8 @@ async fn a_proxy_killed_mid_flush_by_age_leaves_a_job_the_next_one_finishes() {
         aged_table(&direct, "timestamptz").await;
         let aged = ids(&direct, AGED).await;
         let young = ids(&direct, &format!("SELECT id FROM t EXCEPT {AGED}")).await;
-        let mut doomed = proxy_for(&db, store.path(), &[("COLDWIRE_FAILPOINT", failpoint)]).await;
+        let mut doomed =
+            Proxy::tiering(&db, store.path(), &[("COLDWIRE_FAILPOINT", failpoint)]).await;
         let c = doomed.connect(&db).await;
         admin(&c, r#"SELECT coldwire.tier_table('t', '{"tier_after": "90 days", "age_column": "at", "auto_flush": false, "max_rows_per_file": 150}')"#).await;
         assert!(
@@ -389,7 +357,7 @@ async fn a_proxy_killed_mid_flush_by_age_leaves_a_job_the_next_one_finishes() {
             "{failpoint}: a job by age records its row count"
         );
 
-        let proxy = proxy_for(&db, store.path(), &[]).await;
+        let proxy = Proxy::tiering(&db, store.path(), &[]).await;
         let state = common::first_job_completed(&direct).await;
         assert_eq!(state, "completed", "{failpoint}: {}", proxy.log());
         assert_eq!(ids(&direct, "SELECT id FROM t").await, young, "{failpoint}");
@@ -481,7 +449,7 @@ async fn generated_writes_that_age_rows_match_a_plain_table() {
         .await
         .unwrap()
         .get(0);
-    let proxy = proxy_for(&db, store.path(), &[]).await;
+    let proxy = Proxy::tiering(&db, store.path(), &[]).await;
     let c = proxy.connect(&db).await;
     admin(&c, r#"SELECT coldwire.tier_table('t', '{"tier_after": "90 days", "age_column": "at", "auto_flush": false, "max_rows_per_file": 300}')"#).await;
     let flush = |drain: bool| {

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::segments::store_files;
-use common::{cluster, connect_direct, create_db, Proxy};
+use common::{connect_direct, create_db, Proxy};
 use serde_json::Value;
 use tokio_postgres::Client;
 
@@ -17,20 +17,6 @@ async fn admin(c: &Client, sql: &str) -> Value {
     common::admin_call(c, sql)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-}
-
-async fn proxy_for(db: &str, store: &Path, env: &[(&str, &str)]) -> Proxy {
-    let store_url = format!("file://{}", store.display());
-    Proxy::start_env(
-        &[
-            "--service-url",
-            &cluster().url(db),
-            "--cold-store",
-            &store_url,
-        ],
-        env,
-    )
-    .await
 }
 
 /// (id, op) of every row of every active segment, read from the Parquet files.
@@ -64,7 +50,7 @@ async fn flush_moves_the_oldest_rows_to_parquet_exactly_once() {
         )
         .await
         .unwrap();
-    let proxy = proxy_for(&db, store.path(), &[]).await;
+    let proxy = Proxy::tiering(&db, store.path(), &[]).await;
     let c = proxy.connect(&db).await;
     let tiered = admin(
         &c,
@@ -212,7 +198,7 @@ async fn auto_flush_keeps_the_heap_at_its_policy() {
         .batch_execute("CREATE TABLE t(id bigint PRIMARY KEY, v text)")
         .await
         .unwrap();
-    let proxy = proxy_for(&db, store.path(), &[]).await;
+    let proxy = Proxy::tiering(&db, store.path(), &[]).await;
     let c = proxy.connect(&db).await;
     admin(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 200, "min_flush_rows": 100, "check_interval": "200ms"}')"#).await;
     for batch in 0..10 {
@@ -265,7 +251,8 @@ async fn a_proxy_killed_mid_flush_leaves_a_job_the_next_one_finishes() {
             .batch_execute("CREATE TABLE t(id bigint PRIMARY KEY, v text); INSERT INTO t SELECT g, repeat('x', 20) FROM generate_series(1, 500) g;")
             .await
             .unwrap();
-        let mut doomed = proxy_for(&db, store.path(), &[("COLDWIRE_FAILPOINT", failpoint)]).await;
+        let mut doomed =
+            Proxy::tiering(&db, store.path(), &[("COLDWIRE_FAILPOINT", failpoint)]).await;
         let c = doomed.connect(&db).await;
         admin(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 0, "min_flush_rows": 1, "max_rows_per_file": 200, "auto_flush": false}')"#).await;
         assert!(
@@ -288,7 +275,7 @@ async fn a_proxy_killed_mid_flush_leaves_a_job_the_next_one_finishes() {
         assert_eq!(hot, 500, "{failpoint}");
 
         // A new proxy's executor reclaims the job at once and finishes it.
-        let proxy = proxy_for(&db, store.path(), &[]).await;
+        let proxy = Proxy::tiering(&db, store.path(), &[]).await;
         let state = common::first_job_completed(&direct).await;
         assert_eq!(state, "completed", "{failpoint}: {}", proxy.log());
         let attempt: i32 = direct
@@ -347,7 +334,7 @@ async fn a_key_flushed_again_gets_an_override_naming_its_newest_cold_version() {
         .batch_execute("CREATE TABLE t(id bigint PRIMARY KEY, v text); INSERT INTO t SELECT g, 'old' FROM generate_series(1, 999, 2) g;")
         .await
         .unwrap();
-    let proxy = proxy_for(&db, store.path(), &[]).await;
+    let proxy = Proxy::tiering(&db, store.path(), &[]).await;
     let c = proxy.connect(&db).await;
     let id = admin(
         &c,
@@ -449,7 +436,7 @@ async fn segments_record_pk_bounds_and_footer_stats_per_row_group() {
         )
         .await
         .unwrap();
-    let proxy = proxy_for(&db, store.path(), &[]).await;
+    let proxy = Proxy::tiering(&db, store.path(), &[]).await;
     let c = proxy.connect(&db).await;
     let tiered = admin(
         &c,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::segments::{active_rows as cold_rows, store_files, ColdRow};
-use common::{cluster, connect_direct, connect_url, create_db, PrivateCluster, Proxy};
+use common::{connect_direct, connect_url, create_db, PrivateCluster, Proxy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
@@ -35,20 +35,7 @@ fn store_url(store: &Path) -> String {
 }
 
 async fn proxy_for(db: &str, store: &Path) -> Proxy {
-    proxy_with_env(db, store, &[]).await
-}
-
-async fn proxy_with_env(db: &str, store: &Path, env: &[(&str, &str)]) -> Proxy {
-    Proxy::start_env(
-        &[
-            "--service-url",
-            &cluster().url(db),
-            "--cold-store",
-            &store_url(store),
-        ],
-        env,
-    )
-    .await
+    Proxy::tiering(db, store, &[]).await
 }
 
 /// A database named after `hint` whose `t` and control `c` hold rows 1..=`rows` (note
@@ -891,7 +878,7 @@ async fn a_policy_change_while_a_flush_streams_does_not_fail_it() {
     // The flush pauses after publishing its first object, inside its snapshot; set_policy
     // updates the table's catalog row meanwhile, which the segments' rows reference.
     let (db, store, direct) = seeded("policy", 300).await;
-    let proxy = proxy_with_env(
+    let proxy = Proxy::tiering(
         &db,
         store.path(),
         &[("COLDWIRE_FAILPOINT", "after_publish:sleep=1000")],
@@ -938,7 +925,7 @@ struct Pruning {
 
 async fn pruning(hint: &str) -> Pruning {
     let (db, store, direct) = seeded(hint, 12000).await;
-    let proxy = proxy_with_env(
+    let proxy = Proxy::tiering(
         &db,
         store.path(),
         &[("COLDWIRE_FAILPOINT", "after_prune_chunk:sleep=700")],

@@ -156,6 +156,22 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// Starts coldwire in front of the test cluster, tiering in `database` with the local
+    /// cold store `store`, with extra environment.
+    pub async fn tiering(database: &str, store: &std::path::Path, env: &[(&str, &str)]) -> Proxy {
+        let store_url = format!("file://{}", store.display());
+        Self::start_env(
+            &[
+                "--service-url",
+                &cluster().url(database),
+                "--cold-store",
+                &store_url,
+            ],
+            env,
+        )
+        .await
+    }
+
     /// Starts coldwire in front of the test cluster with extra flags.
     pub async fn start(extra: &[&str]) -> Proxy {
         let upstream = format!("postgres://127.0.0.1:{}/postgres", cluster().port());
