@@ -584,6 +584,16 @@ async fn policies_are_validated_stored_and_merged() {
         updated["policy"]["check_interval"], "1s",
         "earlier keys are kept"
     );
+    // Compaction is not built: its call says so, not "call it through coldwire".
+    let e = admin(&c, "SELECT coldwire.compact_table('p')")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
+    let message = e.as_db_error().unwrap().message().to_owned();
+    assert!(
+        message.contains("compact_table") && message.contains("not implemented yet"),
+        "{message}"
+    );
     let stored: Value = direct
         .query_one("SELECT policy FROM coldwire.tables", &[])
         .await

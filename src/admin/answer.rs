@@ -83,6 +83,8 @@ fn columns(function: AdminFunction) -> &'static [Column] {
         AdminFunction::SetPolicy => SET_POLICY,
         AdminFunction::FlushTable => FLUSH_TABLE,
         AdminFunction::UntierTable => UNTIER_TABLE,
+        // Refused before it answers; described as the job it will queue.
+        AdminFunction::CompactTable => FLUSH_TABLE,
         AdminFunction::Explain => EXPLAIN,
     }
 }

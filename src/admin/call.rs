@@ -12,6 +12,8 @@ pub enum AdminFunction {
     SetPolicy,
     FlushTable,
     UntierTable,
+    /// Recognized so it is refused clearly (0A000): compaction is not built yet.
+    CompactTable,
     Explain,
 }
 
@@ -25,11 +27,12 @@ pub mod oid {
 }
 
 impl AdminFunction {
-    const ALL: [AdminFunction; 5] = [
+    const ALL: [AdminFunction; 6] = [
         AdminFunction::TierTable,
         AdminFunction::SetPolicy,
         AdminFunction::FlushTable,
         AdminFunction::UntierTable,
+        AdminFunction::CompactTable,
         AdminFunction::Explain,
     ];
 
@@ -40,6 +43,7 @@ impl AdminFunction {
             AdminFunction::SetPolicy => "set_policy",
             AdminFunction::FlushTable => "flush_table",
             AdminFunction::UntierTable => "untier_table",
+            AdminFunction::CompactTable => "compact_table",
             AdminFunction::Explain => "explain",
         }
     }
@@ -59,6 +63,9 @@ impl AdminFunction {
                 ("drain", oid::BOOL, true),
             ],
             AdminFunction::UntierTable => &[("t", oid::REGCLASS, false)],
+            AdminFunction::CompactTable => {
+                &[("t", oid::REGCLASS, false), ("wait", oid::BOOL, true)]
+            }
             AdminFunction::Explain => &[("sql", oid::TEXT, false)],
         }
     }

@@ -73,6 +73,9 @@ impl AdminExecutor for Tiering {
                     super::untier::untier_table(&mut client, &self.service, &request, &self.store)
                         .await
                 }
+                AdminFunction::CompactTable => Err(AdminError::NotImplemented(
+                    "coldwire.compact_table (merging a table's small segments)",
+                )),
                 // Planned by the session's read path, never sent here.
                 AdminFunction::Explain => Err(AdminError::NotImplemented("coldwire.explain here")),
             }
