@@ -10,9 +10,16 @@ have_pg() {
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
 }
 
+# bindgen loads libclang.so or libclang-N.so; libclang-cpp (the C++ library, which stays
+# behind when libclang-dev is removed) does not count.
 have_libclang() {
   [ -n "${LIBCLANG_PATH:-}" ] && return 0
-  ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1
+  local f
+  for f in /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
+           /usr/lib/*-linux-gnu/libclang.so* /usr/lib/*-linux-gnu/libclang-[0-9]*.so*; do
+    [ -e "$f" ] && return 0
+  done
+  return 1
 }
 
 # Installs the missing ones (as root with apt-get), or fails naming them. $1: who asks.
