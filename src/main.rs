@@ -36,7 +36,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        config: ServeArgs,
+        target: Target,
     },
     /// Tier a table (coldwire.tier_table).
     Tier {
@@ -46,13 +46,13 @@ enum Command {
         #[arg(long)]
         policy: Option<String>,
         #[command(flatten)]
-        config: ServeArgs,
+        target: Target,
     },
     /// Bring every cold row of a table back and make it plain (coldwire.untier_table).
     Untier {
         table: String,
         #[command(flatten)]
-        config: ServeArgs,
+        target: Target,
     },
     /// Change some keys of a table's policy (coldwire.set_policy).
     Policy {
@@ -60,7 +60,7 @@ enum Command {
         /// The keys to change, as JSON, e.g. '{"hot_row_limit": 500000}'.
         policy: String,
         #[command(flatten)]
-        config: ServeArgs,
+        target: Target,
     },
     /// Flush a table's due rows now and follow the job (coldwire.flush_table).
     Flush {
@@ -72,8 +72,19 @@ enum Command {
         #[arg(long)]
         no_wait: bool,
         #[command(flatten)]
-        config: ServeArgs,
+        target: Target,
     },
+}
+
+/// Where an operator command works: the proxy's settings, and the database.
+#[derive(clap::Args)]
+struct Target {
+    /// The database whose tables to work on when it is not service_url's: one the proxy
+    /// serves beside it (pass the proxy's own service_url).
+    #[arg(long)]
+    database: Option<String>,
+    #[command(flatten)]
+    config: ServeArgs,
 }
 
 /// Replaces the log filter of the running process (SIGHUP, the `log` setting).
@@ -111,26 +122,26 @@ fn main() -> anyhow::Result<()> {
         Command::Status {
             exact,
             json,
-            config,
-        } => operate(config, Action::Status { exact, json }, &log_filter),
+            target,
+        } => operate(target, Action::Status { exact, json }, &log_filter),
         Command::Tier {
             table,
             policy,
-            config,
-        } => operate(config, Action::Tier { table, policy }, &log_filter),
-        Command::Untier { table, config } => operate(config, Action::Untier { table }, &log_filter),
+            target,
+        } => operate(target, Action::Tier { table, policy }, &log_filter),
+        Command::Untier { table, target } => operate(target, Action::Untier { table }, &log_filter),
         Command::Policy {
             table,
             policy,
-            config,
-        } => operate(config, Action::Policy { table, policy }, &log_filter),
+            target,
+        } => operate(target, Action::Policy { table, policy }, &log_filter),
         Command::Flush {
             table,
             drain,
             no_wait,
-            config,
+            target,
         } => operate(
-            config,
+            target,
             Action::Flush {
                 table,
                 drain,
@@ -143,13 +154,13 @@ fn main() -> anyhow::Result<()> {
 
 /// Runs an operator command; a refusal or failure exits 1 with its message. Its output is
 /// its answer: the log shows warnings only, unless `log` or RUST_LOG asks for more.
-fn operate(args: ServeArgs, action: Action, log_filter: &LogFilter) -> anyhow::Result<()> {
-    let config = args.resolve().context("configuration")?;
+fn operate(target: Target, action: Action, log_filter: &LogFilter) -> anyhow::Result<()> {
+    let config = target.config.resolve().context("configuration")?;
     let quiet = std::env::var_os("RUST_LOG")
         .is_none()
         .then_some("coldwire=warn");
     set_log_filter(log_filter, config.log.as_deref().or(quiet));
-    let outcome = runtime(0)?.block_on(coldwire::cli::run(config, action));
+    let outcome = runtime(0)?.block_on(coldwire::cli::run(config, target.database, action));
     if let Err(e) = outcome {
         eprintln!("coldwire: {e:#}");
         std::process::exit(1);
@@ -163,6 +174,8 @@ async fn serve(
     log_filter: LogFilter,
 ) -> anyhow::Result<()> {
     let shutdown = on_signal()?;
+    // Before the proxy announces itself: SIGHUP's default action ends the process.
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut log = config.log.clone();
     let server = Server::bind(config).await?;
     if let Some(addr) = server.local_addr() {
@@ -172,7 +185,6 @@ async fn serve(
         println!("coldwire metrics on http://{addr}/metrics");
     }
     let reloader = server.reloader();
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     tokio::spawn(async move {
         while hangup.recv().await.is_some() {
             log = reload(&args, &reloader, &log_filter, log.take());

@@ -294,3 +294,42 @@ async fn sighup_reloads_the_certificate_the_log_filter_and_policy_defaults() {
     assert_eq!(reloads(&proxy), 1);
     assert!(psql(&verified(&cert), "SELECT 1", None).status.success());
 }
+
+#[tokio::test]
+async fn a_reload_cannot_turn_tls_off_while_tls_is_required() {
+    let db = create_db("sighuptls");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let file = dir.path().join("coldwire.toml");
+    std::fs::write(
+        &file,
+        format!("tls_cert = '{cert}'\ntls_key = '{key}'\nrequire_tls = true\n"),
+    )
+    .unwrap();
+    let proxy = Proxy::start(&["--config", file.to_str().unwrap()]).await;
+    let port = proxy.addr.port();
+    let verified = format!("host=localhost hostaddr=127.0.0.1 port={port} dbname={db} user=postgres sslmode=verify-full sslrootcert={cert}");
+    assert!(psql(&verified, "SELECT 1", None).status.success());
+
+    // require_tls changes at a restart only: dropping the certificate would lock every
+    // client out until then, so the reload is refused whole.
+    std::fs::write(&file, "require_tls = false\nlog = 'coldwire=debug'\n").unwrap();
+    kill(Pid::from_raw(proxy.pid().unwrap() as i32), Signal::SIGHUP).unwrap();
+    assert!(
+        proxy.log_contains("the running one stays").await,
+        "{}",
+        proxy.log()
+    );
+    assert!(
+        proxy.log().contains("the running proxy requires TLS"),
+        "{}",
+        proxy.log()
+    );
+    assert!(!proxy.log().contains("configuration reloaded"));
+    let still = psql(&verified, "SELECT 1", None);
+    assert!(
+        still.status.success(),
+        "{}",
+        String::from_utf8_lossy(&still.stderr)
+    );
+}

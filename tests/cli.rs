@@ -171,3 +171,166 @@ async fn operators_tier_flush_inspect_and_untier_from_the_command_line() {
     let usage = run(&["flush"]).await;
     assert_eq!(usage.code, 2, "a usage error: {}", usage.stderr);
 }
+
+#[tokio::test]
+async fn commands_check_the_cold_store_and_the_database_as_a_proxy_does() {
+    let db = create_db("clistore");
+    let other_db = create_db("clistore_b");
+    let store = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let table = "CREATE TABLE t(id bigint PRIMARY KEY, v text);
+                 INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 500) g;";
+    let direct = connect_direct(&db).await;
+    direct.batch_execute(table).await.unwrap();
+    let other = connect_direct(&other_db).await;
+    other.batch_execute(table).await.unwrap();
+    let policy = r#"{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}"#;
+
+    let tiered = coldwire(&db, store.path(), &["tier", "t", "--policy", policy]).await;
+    assert_eq!(tiered.code, 0, "{}", tiered.stderr);
+    // The catalog records its cold store: a command with another one is refused.
+    let wrong = coldwire(&db, elsewhere.path(), &["flush", "t"]).await;
+    assert_eq!(wrong.code, 1, "{}", wrong.stdout);
+    assert!(
+        wrong.stderr.contains("another cold store"),
+        "{}",
+        wrong.stderr
+    );
+    assert_eq!(
+        count(&direct, "SELECT count(*) FROM coldwire.jobs").await,
+        0
+    );
+
+    // Another database, named with --database: served as the proxy serves it, its
+    // tables' segments in a folder named after it, listed in service_url's database.
+    let in_other = |args: &[&str]| {
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        all.extend(["--database".to_owned(), other_db.clone()]);
+        let (db, store) = (db.clone(), store.path().to_owned());
+        async move {
+            let all: Vec<&str> = all.iter().map(String::as_str).collect();
+            coldwire(&db, &store, &all).await
+        }
+    };
+    let tiered = in_other(&["tier", "t", "--policy", policy]).await;
+    assert_eq!(tiered.code, 0, "{}", tiered.stderr);
+    let prefix: String = other
+        .query_one("SELECT storage_prefix FROM coldwire.tables", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(prefix, format!("{other_db}/public.t"));
+    assert_eq!(
+        count(
+            &direct,
+            &format!("SELECT count(*) FROM coldwire.meta WHERE key = 'database:{other_db}'")
+        )
+        .await,
+        1
+    );
+    let flushed = in_other(&["flush", "t"]).await;
+    assert_eq!(flushed.code, 0, "{}", flushed.stderr);
+    assert!(flushed.stdout.contains("400 rows"), "{}", flushed.stdout);
+    assert!(store.path().join(&other_db).join("public.t").is_dir());
+    assert_eq!(count(&other, "SELECT count(*) FROM t").await, 100);
+    let status = in_other(&["status", "--exact", "--json"]).await;
+    let parsed: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(parsed["tables"][0]["cold_rows"], 400, "{parsed}");
+
+    // Pointed straight at that database, a command would put segments at the store's
+    // root: refused, naming --database.
+    other
+        .batch_execute("INSERT INTO t SELECT g, 'w' FROM generate_series(501, 700) g")
+        .await
+        .unwrap();
+    let direct_at = coldwire(&other_db, store.path(), &["flush", "t"]).await;
+    assert_eq!(direct_at.code, 1, "{}", direct_at.stdout);
+    assert!(
+        direct_at.stderr.contains(&format!("--database {other_db}")),
+        "{}",
+        direct_at.stderr
+    );
+    assert_eq!(count(&other, "SELECT count(*) FROM coldwire.jobs").await, 1);
+}
+
+#[tokio::test]
+async fn a_flush_whose_connection_is_lost_is_run_again_by_the_same_command() {
+    let db = create_db("cliretry");
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE t(id bigint PRIMARY KEY, v text);
+             INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 1000) g;",
+        )
+        .await
+        .unwrap();
+    let tiered = coldwire(
+        &db,
+        store.path(),
+        &[
+            "tier",
+            "t",
+            "--policy",
+            r#"{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}"#,
+        ],
+    )
+    .await;
+    assert_eq!(tiered.code, 0, "{}", tiered.stderr);
+
+    // Each attempt pauses once its segment is published; the first one's connection is
+    // ended there, as a restarted Postgres or a network cut would.
+    let flush = tokio::spawn({
+        let (db, store) = (db.clone(), store.path().to_owned());
+        async move {
+            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_coldwire"))
+                .args(["flush", "t", "--service-url", &cluster().url(&db)])
+                .args(["--cold-store", &format!("file://{}", store.display())])
+                .env("RUST_LOG", "coldwire=warn")
+                .env("COLDWIRE_FAILPOINT", "after_publish:sleep=1500")
+                .output();
+            tokio::time::timeout(std::time::Duration::from_secs(60), out)
+                .await
+                .expect("the command ends")
+                .unwrap()
+        }
+    });
+    let holder = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                  AND classid = 1668743170 AND objsubid = 2"; // the flush lock (catalog::locks)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let pid: i32 = loop {
+        if let Some(row) = direct.query_opt(holder, &[]).await.unwrap() {
+            break row.get(0);
+        }
+        assert!(std::time::Instant::now() < deadline, "no flush lock taken");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    direct
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    let out = flush.await.unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("flush of public.t completed: 900 rows"),
+        "{stdout}{stderr}"
+    );
+    let attempt: i32 = direct
+        .query_one("SELECT attempt FROM coldwire.jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(attempt, 2, "run again after the lost connection");
+    assert_eq!(count(&direct, "SELECT count(*) FROM t").await, 100);
+    let cold: i64 = count(
+        &direct,
+        "SELECT coalesce(sum(row_count), 0)::int8 FROM coldwire.segments WHERE status = 'active'",
+    )
+    .await;
+    assert_eq!(cold, 900, "each row once");
+}

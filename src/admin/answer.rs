@@ -142,6 +142,11 @@ fn value(column: &Column, result: &Value, binary: bool) -> Option<Vec<u8>> {
             other => other.to_string(),
         },
     };
+    // A bigint column holds a number or NULL, never text a client would fail to decode.
+    let number = text.parse::<i64>().ok();
+    if column.type_oid == oid::INT8 && number.is_none() {
+        return None;
+    }
     Some(match (binary, column.type_oid) {
         (false, _) | (true, oid::TEXT) => text.into_bytes(),
         (true, oid::JSONB) => {
@@ -150,10 +155,7 @@ fn value(column: &Column, result: &Value, binary: bool) -> Option<Vec<u8>> {
             v.put_slice(text.as_bytes());
             v.to_vec()
         }
-        (true, _) => text
-            .parse::<i64>()
-            .map(|n| n.to_be_bytes().to_vec())
-            .unwrap_or_else(|_| text.into_bytes()),
+        (true, _) => number.unwrap_or_default().to_be_bytes().to_vec(),
     })
 }
 
@@ -189,6 +191,10 @@ mod tests {
             Some(7i64.to_be_bytes().to_vec())
         );
         assert_eq!(value(&c[7], &result, true).unwrap()[0], 1);
+        // What is not a number is NULL in a bigint column, in either format.
+        let odd = json!({"job_id": "seven"});
+        assert_eq!(value(&c[1], &odd, true), None);
+        assert_eq!(value(&c[1], &odd, false), None);
     }
 
     #[test]

@@ -287,6 +287,14 @@ async fn checked_age_rule(
         )
         .await
         .map_err(|e| {
+            // Postgres refusing the text (class 22, data exception) is a bad value; a lost
+            // connection or the like is the service's failure.
+            let refused = e
+                .as_db_error()
+                .is_some_and(|db| db.code().code().starts_with("22"));
+            if !refused {
+                return pg_error(e);
+            }
             bad(
                 "tier_after",
                 format!(

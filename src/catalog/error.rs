@@ -45,6 +45,13 @@ pub enum CatalogError {
          a proxy serves only the databases whose tables are in its own cold_store"
     )]
     OtherStore { database: String, store: String },
+    /// The database is served beside another one, its tables in a folder of the store.
+    #[error(
+        "database \"{database}\" is served by a proxy beside the database of its service_url \
+         (its tables are in the cold store's folder \"{folder}/\"); use that proxy's \
+         service_url and name this database with --database {database}"
+    )]
+    ServedInFolder { database: String, folder: String },
     /// Serving one more database would exceed `max_databases`.
     #[error("coldwire already serves max_databases ({max}) databases, so not \"{database}\"")]
     TooManyDatabases { database: String, max: usize },

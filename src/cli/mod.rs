@@ -13,10 +13,12 @@ use anyhow::{bail, Context};
 use serde_json::Value;
 
 use crate::admin::args::Resolved;
-use crate::admin::{AdminExecutor, AdminFunction, AdminRequest, Tiering};
+use crate::admin::{AdminExecutor, AdminFunction, AdminRequest};
 use crate::catalog::inspect::TableRef;
 use crate::catalog::jobs::{self, Job};
+use crate::cold::scan::ScanLimits;
 use crate::config::Config;
+use crate::session::databases::Databases;
 use crate::store::ColdStore;
 
 /// What the command line was asked to do.
@@ -50,37 +52,62 @@ const POLL: Duration = Duration::from_millis(250);
 /// How often, without a terminal, a waiting `flush` prints a progress line.
 const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
-/// Runs `action` against the catalog of `config`'s `service_url`.
+/// Runs `action` on the tables of `database` (default: `service_url`'s), reached and
+/// checked as a proxy with `config` reaches them: service_url's database is the default
+/// one, another is served beside it with its tables in a folder of the cold store.
 ///
 /// # Errors
-/// No `service_url`, an unreachable database or store, a refused call, a failed job.
-pub async fn run(config: Config, action: Action) -> anyhow::Result<()> {
+/// No `service_url`, an unreachable database or store, a catalog that records another
+/// cold store, a refused call, a failed job.
+pub async fn run(config: Config, database: Option<String>, action: Action) -> anyhow::Result<()> {
+    crate::catalog::policy::set_defaults_for_new_tables(crate::server::policy_defaults(&config)?);
     let service = config
         .service()?
         .context("no service_url: pass --service-url (or COLDWIRE_SERVICE_URL, or service_url in the config file)")?;
-    let target = crate::catalog::describe(&service);
-    let mut client = crate::catalog::connect(&service)
+    let default_database = crate::catalog::service_database(&service);
+    let database = database.unwrap_or_else(|| default_database.clone());
+    let mut here = service.clone();
+    here.dbname(&database);
+    let target = crate::catalog::describe(&here);
+    let client = crate::catalog::connect(&here)
         .await
         .with_context(|| format!("cannot connect to {target}"))?;
     if let Action::Status { exact, json } = action {
         return status(&client, exact, json).await;
     }
     // The same catalog version a proxy of this build would run against.
-    crate::catalog::migrate(&mut client)
+    let mut default_client = crate::catalog::connect(&service)
         .await
-        .with_context(|| format!("the coldwire catalog in {target}"))?;
+        .with_context(|| format!("cannot connect to {}", crate::catalog::describe(&service)))?;
+    crate::catalog::migrate(&mut default_client)
+        .await
+        .with_context(|| format!("the coldwire catalog of database {default_database}"))?;
     let store = ColdStore::open_checked(
         &config.cold_store,
         &config.cold_store_options(),
         config.connect_timeout(),
     )
     .await?;
-    let executor = Tiering::new(service.clone(), store.clone());
+    let databases = Databases::new(
+        service.clone(),
+        store.clone(),
+        ScanLimits::configured(config.max_cold_rows, config.max_cold_memory_mb),
+        config.max_rehydrate_rows,
+        config.max_databases,
+    );
+    databases.claim_default_store().await?;
+    // Another database is opened as the proxy opens it (catalog, store check, listed in
+    // the default one): by a tier, or when it has tiered tables already.
+    if database != default_database
+        && (matches!(action, Action::Tier { .. }) || has_catalog(&client).await?)
+    {
+        databases.open(&database).await?;
+    }
     let call = |function: AdminFunction, args: Vec<Resolved>| AdminRequest {
         function,
         args,
         user: service.get_user().unwrap_or("postgres").to_owned(),
-        database: crate::catalog::service_database(&service),
+        database: database.clone(),
     };
     let table_arg = |t: &str| Resolved::Table(TableRef::Name(t.to_owned()));
     let json_arg = |text: &str| -> anyhow::Result<Resolved> {
@@ -108,7 +135,7 @@ pub async fn run(config: Config, action: Action) -> anyhow::Result<()> {
                 None => Resolved::Default,
             };
             let done = answer(
-                executor
+                databases
                     .execute(call(
                         AdminFunction::TierTable,
                         vec![table_arg(&table), policy],
@@ -125,7 +152,7 @@ pub async fn run(config: Config, action: Action) -> anyhow::Result<()> {
         }
         Action::Policy { table, policy } => {
             let done = answer(
-                executor
+                databases
                     .execute(call(
                         AdminFunction::SetPolicy,
                         vec![table_arg(&table), json_arg(&policy)?],
@@ -140,7 +167,7 @@ pub async fn run(config: Config, action: Action) -> anyhow::Result<()> {
         }
         Action::Untier { table } => {
             let done = answer(
-                executor
+                databases
                     .execute(call(AdminFunction::UntierTable, vec![table_arg(&table)]))
                     .await,
             )?;
@@ -156,7 +183,7 @@ pub async fn run(config: Config, action: Action) -> anyhow::Result<()> {
         }
         Action::Flush { table, drain, wait } => {
             let queued = answer(
-                executor
+                databases
                     .execute(call(
                         AdminFunction::FlushTable,
                         vec![
@@ -175,7 +202,7 @@ pub async fn run(config: Config, action: Action) -> anyhow::Result<()> {
                 println!("flush of {name} queued: job {job_id}");
                 return Ok(());
             }
-            let job = follow_flush(&client, &service, &store, job_id, &name).await?;
+            let job = follow_flush(&client, &here, &store, job_id, &name).await?;
             match job.state.as_str() {
                 "completed" => println!(
                     "flush of {name} completed: {} rows in {} segments (job {job_id})",
@@ -199,8 +226,10 @@ fn policy_in_words(policy: &Value) -> String {
         .unwrap_or_else(|e| e.to_string())
 }
 
-/// Runs job `job_id` in this process if no executor has claimed it, and follows it to its
-/// end, with a progress bar on a terminal and a line every few seconds otherwise.
+/// Runs job `job_id` in this process whenever no executor runs it (at first, and again
+/// when an attempt failed and left it for a retry, or the proxy that ran it went away),
+/// and follows it to its end, with a progress bar on a terminal and a line every few
+/// seconds otherwise.
 async fn follow_flush(
     client: &tokio_postgres::Client,
     service: &tokio_postgres::Config,
@@ -208,20 +237,10 @@ async fn follow_flush(
     job_id: i64,
     name: &str,
 ) -> anyhow::Result<Job> {
-    let mut worker = crate::catalog::connect(service).await?;
     let label = format!("coldwire-cli:{}", std::process::id());
-    let runner = match jobs::claim_job(&mut worker, &label, job_id).await? {
-        Some(job) => {
-            let (service, store) = (service.clone(), store.clone());
-            Some(tokio::spawn(async move {
-                crate::flush::executor::execute_claimed(&mut worker, &service, &store, &job).await
-            }))
-        }
-        None => {
-            eprintln!("job {job_id} is run by a proxy's executor; following it");
-            None
-        }
-    };
+    let mut worker = Some(crate::catalog::connect(service).await?);
+    let mut runner: Option<tokio::task::JoinHandle<tokio_postgres::Client>> = None;
+    let mut followed = false;
     let terminal = std::io::stderr().is_terminal();
     let bar = terminal.then(|| {
         let bar = indicatif::ProgressBar::new(0);
@@ -238,6 +257,32 @@ async fn follow_flush(
     let started = Instant::now();
     let mut printed = Instant::now();
     let job = loop {
+        if let Some(ended) = runner.take_if(|r| r.is_finished()) {
+            worker = Some(ended.await.context("the flush task")?);
+        }
+        if runner.is_none() {
+            let mut w = match worker.take() {
+                Some(w) if !w.is_closed() => w,
+                _ => crate::catalog::connect(service).await?,
+            };
+            match jobs::claim_job(&mut w, &label, job_id).await? {
+                Some(job) => {
+                    let (service, store) = (service.clone(), store.clone());
+                    runner = Some(tokio::spawn(async move {
+                        crate::flush::executor::execute_claimed(&mut w, &service, &store, &job)
+                            .await;
+                        w
+                    }));
+                }
+                None => {
+                    if !followed {
+                        eprintln!("job {job_id} is run by a proxy's executor; following it");
+                        followed = true;
+                    }
+                    worker = Some(w);
+                }
+            }
+        }
         let job = jobs::get(client, job_id).await?;
         let (done, total) = (job.rows_done, job.rows_total.unwrap_or(0));
         // Rows count as done when their segment is published; then the heap is pruned.
@@ -271,14 +316,18 @@ async fn follow_flush(
     Ok(job)
 }
 
+/// Whether the connected database has a coldwire catalog.
+async fn has_catalog(client: &tokio_postgres::Client) -> anyhow::Result<bool> {
+    Ok(client
+        .query_one("SELECT to_regclass('coldwire.tables') IS NOT NULL", &[])
+        .await?
+        .get(0))
+}
+
 /// Prints every tiered table (exact counts with `exact`: one `count(*)` per heap and
 /// mirror; otherwise Postgres's running estimates, marked `~`), and the running jobs.
 async fn status(client: &tokio_postgres::Client, exact: bool, json: bool) -> anyhow::Result<()> {
-    let present: bool = client
-        .query_one("SELECT to_regclass('coldwire.status') IS NOT NULL", &[])
-        .await?
-        .get(0);
-    if !present {
+    if !has_catalog(client).await? {
         bail!("no coldwire catalog in this database: start `coldwire serve` with this service_url once, or tier a table with `coldwire tier`");
     }
     let rows = client

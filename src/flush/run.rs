@@ -37,6 +37,7 @@ pub async fn run(
     if let Some(outcome) = resume_prune(client, store, job, &table).await? {
         return Ok(outcome);
     }
+    table.check_age_column()?;
     // 1. The selection, recorded in the job so a retry selects the same rows.
     let Some((selection, total)) = cutoff(client, job, &table).await? else {
         finalize_empty(client, job).await?;

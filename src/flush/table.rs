@@ -44,6 +44,26 @@ pub(super) struct Tiered {
 
 impl Tiered {
     /// The key columns, quoted, each after `prefix`.
+    /// Checks that the policy's age column, if it has one, is still a column the rows
+    /// can be ordered by age with: what selecting rows needs (a prune that resumes does
+    /// not, so it runs before this check).
+    pub(super) fn check_age_column(&self) -> Result<(), FlushError> {
+        let Some((age_column, _)) = self.policy.age_rule() else {
+            return Ok(());
+        };
+        if self
+            .columns
+            .iter()
+            .any(|c| c.name == age_column && c.ty.can_age())
+        {
+            return Ok(());
+        }
+        Err(FlushError::Table(
+            self.id,
+            format!("its age_column \"{age_column}\" is no longer a date, timestamp or timestamptz column of the table (renamed or dropped?); name it again with coldwire.set_policy"),
+        ))
+    }
+
     pub(super) fn pk_list(&self, prefix: &str) -> String {
         column_list(self.pk.iter().map(String::as_str), prefix)
     }
@@ -85,17 +105,6 @@ pub(super) async fn load(client: &Client, table_id: i64) -> Result<Tiered, Flush
             table_id,
             "no primary key recorded".into(),
         ));
-    }
-    if let Some((age_column, _)) = policy.age_rule() {
-        if !columns
-            .iter()
-            .any(|c| c.name == age_column && c.ty.can_age())
-        {
-            return Err(FlushError::Table(
-                table_id,
-                format!("its age_column \"{age_column}\" is no longer a date, timestamp or timestamptz column of the table (renamed or dropped?); name it again with coldwire.set_policy"),
-            ));
-        }
     }
     Ok(Tiered {
         id: table_id,

@@ -96,7 +96,7 @@ impl Server {
                     config.max_databases,
                 ));
                 if let Err(e) = databases.claim_default_store().await {
-                    tracing::warn!(error = %e, "cannot record the cold store in the catalog");
+                    tracing::warn!(error = %e, "the catalog of service_url's database");
                 }
                 // Databases tiered before a restart (or through another proxy).
                 match databases.discover().await {
@@ -236,6 +236,15 @@ impl Reloader {
             (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
             _ => None,
         };
+        // require_tls changes at a restart only; until then it needs a certificate.
+        if self.ctx.config.require_tls && tls.is_none() {
+            return Err(ServerError::Config(ConfigError::Invalid {
+                field: "tls_cert",
+                reason: "the running proxy requires TLS (require_tls changes at a restart \
+                         only), so TLS cannot be turned off by a reload"
+                    .into(),
+            }));
+        }
         let defaults = policy_defaults(new)?;
         let mut changed = Vec::new();
         match (&new.tls_cert, self.ctx.tls().is_some()) {
@@ -267,7 +276,7 @@ impl Reloader {
 }
 
 /// `policy_defaults` read as a policy over the built-in defaults.
-fn policy_defaults(config: &Config) -> Result<Option<crate::catalog::Policy>, ConfigError> {
+pub fn policy_defaults(config: &Config) -> Result<Option<crate::catalog::Policy>, ConfigError> {
     let Some(text) = &config.policy_defaults else {
         return Ok(None);
     };

@@ -2,7 +2,7 @@
 
 mod listener;
 
-pub use listener::{Reloader, Server, ServerError};
+pub use listener::{policy_defaults, Reloader, Server, ServerError};
 
 /// The runtime the proxy runs on: multi-threaded with `threads` workers (0: one per core),
 /// or single-threaded for `threads == 1` (`--worker-threads`).

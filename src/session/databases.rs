@@ -26,6 +26,10 @@ const WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// (`database:NAME`, the cold store as value).
 const DATABASE_KEY: &str = "database:";
 
+/// Key of `coldwire.meta` in a database served beside the default one: the folder of the
+/// cold store its tables' folders go in (its name).
+const FOLDER_KEY: &str = "cold_folder";
+
 /// One database coldwire serves.
 pub struct Tier {
     pub database: String,
@@ -223,6 +227,10 @@ impl Databases {
                 store,
             });
         }
+        // Its tables' folders go in a folder named after it: recorded in its own catalog,
+        // so that an operator command pointed at it directly knows (see
+        // `claim_default_store`).
+        claim(&client, FOLDER_KEY, database).await?;
         // Listed in the default database, where every proxy sharing the store looks.
         let listed = async {
             catalog::connect(&self.service)
@@ -300,16 +308,27 @@ impl Databases {
     }
 
     /// Records this proxy's cold store in the default database's catalog, where no
-    /// store is recorded yet (catalogs from before it was recorded).
+    /// store is recorded yet (catalogs from before it was recorded), and checks that the
+    /// catalog is one a proxy with this `service_url` and store would serve.
     ///
     /// # Errors
-    /// The default database cannot be reached.
+    /// The default database cannot be reached; its catalog records another cold store
+    /// ([`CatalogError::OtherStore`]); a proxy serves it as one of its other databases
+    /// ([`CatalogError::ServedInFolder`]).
     pub async fn claim_default_store(&self) -> Result<(), CatalogError> {
         let client = catalog::connect(&self.service).await?;
         let store = claim_store(&client, self.store.location()).await?;
         if store != self.store.location() {
-            tracing::warn!(database = %self.default_database, recorded = %store, cold_store = %self.store.location(),
-                "the catalog records another cold store for this database's tables");
+            return Err(CatalogError::OtherStore {
+                database: self.default_database.clone(),
+                store,
+            });
+        }
+        if let Some(folder) = recorded(&client, FOLDER_KEY).await? {
+            return Err(CatalogError::ServedInFolder {
+                database: self.default_database.clone(),
+                folder,
+            });
         }
         Ok(())
     }
@@ -326,19 +345,34 @@ impl Databases {
 /// The cold store recorded in the connected database's catalog (`coldwire.meta`, key
 /// `cold_store`), recording `ours` where none is.
 async fn claim_store(client: &tokio_postgres::Client, ours: &str) -> Result<String, CatalogError> {
+    claim(client, "cold_store", ours).await
+}
+
+/// The value of `key` in the connected database's `coldwire.meta`, recording `value`
+/// where none is.
+async fn claim(
+    client: &tokio_postgres::Client,
+    key: &str,
+    value: &str,
+) -> Result<String, CatalogError> {
     client
         .execute(
-            "INSERT INTO coldwire.meta (key, value) VALUES ('cold_store', $1) ON CONFLICT (key) DO NOTHING",
-            &[&ours],
+            "INSERT INTO coldwire.meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+            &[&key, &value],
         )
         .await?;
+    Ok(recorded(client, key).await?.unwrap_or_default())
+}
+
+/// The value of `key` in the connected database's `coldwire.meta`.
+async fn recorded(
+    client: &tokio_postgres::Client,
+    key: &str,
+) -> Result<Option<String>, CatalogError> {
     Ok(client
-        .query_one(
-            "SELECT value FROM coldwire.meta WHERE key = 'cold_store'",
-            &[],
-        )
+        .query_opt("SELECT value FROM coldwire.meta WHERE key = $1", &[&key])
         .await?
-        .get(0))
+        .map(|row| row.get(0)))
 }
 
 impl AdminExecutor for Databases {
