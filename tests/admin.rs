@@ -109,6 +109,14 @@ async fn extended_protocol_calls_are_answered_by_coldwire() {
         ]
     );
 
+    let from_form = c
+        .prepare("SELECT * FROM coldwire.flush_table($1, wait => $2)")
+        .await
+        .unwrap();
+    assert_eq!(from_form.params(), stmt.params());
+    assert_eq!(from_form.columns().len(), 8);
+    assert_eq!(from_form.columns()[7].name(), "details");
+
     let typed = c
         .prepare_typed(
             "SELECT coldwire.flush_table($1, wait => $2) AS job",

@@ -584,6 +584,27 @@ async fn policies_are_validated_stored_and_merged() {
         updated["policy"]["check_interval"], "1s",
         "earlier keys are kept"
     );
+    // The FROM form answers the same columns (psql, simple protocol).
+    let from_form = c
+        .simple_query(r#"SELECT * FROM coldwire.set_policy('p', '{"min_flush_rows": 7}')"#)
+        .await
+        .unwrap();
+    let row = from_form
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .expect("a row");
+    assert_eq!(row.get("table"), Some("public.p"));
+    let details: Value = serde_json::from_str(row.get("details").unwrap()).unwrap();
+    assert_eq!(details["policy"]["min_flush_rows"], 7);
+    assert_eq!(details["policy"]["hot_row_limit"], 42);
+    let e = c
+        .simple_query("SELECT state FROM coldwire.flush_table('p')")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
     // Compaction is not built: its call says so, not "call it through coldwire".
     let e = admin(&c, "SELECT coldwire.compact_table('p')")
         .await
@@ -599,7 +620,7 @@ async fn policies_are_validated_stored_and_merged() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(stored, updated["policy"]);
+    assert_eq!(stored, details["policy"]);
 
     let e = admin(
         &c,

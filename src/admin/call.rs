@@ -134,8 +134,7 @@ pub fn recognize(sql: &str) -> Result<Option<AdminCall>, AdminError> {
     let Some(N::SelectStmt(select)) = raw.stmt.as_ref().and_then(|s| s.node.as_ref()) else {
         return Err(misuse());
     };
-    let plain = select.from_clause.is_empty()
-        && select.where_clause.is_none()
+    let plain = select.where_clause.is_none()
         && select.group_clause.is_empty()
         && select.having_clause.is_none()
         && select.sort_clause.is_empty()
@@ -147,14 +146,24 @@ pub fn recognize(sql: &str) -> Result<Option<AdminCall>, AdminError> {
         && select.distinct_clause.is_empty()
         && select.values_lists.is_empty()
         && select.larg.is_none();
-    let [target] = select.target_list.as_slice() else {
-        return Err(misuse());
-    };
-    let Some(N::ResTarget(target)) = target.node.as_ref() else {
-        return Err(misuse());
-    };
-    let Some(N::FuncCall(call)) = target.val.as_ref().and_then(|v| v.node.as_ref()) else {
-        return Err(misuse());
+    let (call, alias) = match called_in_from(select) {
+        Some(found) => found,
+        None if select.from_clause.is_empty() => {
+            let [target] = select.target_list.as_slice() else {
+                return Err(misuse());
+            };
+            let Some(N::ResTarget(target)) = target.node.as_ref() else {
+                return Err(misuse());
+            };
+            let Some(N::FuncCall(call)) = target.val.as_ref().and_then(|v| v.node.as_ref()) else {
+                return Err(misuse());
+            };
+            (
+                &**call,
+                (!target.name.is_empty()).then(|| target.name.clone()),
+            )
+        }
+        None => return Err(misuse()),
     };
     let function = admin_function(call).ok_or_else(misuse)?;
     if !plain || call.agg_star || call.agg_distinct || call.func_variadic || call.over.is_some() {
@@ -209,17 +218,51 @@ pub fn recognize(sql: &str) -> Result<Option<AdminCall>, AdminError> {
             });
         }
     }
-    let column = if target.name.is_empty() {
-        function.name().to_owned()
-    } else {
-        target.name.clone()
-    };
+    let column = alias.unwrap_or_else(|| function.name().to_owned());
     Ok(Some(AdminCall {
         function,
         args,
         column,
         param_count,
     }))
+}
+
+/// The call of `SELECT * FROM coldwire.f(args) [AS name]`, and the alias: answered as
+/// `SELECT coldwire.f(args)` is (its columns are the same). Other select lists and FROM
+/// clauses are not this form.
+fn called_in_from(select: &pg_query::protobuf::SelectStmt) -> Option<(&FuncCall, Option<String>)> {
+    let [from] = select.from_clause.as_slice() else {
+        return None;
+    };
+    let Some(N::RangeFunction(range)) = from.node.as_ref() else {
+        return None;
+    };
+    if range.lateral || range.ordinality || range.is_rowsfrom || !range.coldeflist.is_empty() {
+        return None;
+    }
+    let [function] = range.functions.as_slice() else {
+        return None;
+    };
+    let Some(N::List(list)) = function.node.as_ref() else {
+        return None;
+    };
+    let Some(N::FuncCall(call)) = list.items.first().and_then(|n| n.node.as_ref()) else {
+        return None;
+    };
+    let [target] = select.target_list.as_slice() else {
+        return None;
+    };
+    let Some(N::ResTarget(target)) = target.node.as_ref() else {
+        return None;
+    };
+    let Some(N::ColumnRef(column)) = target.val.as_ref().and_then(|v| v.node.as_ref()) else {
+        return None;
+    };
+    let [star] = column.fields.as_slice() else {
+        return None;
+    };
+    matches!(star.node, Some(N::AStar(_)))
+        .then(|| (&**call, range.alias.as_ref().map(|a| a.aliasname.clone())))
 }
 
 /// The admin function a call names, if it is `coldwire.<admin function>`.
@@ -300,6 +343,20 @@ mod tests {
             c.args[1],
             Some(ArgValue::Literal(r#"{"hot_row_limit": 5}"#.into()))
         );
+        // The FROM form psql users write for functions answering columns.
+        let c = call("select * from coldwire.flush_table('t', wait => true)");
+        assert_eq!(c.function, AdminFunction::FlushTable);
+        assert_eq!(
+            c.args,
+            vec![
+                Some(ArgValue::Literal("t".into())),
+                Some(ArgValue::Bool(true)),
+                None
+            ]
+        );
+        assert_eq!(c.column, "flush_table");
+        let c = call("SELECT * FROM coldwire.explain('SELECT 1') AS plan");
+        assert_eq!(c.column, "plan");
         let c = call("SELECT coldwire.flush_table('t', drain => true)");
         assert_eq!(
             c.args,
@@ -338,6 +395,16 @@ mod tests {
             recognize("SELECT 1, coldwire.flush_table('t')"),
             Err(AdminError::Misuse)
         ));
+        for sql in [
+            "SELECT state FROM coldwire.flush_table('t')",
+            "SELECT * FROM coldwire.flush_table('t') WHERE true",
+            "SELECT * FROM coldwire.flush_table('t') WITH ORDINALITY",
+            "SELECT * FROM coldwire.flush_table('t'), pg_class",
+            "SELECT * FROM ROWS FROM (coldwire.flush_table('t'))",
+            "SELECT coldwire.flush_table('t') FROM pg_class",
+        ] {
+            assert!(matches!(recognize(sql), Err(AdminError::Misuse)), "{sql}");
+        }
         assert!(matches!(
             recognize("SELECT coldwire.flush_table('t' || 'x')"),
             Err(AdminError::ComputedArgument { .. })

@@ -17,7 +17,7 @@ pub use tiering::Tiering;
 /// An admin call coldwire refuses, or could not carry out.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AdminError {
-    #[error("coldwire admin functions must be called on their own: SELECT coldwire.f(arguments) [AS name]")]
+    #[error("coldwire admin functions must be called on their own: SELECT coldwire.f(arguments) [AS name], or SELECT * FROM coldwire.f(arguments)")]
     Misuse,
     #[error("arguments of coldwire.{function} must be literals or parameters")]
     ComputedArgument { function: &'static str },
