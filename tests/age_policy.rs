@@ -485,14 +485,7 @@ async fn generated_writes_that_age_rows_match_a_plain_table() {
             }
         }
     }
-    let segments: i64 = direct
-        .query_one(
-            "SELECT count(*) FROM coldwire.segments WHERE status = 'active'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let (segments, _) = common::active_segments(&direct).await;
     assert!(segments > 5, "{segments} segments");
     common::assert_same_as_control(&c, &direct).await;
 }

@@ -33,14 +33,9 @@ async fn coldwire(db: &str, store: &std::path::Path, args: &[&str]) -> Outcome {
     }
 }
 
-async fn count(c: &tokio_postgres::Client, sql: &str) -> i64 {
-    c.query_one(sql, &[]).await.unwrap().get(0)
-}
-
-#[tokio::test]
-async fn operators_tier_flush_inspect_and_untier_from_the_command_line() {
-    let db = create_db("cli");
-    let store = tempfile::tempdir().unwrap();
+/// A new database with table `t` of 1000 rows, and a direct connection to it.
+async fn with_table(prefix: &str) -> (String, tokio_postgres::Client) {
+    let db = create_db(prefix);
     let direct = connect_direct(&db).await;
     direct
         .batch_execute(
@@ -49,6 +44,17 @@ async fn operators_tier_flush_inspect_and_untier_from_the_command_line() {
         )
         .await
         .unwrap();
+    (db, direct)
+}
+
+async fn count(c: &tokio_postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+#[tokio::test]
+async fn operators_tier_flush_inspect_and_untier_from_the_command_line() {
+    let (db, direct) = with_table("cli").await;
+    let store = tempfile::tempdir().unwrap();
     let run = |args: &'static [&'static str]| coldwire(&db, store.path(), args);
 
     let none = run(&["status"]).await;
@@ -255,16 +261,8 @@ async fn commands_check_the_cold_store_and_the_database_as_a_proxy_does() {
 
 #[tokio::test]
 async fn a_flush_whose_connection_is_lost_is_run_again_by_the_same_command() {
-    let db = create_db("cliretry");
+    let (db, direct) = with_table("cliretry").await;
     let store = tempfile::tempdir().unwrap();
-    let direct = connect_direct(&db).await;
-    direct
-        .batch_execute(
-            "CREATE TABLE t(id bigint PRIMARY KEY, v text);
-             INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 1000) g;",
-        )
-        .await
-        .unwrap();
     let tiered = coldwire(
         &db,
         store.path(),
@@ -327,10 +325,6 @@ async fn a_flush_whose_connection_is_lost_is_run_again_by_the_same_command() {
         .get(0);
     assert_eq!(attempt, 2, "run again after the lost connection");
     assert_eq!(count(&direct, "SELECT count(*) FROM t").await, 100);
-    let cold: i64 = count(
-        &direct,
-        "SELECT coalesce(sum(row_count), 0)::int8 FROM coldwire.segments WHERE status = 'active'",
-    )
-    .await;
+    let (_, cold) = common::active_segments(&direct).await;
     assert_eq!(cold, 900, "each row once");
 }

@@ -164,14 +164,7 @@ async fn generated_writes_over_hot_and_cold_rows_match_a_plain_table() {
         errors > 10,
         "unique violations and the like were exercised: {errors}"
     );
-    let cold: i64 = direct
-        .query_one(
-            "SELECT count(*) FROM coldwire.segments WHERE status = 'active'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let (cold, _) = common::active_segments(&direct).await;
     assert!(cold > 3, "{cold} segments");
     common::assert_same_as_control(&c, &direct).await;
 }

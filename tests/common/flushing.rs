@@ -82,15 +82,7 @@ impl Flushing {
         if let Some(writer) = self.writer.take() {
             writer.await.unwrap();
         }
-        let cold: i64 = self
-            .direct
-            .query_one(
-                "SELECT coalesce(sum(row_count), 0)::bigint FROM coldwire.segments WHERE status = 'active'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
+        let (_, cold) = super::active_segments(&self.direct).await;
         assert!(
             cold >= 1900,
             "the table was flushed meanwhile: {cold} cold rows"

@@ -548,6 +548,18 @@ impl tokio_postgres::types::ToSql for Decimal {
     tokio_postgres::types::to_sql_checked!();
 }
 
+/// The active segments of the connected database's tiered tables: how many, and their rows.
+pub async fn active_segments(c: &tokio_postgres::Client) -> (i64, i64) {
+    let row = c
+        .query_one(
+            "SELECT count(*), coalesce(sum(row_count), 0)::int8 FROM coldwire.segments WHERE status = 'active'",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
 /// Waits up to ten seconds for the first job in `coldwire.jobs` to read completed; the
 /// state it read last.
 pub async fn first_job_completed(direct: &tokio_postgres::Client) -> String {
