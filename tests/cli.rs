@@ -243,20 +243,51 @@ async fn commands_check_the_cold_store_and_the_database_as_a_proxy_does() {
     let parsed: Value = serde_json::from_str(&status.stdout).unwrap();
     assert_eq!(parsed["tables"][0]["cold_rows"], 400, "{parsed}");
 
-    // Pointed straight at that database, a command would put segments at the store's
-    // root: refused, naming --database.
+    // Pointed straight at that database (as a proxy whose service_url names it is),
+    // a command keeps its tables in its folder: new ones go there too.
     other
-        .batch_execute("INSERT INTO t SELECT g, 'w' FROM generate_series(501, 700) g")
+        .batch_execute(
+            "INSERT INTO t SELECT g, 'w' FROM generate_series(501, 700) g;
+             CREATE TABLE u(id bigint PRIMARY KEY);",
+        )
         .await
         .unwrap();
     let direct_at = coldwire(&other_db, store.path(), &["flush", "t"]).await;
-    assert_eq!(direct_at.code, 1, "{}", direct_at.stdout);
+    assert_eq!(direct_at.code, 0, "{}", direct_at.stderr);
     assert!(
-        direct_at.stderr.contains(&format!("--database {other_db}")),
+        direct_at.stdout.contains("200 rows"),
         "{}",
-        direct_at.stderr
+        direct_at.stdout
     );
-    assert_eq!(count(&other, "SELECT count(*) FROM coldwire.jobs").await, 1);
+    let tiered_u = coldwire(&other_db, store.path(), &["tier", "u"]).await;
+    assert_eq!(tiered_u.code, 0, "{}", tiered_u.stderr);
+    let prefix: String = other
+        .query_one(
+            "SELECT storage_prefix FROM coldwire.tables WHERE table_name = 'u'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(prefix, format!("{other_db}/public.u"));
+
+    // A database whose tables are at the store's root is some proxy's default database:
+    // it is not served beside another one, and is left unmarked.
+    let at_root = coldwire(&other_db, store.path(), &["tier", "t", "--database", &db]).await;
+    assert_eq!(at_root.code, 1, "{}", at_root.stdout);
+    assert!(
+        at_root.stderr.contains("at the cold store's root"),
+        "{}",
+        at_root.stderr
+    );
+    assert_eq!(
+        count(
+            &direct,
+            "SELECT count(*) FROM coldwire.meta WHERE key = 'cold_folder'"
+        )
+        .await,
+        0
+    );
 }
 
 #[tokio::test]
@@ -296,12 +327,18 @@ async fn a_flush_whose_connection_is_lost_is_run_again_by_the_same_command() {
     let holder = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
                   AND classid = 1668743170 AND objsubid = 2"; // the flush lock (catalog::locks)
+                                                              // Ended while the attempt pauses after publishing: its segment is active by then.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let pid: i32 = loop {
-        if let Some(row) = direct.query_opt(holder, &[]).await.unwrap() {
-            break row.get(0);
+        if common::active_segments(&direct).await.0 > 0 {
+            if let Some(row) = direct.query_opt(holder, &[]).await.unwrap() {
+                break row.get(0);
+            }
         }
-        assert!(std::time::Instant::now() < deadline, "no flush lock taken");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no segment published under the flush lock"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
     direct
@@ -318,6 +355,8 @@ async fn a_flush_whose_connection_is_lost_is_run_again_by_the_same_command() {
         stdout.contains("flush of public.t completed: 900 rows"),
         "{stdout}{stderr}"
     );
+    assert!(stderr.contains("running it again (attempt 2)"), "{stderr}");
+    assert!(!stderr.contains("proxy's executor"), "{stderr}");
     let attempt: i32 = direct
         .query_one("SELECT attempt FROM coldwire.jobs", &[])
         .await

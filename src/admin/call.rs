@@ -227,7 +227,8 @@ pub fn recognize(sql: &str) -> Result<Option<AdminCall>, AdminError> {
     }))
 }
 
-/// The call of `SELECT * FROM coldwire.f(args) [AS name]`, and the alias: answered as
+/// The call of `SELECT * FROM coldwire.f(args) [AS name[(column)]]`, and the column's
+/// name (the alias's column, else the alias): answered as
 /// `SELECT coldwire.f(args)` is (its columns are the same). Other select lists and FROM
 /// clauses are not this form.
 fn called_in_from(select: &pg_query::protobuf::SelectStmt) -> Option<(&FuncCall, Option<String>)> {
@@ -261,8 +262,23 @@ fn called_in_from(select: &pg_query::protobuf::SelectStmt) -> Option<(&FuncCall,
     let [star] = column.fields.as_slice() else {
         return None;
     };
-    matches!(star.node, Some(N::AStar(_)))
-        .then(|| (&**call, range.alias.as_ref().map(|a| a.aliasname.clone())))
+    if !matches!(star.node, Some(N::AStar(_))) {
+        return None;
+    }
+    // `AS p(x)` names the column x, as Postgres does for a function of one column; more
+    // names than that are not this form.
+    let alias = match range.alias.as_ref() {
+        None => None,
+        Some(a) => match a.colnames.as_slice() {
+            [] => Some(a.aliasname.clone()),
+            [name] => match name.node.as_ref() {
+                Some(N::String(name)) => Some(name.sval.clone()),
+                _ => return None,
+            },
+            _ => return None,
+        },
+    };
+    Some((&**call, alias))
 }
 
 /// The admin function a call names, if it is `coldwire.<admin function>`.
@@ -357,6 +373,8 @@ mod tests {
         assert_eq!(c.column, "flush_table");
         let c = call("SELECT * FROM coldwire.explain('SELECT 1') AS plan");
         assert_eq!(c.column, "plan");
+        let c = call("SELECT * FROM coldwire.explain('SELECT 1') AS p(steps)");
+        assert_eq!(c.column, "steps");
         let c = call("SELECT coldwire.flush_table('t', drain => true)");
         assert_eq!(
             c.args,
@@ -401,6 +419,7 @@ mod tests {
             "SELECT * FROM coldwire.flush_table('t') WITH ORDINALITY",
             "SELECT * FROM coldwire.flush_table('t'), pg_class",
             "SELECT * FROM ROWS FROM (coldwire.flush_table('t'))",
+            "SELECT * FROM coldwire.explain('SELECT 1') AS p(a, b)",
             "SELECT coldwire.flush_table('t') FROM pg_class",
         ] {
             assert!(matches!(recognize(sql), Err(AdminError::Misuse)), "{sql}");

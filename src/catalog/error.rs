@@ -45,13 +45,14 @@ pub enum CatalogError {
          a proxy serves only the databases whose tables are in its own cold_store"
     )]
     OtherStore { database: String, store: String },
-    /// The database is served beside another one, its tables in a folder of the store.
+    /// The database's tables are at the cold store's root: it is the database of some
+    /// proxy's `service_url`, and cannot be served beside another one.
     #[error(
-        "database \"{database}\" is served by a proxy beside the database of its service_url \
-         (its tables are in the cold store's folder \"{folder}/\"); use that proxy's \
-         service_url and name this database with --database {database}"
+        "database \"{database}\" has {tables} tiered tables at the cold store's root, as the \
+         database of a proxy's service_url has; it is served only through a service_url that \
+         names it"
     )]
-    ServedInFolder { database: String, folder: String },
+    TablesAtRoot { database: String, tables: i64 },
     /// Serving one more database would exceed `max_databases`.
     #[error("coldwire already serves max_databases ({max}) databases, so not \"{database}\"")]
     TooManyDatabases { database: String, max: usize },

@@ -49,6 +49,9 @@ pub enum Action {
 
 /// How often a waiting `flush` looks at its job.
 const POLL: Duration = Duration::from_millis(250);
+/// Attempts a waiting `flush` makes of its job (and connection errors in a row it bears
+/// while claiming it) before it gives up, leaving the job to a proxy's executor.
+const MAX_ATTEMPTS: u32 = 5;
 /// How often, without a terminal, a waiting `flush` prints a progress line.
 const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
@@ -227,9 +230,10 @@ fn policy_in_words(policy: &Value) -> String {
 }
 
 /// Runs job `job_id` in this process whenever no executor runs it (at first, and again
-/// when an attempt failed and left it for a retry, or the proxy that ran it went away),
-/// and follows it to its end, with a progress bar on a terminal and a line every few
-/// seconds otherwise.
+/// when an attempt lost its connection, which leaves the job `running` with no executor
+/// holding its lock, or the proxy that ran it went away), and follows it to its end,
+/// with a progress bar on a terminal and a line every few seconds otherwise. A failed
+/// attempt fails the job for good (`jobs::fail`), as in a proxy's executor.
 async fn follow_flush(
     client: &tokio_postgres::Client,
     service: &tokio_postgres::Config,
@@ -238,9 +242,12 @@ async fn follow_flush(
     name: &str,
 ) -> anyhow::Result<Job> {
     let label = format!("coldwire-cli:{}", std::process::id());
-    let mut worker = Some(crate::catalog::connect(service).await?);
+    let mut worker: Option<tokio_postgres::Client> = None;
     let mut runner: Option<tokio::task::JoinHandle<tokio_postgres::Client>> = None;
+    // Attempts this command started, and connection errors in a row while claiming.
+    let (mut attempts, mut lost) = (0u32, 0u32);
     let mut followed = false;
+    let mut unfinished = true;
     let terminal = std::io::stderr().is_terminal();
     let bar = terminal.then(|| {
         let bar = indicatif::ProgressBar::new(0);
@@ -257,16 +264,23 @@ async fn follow_flush(
     let started = Instant::now();
     let mut printed = Instant::now();
     let job = loop {
-        if let Some(ended) = runner.take_if(|r| r.is_finished()) {
+        // An attempt that just ended is judged by the job's state, read below first.
+        let ended = runner.take_if(|r| r.is_finished());
+        let just_ended = ended.is_some();
+        if let Some(ended) = ended {
             worker = Some(ended.await.context("the flush task")?);
         }
-        if runner.is_none() {
-            let mut w = match worker.take() {
-                Some(w) if !w.is_closed() => w,
-                _ => crate::catalog::connect(service).await?,
-            };
-            match jobs::claim_job(&mut w, &label, job_id).await? {
-                Some(job) => {
+        if runner.is_none() && unfinished && !just_ended {
+            if attempts >= MAX_ATTEMPTS {
+                bail!("job {job_id} is still unfinished after {attempts} attempts by this command; `coldwire status` shows it, and a proxy's executor takes it over");
+            }
+            match claim(worker.take(), service, &label, job_id).await {
+                Ok((mut w, Some(job))) => {
+                    attempts += 1;
+                    (lost, followed) = (0, true);
+                    if attempts > 1 {
+                        eprintln!("job {job_id}: its attempt ended unfinished; running it again (attempt {})", job.attempt);
+                    }
                     let (service, store) = (service.clone(), store.clone());
                     runner = Some(tokio::spawn(async move {
                         crate::flush::executor::execute_claimed(&mut w, &service, &store, &job)
@@ -274,12 +288,22 @@ async fn follow_flush(
                         w
                     }));
                 }
-                None => {
+                Ok((w, None)) => {
+                    lost = 0;
                     if !followed {
                         eprintln!("job {job_id} is run by a proxy's executor; following it");
                         followed = true;
                     }
                     worker = Some(w);
+                }
+                Err(e) => {
+                    lost += 1;
+                    if lost >= MAX_ATTEMPTS {
+                        return Err(e.context(format!("cannot claim job {job_id}")));
+                    }
+                    eprintln!(
+                        "job {job_id}: cannot reach Postgres to claim it ({e:#}); trying again"
+                    );
                 }
             }
         }
@@ -302,7 +326,8 @@ async fn follow_flush(
                 started.elapsed().as_secs_f64()
             );
         }
-        if !matches!(job.state.as_str(), "pending" | "running") {
+        unfinished = matches!(job.state.as_str(), "pending" | "running");
+        if !unfinished {
             break job;
         }
         tokio::time::sleep(POLL).await;
@@ -314,6 +339,22 @@ async fn follow_flush(
         runner.await.context("the flush task")?;
     }
     Ok(job)
+}
+
+/// Claims job `job_id` on `worker` (a new connection where it is gone or closed), giving
+/// the connection back with the job when it was free to claim.
+async fn claim(
+    worker: Option<tokio_postgres::Client>,
+    service: &tokio_postgres::Config,
+    label: &str,
+    job_id: i64,
+) -> anyhow::Result<(tokio_postgres::Client, Option<Job>)> {
+    let mut w = match worker {
+        Some(w) if !w.is_closed() => w,
+        _ => crate::catalog::connect(service).await?,
+    };
+    let job = jobs::claim_job(&mut w, label, job_id).await?;
+    Ok((w, job))
 }
 
 /// Whether the connected database has a coldwire catalog.

@@ -79,7 +79,7 @@ impl Databases {
             shutdown: OnceLock::new(),
             opening: tokio::sync::Mutex::new(()),
         };
-        databases.insert(databases.tier(&default_database));
+        databases.insert(databases.tier(&default_database, None));
         databases
     }
 
@@ -90,12 +90,13 @@ impl Databases {
         config
     }
 
-    fn tier(&self, database: &str) -> Arc<Tier> {
+    /// The tier of `database`, whose new tables' folders go in `folder` of the cold store
+    /// (`None`: its root).
+    fn tier(&self, database: &str, folder: Option<String>) -> Arc<Tier> {
         let service = self.service_for(database);
-        let admin = if database == self.default_database {
-            Tiering::new(service.clone(), self.store.clone())
-        } else {
-            Tiering::in_folder(service.clone(), self.store.clone(), database.to_owned())
+        let admin = match folder {
+            None => Tiering::new(service.clone(), self.store.clone()),
+            Some(folder) => Tiering::in_folder(service.clone(), self.store.clone(), folder),
         };
         Arc::new(Tier {
             database: database.to_owned(),
@@ -228,9 +229,30 @@ impl Databases {
             });
         }
         // Its tables' folders go in a folder named after it: recorded in its own catalog,
-        // so that an operator command pointed at it directly knows (see
-        // `claim_default_store`).
-        claim(&client, FOLDER_KEY, database).await?;
+        // so that a proxy or command whose service_url names it directly keeps them there
+        // (see `claim_default_store`). A database whose tables are at the store's root is
+        // some proxy's default database: served beside another, its new tables would go
+        // elsewhere than its old ones, and its name could be taken for a folder.
+        let folder = match recorded(&client, FOLDER_KEY).await? {
+            Some(folder) => folder,
+            None => {
+                let at_root: i64 = client
+                    .query_one(
+                        "SELECT count(*) FROM coldwire.tables \
+                         WHERE left(storage_prefix, length($1) + 1) <> $1 || '/'",
+                        &[&database],
+                    )
+                    .await?
+                    .get(0);
+                if at_root > 0 {
+                    return Err(CatalogError::TablesAtRoot {
+                        database: database.to_owned(),
+                        tables: at_root,
+                    });
+                }
+                claim(&client, FOLDER_KEY, database).await?
+            }
+        };
         // Listed in the default database, where every proxy sharing the store looks.
         let listed = async {
             catalog::connect(&self.service)
@@ -252,7 +274,7 @@ impl Databases {
             to_version = report.to_version,
             "serving tiered tables of another database"
         );
-        let tier = self.tier(database);
+        let tier = self.tier(database, Some(folder));
         self.insert(Arc::clone(&tier));
         self.spawn_executor(database);
         Ok(tier)
@@ -309,12 +331,13 @@ impl Databases {
 
     /// Records this proxy's cold store in the default database's catalog, where no
     /// store is recorded yet (catalogs from before it was recorded), and checks that the
-    /// catalog is one a proxy with this `service_url` and store would serve.
+    /// catalog records this store. Where the default database is served beside another
+    /// one by some proxy (its catalog records `cold_folder`), its new tables' folders go
+    /// in that folder too, so that they never meet the other database's at the root.
     ///
     /// # Errors
     /// The default database cannot be reached; its catalog records another cold store
-    /// ([`CatalogError::OtherStore`]); a proxy serves it as one of its other databases
-    /// ([`CatalogError::ServedInFolder`]).
+    /// ([`CatalogError::OtherStore`]).
     pub async fn claim_default_store(&self) -> Result<(), CatalogError> {
         let client = catalog::connect(&self.service).await?;
         let store = claim_store(&client, self.store.location()).await?;
@@ -325,10 +348,12 @@ impl Databases {
             });
         }
         if let Some(folder) = recorded(&client, FOLDER_KEY).await? {
-            return Err(CatalogError::ServedInFolder {
-                database: self.default_database.clone(),
-                folder,
-            });
+            tracing::info!(
+                database = %self.default_database,
+                folder = %folder,
+                "service_url's database is served beside another one too: its new tables go in the cold store's folder of it"
+            );
+            self.insert(self.tier(&self.default_database, Some(folder)));
         }
         Ok(())
     }
