@@ -452,17 +452,7 @@ async fn generated_writes_that_age_rows_match_a_plain_table() {
     let proxy = Proxy::tiering(&db, store.path(), &[]).await;
     let c = proxy.connect(&db).await;
     admin(&c, r#"SELECT coldwire.tier_table('t', '{"tier_after": "90 days", "age_column": "at", "auto_flush": false, "max_rows_per_file": 300}')"#).await;
-    let flush = |drain: bool| {
-        let c = &c;
-        async move {
-            let job = admin(
-                c,
-                &format!("SELECT coldwire.flush_table('t', wait => true, drain => {drain})"),
-            )
-            .await;
-            assert_eq!(job["state"], "completed", "{job}");
-        }
-    };
+    let flush = |drain: bool| common::flush_t(&c, drain);
     flush(false).await;
     let statements = std::env::var("COLDWIRE_DIFFERENTIAL_WRITES")
         .ok()

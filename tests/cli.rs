@@ -33,6 +33,9 @@ async fn coldwire(db: &str, store: &std::path::Path, args: &[&str]) -> Outcome {
     }
 }
 
+/// The policy of the tests' table: 100 rows stay hot, flushed on request only.
+const SMALL_POLICY: &str = r#"{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}"#;
+
 /// A new database with table `t` of 1000 rows, and a direct connection to it.
 async fn with_table(prefix: &str) -> (String, tokio_postgres::Client) {
     let db = create_db(prefix);
@@ -65,13 +68,7 @@ async fn operators_tier_flush_inspect_and_untier_from_the_command_line() {
         none.stderr
     );
 
-    let tiered = run(&[
-        "tier",
-        "t",
-        "--policy",
-        r#"{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}"#,
-    ])
-    .await;
+    let tiered = run(&["tier", "t", "--policy", SMALL_POLICY]).await;
     assert_eq!(tiered.code, 0, "{}", tiered.stderr);
     assert!(
         tiered.stdout.contains(
@@ -190,7 +187,7 @@ async fn commands_check_the_cold_store_and_the_database_as_a_proxy_does() {
     direct.batch_execute(table).await.unwrap();
     let other = connect_direct(&other_db).await;
     other.batch_execute(table).await.unwrap();
-    let policy = r#"{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}"#;
+    let policy = SMALL_POLICY;
 
     let tiered = coldwire(&db, store.path(), &["tier", "t", "--policy", policy]).await;
     assert_eq!(tiered.code, 0, "{}", tiered.stderr);
@@ -294,17 +291,7 @@ async fn commands_check_the_cold_store_and_the_database_as_a_proxy_does() {
 async fn a_flush_whose_connection_is_lost_is_run_again_by_the_same_command() {
     let (db, direct) = with_table("cliretry").await;
     let store = tempfile::tempdir().unwrap();
-    let tiered = coldwire(
-        &db,
-        store.path(),
-        &[
-            "tier",
-            "t",
-            "--policy",
-            r#"{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}"#,
-        ],
-    )
-    .await;
+    let tiered = coldwire(&db, store.path(), &["tier", "t", "--policy", SMALL_POLICY]).await;
     assert_eq!(tiered.code, 0, "{}", tiered.stderr);
 
     // Each attempt pauses once its segment is published; the first one's connection is

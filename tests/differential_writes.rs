@@ -119,18 +119,7 @@ async fn generated_writes_over_hot_and_cold_rows_match_a_plain_table() {
     admin_call(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 300, "min_flush_rows": 100, "max_rows_per_file": 500, "auto_flush": false}')"#)
         .await
         .unwrap();
-    let flush = |drain: bool| {
-        let c = &c;
-        async move {
-            let job = admin_call(
-                c,
-                &format!("SELECT coldwire.flush_table('t', wait => true, drain => {drain})"),
-            )
-            .await
-            .unwrap();
-            assert_eq!(job["state"], "completed", "{job}");
-        }
-    };
+    let flush = |drain: bool| common::flush_t(&c, drain);
     flush(false).await;
 
     let statements = std::env::var("COLDWIRE_DIFFERENTIAL_WRITES")

@@ -28,17 +28,7 @@ async fn untier_restores_the_plain_table_and_removes_every_coldwire_object() {
         .await
         .unwrap();
     let id = tiered["id"].as_i64().unwrap();
-    let flush = |drain: bool| {
-        let c = &c;
-        async move {
-            admin_call(
-                c,
-                &format!("SELECT coldwire.flush_table('t', wait => true, drain => {drain})"),
-            )
-            .await
-            .unwrap()
-        }
-    };
+    let flush = |drain: bool| common::flush_t(&c, drain);
     flush(false).await;
     // New versions of cold keys (written while the old ones are cold), then flushed: the
     // overrides must pick them.

@@ -560,6 +560,17 @@ pub async fn active_segments(c: &tokio_postgres::Client) -> (i64, i64) {
     (row.get(0), row.get(1))
 }
 
+/// `SELECT coldwire.flush_table('t', wait => true, drain => drain)` through coldwire on
+/// `c`, which must complete; its answer.
+pub async fn flush_t(c: &tokio_postgres::Client, drain: bool) -> serde_json::Value {
+    let sql = format!("SELECT coldwire.flush_table('t', wait => true, drain => {drain})");
+    let job = admin_call(c, &sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    assert_eq!(job["state"], "completed", "{job}");
+    job
+}
+
 /// Waits up to ten seconds for the first job in `coldwire.jobs` to read completed; the
 /// state it read last.
 pub async fn first_job_completed(direct: &tokio_postgres::Client) -> String {
