@@ -314,10 +314,11 @@ async fn a_flush_whose_connection_is_lost_is_run_again_by_the_same_command() {
     let holder = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
                   AND classid = 1668743170 AND objsubid = 2"; // the flush lock (catalog::locks)
-                                                              // Ended while the attempt pauses after publishing: its segment is active by then.
+                                                              // Ended while the attempt pauses after publishing: its segment is recorded by then.
+    let published = "SELECT count(*) FROM coldwire.segments WHERE status IN ('pending', 'active')";
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let pid: i32 = loop {
-        if common::active_segments(&direct).await.0 > 0 {
+        if count(&direct, published).await > 0 {
             if let Some(row) = direct.query_opt(holder, &[]).await.unwrap() {
                 break row.get(0);
             }
