@@ -38,10 +38,11 @@ pub const ROW_GROUP_ROWS: usize = 131_072;
 /// but cold lookups ran 25% slower (fewer pages fit the cache, each costs more to
 /// decode): bench/README.md, "Cold bytes and flush memory".
 const PAGE_ROWS: usize = 1024;
-/// zstd level of the pages. Decompression costs about the same at any level; on the
-/// events table of bench/flush, 9 writes 6% fewer bytes than 3, for a little more flush
-/// CPU and encoder memory.
-const ZSTD_LEVEL: i32 = 9;
+/// zstd level of the pages. Decompression costs about the same at any level. On the
+/// events table of bench/flush, level 9 wrote 4% fewer bytes than 3 but spent half of
+/// coldwire's flush CPU in zstd's match finders: the flush took 12.4 s against 9.3 s
+/// (docs/decisions.md, "Segments at zstd level 3").
+const ZSTD_LEVEL: i32 = 3;
 /// Largest dictionary page: every lookup in a column chunk reads and decodes its
 /// dictionary, so a column with many distinct values falls back to plain encoding early
 /// (its values then compress with zstd alone); columns with few values keep theirs.
