@@ -294,8 +294,8 @@ async fn a_flush_whose_connection_is_lost_is_run_again_by_the_same_command() {
     let tiered = coldwire(&db, store.path(), &["tier", "t", "--policy", SMALL_POLICY]).await;
     assert_eq!(tiered.code, 0, "{}", tiered.stderr);
 
-    // Each attempt pauses once its segment is published; the first one's connection is
-    // ended there, as a restarted Postgres or a network cut would.
+    // Each attempt pauses once its segment is published and recorded; the first one's
+    // connection is ended there, as a restarted Postgres or a network cut would.
     let flush = tokio::spawn({
         let (db, store) = (db.clone(), store.path().to_owned());
         async move {
@@ -303,7 +303,7 @@ async fn a_flush_whose_connection_is_lost_is_run_again_by_the_same_command() {
                 .args(["flush", "t", "--service-url", &cluster().url(&db)])
                 .args(["--cold-store", &format!("file://{}", store.display())])
                 .env("RUST_LOG", "coldwire=warn")
-                .env("COLDWIRE_FAILPOINT", "after_publish:sleep=1500")
+                .env("COLDWIRE_FAILPOINT", "after_pending_insert:sleep=1500")
                 .output();
             tokio::time::timeout(std::time::Duration::from_secs(60), out)
                 .await
@@ -311,10 +311,11 @@ async fn a_flush_whose_connection_is_lost_is_run_again_by_the_same_command() {
                 .unwrap()
         }
     });
+    // The flush lock (catalog::locks).
     let holder = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-                  AND classid = 1668743170 AND objsubid = 2"; // the flush lock (catalog::locks)
-                                                              // Ended while the attempt pauses after publishing: its segment is recorded by then.
+                  AND classid = 1668743170 AND objsubid = 2";
+    // Ended while the attempt pauses with its segment published and recorded (pending).
     let published = "SELECT count(*) FROM coldwire.segments WHERE status IN ('pending', 'active')";
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let pid: i32 = loop {
@@ -343,7 +344,10 @@ async fn a_flush_whose_connection_is_lost_is_run_again_by_the_same_command() {
         stdout.contains("flush of public.t completed: 900 rows"),
         "{stdout}{stderr}"
     );
-    assert!(stderr.contains("running it again (attempt 2)"), "{stderr}");
+    assert!(
+        stderr.contains("running it again (attempt 2 of 5 by this command)"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("proxy's executor"), "{stderr}");
     let attempt: i32 = direct
         .query_one("SELECT attempt FROM coldwire.jobs", &[])

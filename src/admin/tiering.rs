@@ -24,10 +24,6 @@ pub struct Tiering {
     store: ColdStore,
     /// The database the service connection (and so the catalog) is in.
     database: String,
-    /// The folder of the cold store its tables' folders go in (`None`: the store's root,
-    /// for the database of `service_url`; other databases get a folder of their own, so
-    /// same-named tables of two databases never share objects).
-    folder: Option<String>,
 }
 
 impl Tiering {
@@ -38,15 +34,6 @@ impl Tiering {
             service,
             store,
             database,
-            folder: None,
-        }
-    }
-
-    /// [`Tiering::new`] for a database whose tables' folders go in `folder`.
-    pub fn in_folder(service: tokio_postgres::Config, store: ColdStore, folder: String) -> Self {
-        Self {
-            folder: Some(folder),
-            ..Self::new(service, store)
         }
     }
 }
@@ -64,9 +51,7 @@ impl AdminExecutor for Tiering {
                 .await
                 .map_err(service_error)?;
             match request.function {
-                AdminFunction::TierTable => {
-                    tier_table(&mut client, &request, self.folder.as_deref()).await
-                }
+                AdminFunction::TierTable => tier_table(&mut client, &request).await,
                 AdminFunction::SetPolicy => set_policy(&mut client, &request).await,
                 AdminFunction::FlushTable => flush_table(&mut client, &request).await,
                 AdminFunction::UntierTable => {
@@ -83,11 +68,7 @@ impl AdminExecutor for Tiering {
     }
 }
 
-async fn tier_table(
-    client: &mut Client,
-    request: &AdminRequest,
-    folder: Option<&str>,
-) -> Result<Value, AdminError> {
+async fn tier_table(client: &mut Client, request: &AdminRequest) -> Result<Value, AdminError> {
     let table = table_arg(request)?;
     let changes = match request.args.get(1) {
         Some(Resolved::Json(v)) => v.clone(),
@@ -128,6 +109,21 @@ async fn tier_table(
     ))
     .await
     .map_err(pg_error)?;
+    // The table's folder goes in the database's own folder where one is recorded (a
+    // database served beside the default one), else at the store's root. Read under a
+    // lock that `Databases::open`'s SHARE lock waits for, and that waits for it: a folder
+    // recorded meanwhile is seen, and no table at the root slips in after its check.
+    tx.batch_execute("LOCK TABLE coldwire.tables IN ROW EXCLUSIVE MODE")
+        .await
+        .map_err(pg_error)?;
+    let folder: Option<String> = tx
+        .query_opt(
+            "SELECT value FROM coldwire.meta WHERE key = $1",
+            &[&catalog::COLD_FOLDER_KEY],
+        )
+        .await
+        .map_err(pg_error)?
+        .map(|row| row.get(0));
     let prefix = match folder {
         Some(folder) => format!("{folder}/{}.{}", facts.schema, facts.name),
         None => format!("{}.{}", facts.schema, facts.name),

@@ -48,7 +48,7 @@ pub enum CatalogError {
     /// The database's tables are at the cold store's root: it is the database of some
     /// proxy's `service_url`, and cannot be served beside another one.
     #[error(
-        "database \"{database}\" has {tables} tiered tables at the cold store's root, as the \
+        "database \"{database}\" has {tables} tables' segments at the cold store's root, as the \
          database of a proxy's service_url has; it is served only through a service_url that \
          names it"
     )]

@@ -23,3 +23,8 @@ pub use migrate::{
 };
 pub use policy::Policy;
 pub use service::{connect, describe, service_database};
+
+/// Key of `coldwire.meta` in a database served beside the default one: the folder of the
+/// cold store its tables' folders go in (its name). `tier_table` reads it in its own
+/// transaction, so every proxy and command puts a database's new tables in one place.
+pub const COLD_FOLDER_KEY: &str = "cold_folder";

@@ -49,8 +49,9 @@ pub enum Action {
 
 /// How often a waiting `flush` looks at its job.
 const POLL: Duration = Duration::from_millis(250);
-/// Attempts a waiting `flush` makes of its job (and connection errors in a row it bears
-/// while claiming it) before it gives up, leaving the job to a proxy's executor.
+/// Attempts a waiting `flush` makes of its job (and errors in a row it bears claiming
+/// the job or reading its state) before it gives up, leaving the job to a proxy's
+/// executor.
 const MAX_ATTEMPTS: u32 = 5;
 /// How often, without a terminal, a waiting `flush` prints a progress line.
 const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(2);
@@ -205,7 +206,7 @@ pub async fn run(config: Config, database: Option<String>, action: Action) -> an
                 println!("flush of {name} queued: job {job_id}");
                 return Ok(());
             }
-            let job = follow_flush(&client, &here, &store, job_id, &name).await?;
+            let job = follow_flush(&here, &store, job_id, &name).await?;
             match job.state.as_str() {
                 "completed" => println!(
                     "flush of {name} completed: {} rows in {} segments (job {job_id})",
@@ -235,17 +236,20 @@ fn policy_in_words(policy: &Value) -> String {
 /// with a progress bar on a terminal and a line every few seconds otherwise. A failed
 /// attempt fails the job for good (`jobs::fail`), as in a proxy's executor.
 async fn follow_flush(
-    client: &tokio_postgres::Client,
     service: &tokio_postgres::Config,
     store: &ColdStore,
     job_id: i64,
     name: &str,
 ) -> anyhow::Result<Job> {
     let label = format!("coldwire-cli:{}", std::process::id());
-    let mut worker: Option<tokio_postgres::Client> = None;
+    // Connections: one that claims and runs the job, one that reads its state.
+    let (mut worker, mut watcher): (
+        Option<tokio_postgres::Client>,
+        Option<tokio_postgres::Client>,
+    ) = (None, None);
     let mut runner: Option<tokio::task::JoinHandle<tokio_postgres::Client>> = None;
-    // Attempts this command started, and connection errors in a row while claiming.
-    let (mut attempts, mut lost) = (0u32, 0u32);
+    // Attempts this command started; errors in a row claiming the job, reading its state.
+    let (mut attempts, mut claim_errors, mut read_errors) = (0u32, 0u32, 0u32);
     let mut followed = false;
     let mut unfinished = true;
     let terminal = std::io::stderr().is_terminal();
@@ -277,9 +281,9 @@ async fn follow_flush(
             match claim(worker.take(), service, &label, job_id).await {
                 Ok((mut w, Some(job))) => {
                     attempts += 1;
-                    (lost, followed) = (0, true);
+                    (claim_errors, followed) = (0, true);
                     if attempts > 1 {
-                        eprintln!("job {job_id}: its attempt ended unfinished; running it again (attempt {})", job.attempt);
+                        eprintln!("job {job_id} is unfinished and no executor runs it: running it again (attempt {attempts} of {MAX_ATTEMPTS} by this command)");
                     }
                     let (service, store) = (service.clone(), store.clone());
                     runner = Some(tokio::spawn(async move {
@@ -289,7 +293,7 @@ async fn follow_flush(
                     }));
                 }
                 Ok((w, None)) => {
-                    lost = 0;
+                    claim_errors = 0;
                     if !followed {
                         eprintln!("job {job_id} is run by a proxy's executor; following it");
                         followed = true;
@@ -297,17 +301,35 @@ async fn follow_flush(
                     worker = Some(w);
                 }
                 Err(e) => {
-                    lost += 1;
-                    if lost >= MAX_ATTEMPTS {
-                        return Err(e.context(format!("cannot claim job {job_id}")));
+                    claim_errors += 1;
+                    if claim_errors >= MAX_ATTEMPTS {
+                        return Err(give_up(
+                            runner,
+                            e.context(format!("cannot claim job {job_id}")),
+                        )
+                        .await);
                     }
-                    eprintln!(
-                        "job {job_id}: cannot reach Postgres to claim it ({e:#}); trying again"
-                    );
+                    eprintln!("job {job_id}: cannot claim it ({e:#}); trying again");
                 }
             }
         }
-        let job = jobs::get(client, job_id).await?;
+        let job = match state(watcher.take(), service, job_id).await {
+            Ok((w, job)) => {
+                (watcher, read_errors) = (Some(w), 0);
+                job
+            }
+            Err(e) => {
+                read_errors += 1;
+                if read_errors >= MAX_ATTEMPTS {
+                    return Err(
+                        give_up(runner, e.context(format!("cannot read job {job_id}"))).await,
+                    );
+                }
+                eprintln!("job {job_id}: cannot read its state ({e:#}); trying again");
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+        };
         let (done, total) = (job.rows_done, job.rows_total.unwrap_or(0));
         // Rows count as done when their segment is published; then the heap is pruned.
         let phase = if total > 0 && done >= total {
@@ -355,6 +377,34 @@ async fn claim(
     };
     let job = jobs::claim_job(&mut w, label, job_id).await?;
     Ok((w, job))
+}
+
+/// Job `job_id` as it stands, read on `watcher` (a new connection where it is gone or
+/// closed), which it gives back.
+async fn state(
+    watcher: Option<tokio_postgres::Client>,
+    service: &tokio_postgres::Config,
+    job_id: i64,
+) -> anyhow::Result<(tokio_postgres::Client, Job)> {
+    let w = match watcher {
+        Some(w) if !w.is_closed() => w,
+        _ => crate::catalog::connect(service).await?,
+    };
+    let job = jobs::get(&w, job_id).await?;
+    Ok((w, job))
+}
+
+/// `error`, once this command's attempt in flight (if any) has ended: it ends with the
+/// job, or when its connection fails.
+async fn give_up(
+    runner: Option<tokio::task::JoinHandle<tokio_postgres::Client>>,
+    error: anyhow::Error,
+) -> anyhow::Error {
+    if let Some(runner) = runner {
+        eprintln!("waiting for this command's attempt to end");
+        let _ = runner.await;
+    }
+    error
 }
 
 /// Whether the connected database has a coldwire catalog.

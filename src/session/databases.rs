@@ -26,9 +26,7 @@ const WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// (`database:NAME`, the cold store as value).
 const DATABASE_KEY: &str = "database:";
 
-/// Key of `coldwire.meta` in a database served beside the default one: the folder of the
-/// cold store its tables' folders go in (its name).
-const FOLDER_KEY: &str = "cold_folder";
+use catalog::COLD_FOLDER_KEY as FOLDER_KEY;
 
 /// One database coldwire serves.
 pub struct Tier {
@@ -79,7 +77,7 @@ impl Databases {
             shutdown: OnceLock::new(),
             opening: tokio::sync::Mutex::new(()),
         };
-        databases.insert(databases.tier(&default_database, None));
+        databases.insert(databases.tier(&default_database));
         databases
     }
 
@@ -90,14 +88,11 @@ impl Databases {
         config
     }
 
-    /// The tier of `database`, whose new tables' folders go in `folder` of the cold store
-    /// (`None`: its root).
-    fn tier(&self, database: &str, folder: Option<String>) -> Arc<Tier> {
+    /// The tier of `database` (its new tables' folders go where its catalog's
+    /// `cold_folder` says: see `tier_table`).
+    fn tier(&self, database: &str) -> Arc<Tier> {
         let service = self.service_for(database);
-        let admin = match folder {
-            None => Tiering::new(service.clone(), self.store.clone()),
-            Some(folder) => Tiering::in_folder(service.clone(), self.store.clone(), folder),
-        };
+        let admin = Tiering::new(service.clone(), self.store.clone());
         Arc::new(Tier {
             database: database.to_owned(),
             reads: Arc::new(ReadPath::new(
@@ -229,30 +224,34 @@ impl Databases {
             });
         }
         // Its tables' folders go in a folder named after it: recorded in its own catalog,
-        // so that a proxy or command whose service_url names it directly keeps them there
-        // (see `claim_default_store`). A database whose tables are at the store's root is
-        // some proxy's default database: served beside another, its new tables would go
-        // elsewhere than its old ones, and its name could be taken for a folder.
-        let folder = match recorded(&client, FOLDER_KEY).await? {
-            Some(folder) => folder,
-            None => {
-                let at_root: i64 = client
-                    .query_one(
-                        "SELECT count(*) FROM coldwire.tables \
-                         WHERE left(storage_prefix, length($1) + 1) <> $1 || '/'",
-                        &[&database],
-                    )
-                    .await?
-                    .get(0);
-                if at_root > 0 {
-                    return Err(CatalogError::TablesAtRoot {
-                        database: database.to_owned(),
-                        tables: at_root,
-                    });
-                }
-                claim(&client, FOLDER_KEY, database).await?
+        // where `tier_table` reads it, so a proxy or command whose service_url names it
+        // directly keeps them there. A database with tables at the store's root is some
+        // proxy's default database: served beside another, its new tables would go
+        // elsewhere than its old ones. Checked and recorded under a lock that
+        // `tier_table`'s waits for (and the other way round).
+        let tx = client.transaction().await?;
+        tx.batch_execute("LOCK TABLE coldwire.tables IN SHARE MODE")
+            .await?;
+        if recorded(&tx, FOLDER_KEY).await?.is_none() {
+            // (A schema named `NAME/…` would pass as in the folder; its prefix is
+            // distinct from the folder's tables' all the same.)
+            let at_root: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM coldwire.tables \
+                     WHERE left(storage_prefix, length($1) + 1) <> $1 || '/'",
+                    &[&database],
+                )
+                .await?
+                .get(0);
+            if at_root > 0 {
+                return Err(CatalogError::TablesAtRoot {
+                    database: database.to_owned(),
+                    tables: at_root,
+                });
             }
-        };
+            claim(&tx, FOLDER_KEY, database).await?;
+        }
+        tx.commit().await?;
         // Listed in the default database, where every proxy sharing the store looks.
         let listed = async {
             catalog::connect(&self.service)
@@ -274,7 +273,7 @@ impl Databases {
             to_version = report.to_version,
             "serving tiered tables of another database"
         );
-        let tier = self.tier(database, Some(folder));
+        let tier = self.tier(database);
         self.insert(Arc::clone(&tier));
         self.spawn_executor(database);
         Ok(tier)
@@ -331,9 +330,9 @@ impl Databases {
 
     /// Records this proxy's cold store in the default database's catalog, where no
     /// store is recorded yet (catalogs from before it was recorded), and checks that the
-    /// catalog records this store. Where the default database is served beside another
-    /// one by some proxy (its catalog records `cold_folder`), its new tables' folders go
-    /// in that folder too, so that they never meet the other database's at the root.
+    /// catalog records this store. (Where the default database is served beside another
+    /// one by some proxy, its catalog records `cold_folder`, and `tier_table` puts its
+    /// new tables in that folder too.)
     ///
     /// # Errors
     /// The default database cannot be reached; its catalog records another cold store
@@ -351,9 +350,8 @@ impl Databases {
             tracing::info!(
                 database = %self.default_database,
                 folder = %folder,
-                "service_url's database is served beside another one too: its new tables go in the cold store's folder of it"
+                "service_url's database is also served beside another one: its new tables go in its folder of the cold store"
             );
-            self.insert(self.tier(&self.default_database, Some(folder)));
         }
         Ok(())
     }
@@ -376,7 +374,7 @@ async fn claim_store(client: &tokio_postgres::Client, ours: &str) -> Result<Stri
 /// The value of `key` in the connected database's `coldwire.meta`, recording `value`
 /// where none is.
 async fn claim(
-    client: &tokio_postgres::Client,
+    client: &impl tokio_postgres::GenericClient,
     key: &str,
     value: &str,
 ) -> Result<String, CatalogError> {
@@ -391,7 +389,7 @@ async fn claim(
 
 /// The value of `key` in the connected database's `coldwire.meta`.
 async fn recorded(
-    client: &tokio_postgres::Client,
+    client: &impl tokio_postgres::GenericClient,
     key: &str,
 ) -> Result<Option<String>, CatalogError> {
     Ok(client
