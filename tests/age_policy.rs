@@ -454,10 +454,7 @@ async fn generated_writes_that_age_rows_match_a_plain_table() {
     admin(&c, r#"SELECT coldwire.tier_table('t', '{"tier_after": "90 days", "age_column": "at", "auto_flush": false, "max_rows_per_file": 300}')"#).await;
     let flush = |drain: bool| common::flush_t(&c, drain);
     flush(false).await;
-    let statements = std::env::var("COLDWIRE_DIFFERENTIAL_WRITES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_STATEMENTS);
+    let statements = common::differential_writes(DEFAULT_STATEMENTS);
     let mut rng = StdRng::seed_from_u64(0x6167_6564);
     for i in 0..statements {
         let sql = statement(&mut rng).replace("{base}", &base);

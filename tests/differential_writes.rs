@@ -122,10 +122,7 @@ async fn generated_writes_over_hot_and_cold_rows_match_a_plain_table() {
     let flush = |drain: bool| common::flush_t(&c, drain);
     flush(false).await;
 
-    let statements = std::env::var("COLDWIRE_DIFFERENTIAL_WRITES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_STATEMENTS);
+    let statements = common::differential_writes(DEFAULT_STATEMENTS);
     let mut rng = StdRng::seed_from_u64(SEED);
     // Comments, case and spacing as applications send them, the same on both sides.
     let mut dress = StdRng::seed_from_u64(SEED ^ 0xd15_9415e);

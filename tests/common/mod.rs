@@ -560,6 +560,15 @@ pub async fn active_segments(c: &tokio_postgres::Client) -> (i64, i64) {
     (row.get(0), row.get(1))
 }
 
+/// Statements a differential write test generates: `COLDWIRE_DIFFERENTIAL_WRITES` when
+/// set to a number, else `default` (the CI's count).
+pub fn differential_writes(default: usize) -> usize {
+    std::env::var("COLDWIRE_DIFFERENTIAL_WRITES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// `SELECT coldwire.flush_table('t', wait => true, drain => drain)` through coldwire on
 /// `c`, which must complete; its answer.
 pub async fn flush_t(c: &tokio_postgres::Client, drain: bool) -> serde_json::Value {
