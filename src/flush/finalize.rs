@@ -175,6 +175,13 @@ async fn prune_chunk(
     // The table by its current name: a rename after the activation must not leave the
     // flushed rows in the heap (the prune does not depend on the columns).
     let name = current_name(&tx, table).await?;
+    // Each pair is found by key, in the mirror and then in the heap: index nested loops.
+    // With the join's rows misestimated (a mirror not yet analyzed, key and seq taken as
+    // independent) the planner may hash the chunk's pairs and scan the whole mirror for
+    // each chunk instead, which makes the prune quadratic in the mirror's size (49 against
+    // 19 ms a chunk at 390,000 mirror rows).
+    tx.batch_execute("SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off")
+        .await?;
     tx.execute(
         &format!(
             "WITH gone AS (DELETE FROM coldwire.m_{id} m USING pg_temp.cw_pairs p \
