@@ -48,6 +48,9 @@ pub struct ColdTable {
     /// Loaded for a given generation (a transaction's), which may be past: a TRUNCATE
     /// since then deleted the overrides, so a scan keeps the newest seq per key itself.
     pub pinned: bool,
+    /// The Arrow schema of a segment holding every column (`ColdTable::file_schema`),
+    /// made once: every scan starts from it.
+    pub full_schema: std::sync::OnceLock<arrow::datatypes::SchemaRef>,
 }
 
 impl ColdTable {
@@ -153,6 +156,7 @@ impl ColdTable {
             overrides,
             missing,
             pinned: at.is_some(),
+            full_schema: std::sync::OnceLock::new(),
         })
     }
 }

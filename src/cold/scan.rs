@@ -11,7 +11,7 @@
 //! Memory: the rows kept plus one decoded batch.
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int16Array, Int64Array, NullArray, RecordBatch,
@@ -93,6 +93,16 @@ impl ColdTable {
     /// The Arrow schema of a segment file holding the first `held` of the table's columns
     /// (files written before later columns were added hold fewer), then seq and op.
     pub fn file_schema(&self, held: usize) -> SchemaRef {
+        if held == self.columns.len() {
+            return self
+                .full_schema
+                .get_or_init(|| self.make_file_schema(held))
+                .clone();
+        }
+        self.make_file_schema(held)
+    }
+
+    fn make_file_schema(&self, held: usize) -> SchemaRef {
         let mut columns: Vec<ColdColumn> = self.columns[..held]
             .iter()
             .map(|c| ColdColumn::new(c.name.clone(), c.ty))
@@ -306,10 +316,7 @@ pub async fn scan(
         let file = SegmentFile::new(store.clone(), segment.path.clone(), metadata.clone());
         let bytes_read = file.bytes_read.clone();
         let held = columns_held(&metadata, table);
-        let reader_metadata = ArrowReaderMetadata::try_new(
-            metadata.clone(),
-            ArrowReaderOptions::new().with_schema(table.file_schema(held)),
-        )?;
+        let reader_metadata = reader_metadata(table, &segment.path, &metadata, held)?;
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(file, reader_metadata);
         groups = bloom_filtered(&mut builder, &segment.path, table, predicates, groups).await?;
         stats.row_groups_pruned += row_group_rows.len() - groups.len();
@@ -367,6 +374,44 @@ pub async fn scan(
         schema,
         stats,
     })
+}
+
+/// Footers with the Arrow schema they are read as, by segment path and the number of the
+/// table's columns the file holds: making one converts the whole schema, a tenth of a
+/// cold lookup's time on a 50-column table whose pages were in the page cache. Segments
+/// are immutable, their paths never reused, and a tiered table's columns keep their names
+/// and types. Emptied when it would grow past [`READER_CACHE_ENTRIES`].
+static READERS: Mutex<Option<HashMap<(String, usize), ArrowReaderMetadata>>> = Mutex::new(None);
+const READER_CACHE_ENTRIES: usize = 4096;
+
+/// The reader metadata of segment `path` (footer `metadata`, holding the first `held` of
+/// `table`'s columns), from [`READERS`] or made and kept there.
+fn reader_metadata(
+    table: &ColdTable,
+    path: &str,
+    metadata: &Arc<ParquetMetaData>,
+    held: usize,
+) -> Result<ArrowReaderMetadata, ScanError> {
+    let key = (path.to_owned(), held);
+    if let Some(found) = READERS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .and_then(|m| m.get(&key))
+    {
+        return Ok(found.clone());
+    }
+    let made = ArrowReaderMetadata::try_new(
+        metadata.clone(),
+        ArrowReaderOptions::new().with_schema(table.file_schema(held)),
+    )?;
+    let mut guard = READERS.lock().unwrap_or_else(PoisonError::into_inner);
+    let map = guard.get_or_insert_with(HashMap::new);
+    if map.len() >= READER_CACHE_ENTRIES {
+        map.clear();
+    }
+    map.insert(key, made.clone());
+    Ok(made)
 }
 
 /// The columns a scan decodes: those a statement reads (with the key and the columns of
@@ -527,12 +572,41 @@ impl Versions<'_> {
             .map(|&(_, c)| c)
     }
 
+    /// The rows of `batch` that pass every `=` and `IN` predicate on an integer column,
+    /// found with Arrow's comparison kernels (`None`: no such predicate). A lookup by key
+    /// decodes a page of 1,024 rows (or takes it from the page cache) for the one it
+    /// wants: the row-by-row check of [`Versions::take`], which encodes every value it
+    /// compares, then looks only at the rows that can pass (it was half of coldwire's own
+    /// work for a cold pk lookup).
+    fn narrowing(&self, batch: &RecordBatch) -> Result<Option<BooleanArray>, ScanError> {
+        let mut mask: Option<BooleanArray> = None;
+        for p in self.predicates {
+            let (attnum, values) = match p {
+                Predicate::Eq(a, v) => (*a, std::slice::from_ref(v)),
+                Predicate::In(a, vs) if vs.len() <= NARROWING_IN_VALUES => (*a, vs.as_slice()),
+                _ => continue,
+            };
+            let Some(column) = self.position(attnum).map(|c| batch.column(c)) else {
+                continue;
+            };
+            let Some(matches) = integer_matches(column.as_ref(), values)? else {
+                continue;
+            };
+            mask = Some(match mask {
+                Some(mask) => arrow::compute::and(&mask, &matches)?,
+                None => matches,
+            });
+        }
+        Ok(mask)
+    }
+
     /// Takes the rows of `batch` (every column, then seq and op) that satisfy the
     /// checkable predicates and are live: not a tombstone, and their key's newest cold
     /// version (overrides name the newest of every key with more than one, so no other
     /// version needs to be seen).
     fn take(&mut self, batch: RecordBatch) -> Result<(), ScanError> {
         self.rows_scanned += batch.num_rows();
+        let narrowed = self.narrowing(&batch)?;
         let width = self.table.columns.len();
         let seqs = batch.column(width).as_primitive::<Int64Type>();
         let ops = batch.column(width + 1).as_primitive::<Int16Type>();
@@ -540,7 +614,10 @@ impl Versions<'_> {
         let mask: BooleanArray = (0..batch.num_rows())
             .map(|row| {
                 Some(
-                    (ops.value(row) != crate::segment::op::DELETED || self.seqs.is_some())
+                    narrowed
+                        .as_ref()
+                        .is_none_or(|m| m.is_valid(row) && m.value(row))
+                        && (ops.value(row) != crate::segment::op::DELETED || self.seqs.is_some())
                         && self.predicates.iter().all(|p| {
                             row_holds(p, &|a| Some(batch.column(self.position(a)?)), row, true)
                         })
@@ -582,6 +659,40 @@ impl Versions<'_> {
         self.kept.push(batch);
         Ok(())
     }
+}
+
+/// At most this many `IN` values narrow a batch with comparison kernels (one pass each).
+const NARROWING_IN_VALUES: usize = 16;
+
+/// Which rows of integer column `column` equal one of `values` (in the order-preserving
+/// encoding; a NULL cell is NULL, which filters out); `None` when the column is not an
+/// integer or a value is not one of its type (the row-by-row check then judges).
+fn integer_matches(column: &dyn Array, values: &[Vec<u8>]) -> Result<Option<BooleanArray>, ScanError> {
+    use arrow::array::{Int32Array, Scalar};
+    use arrow::compute::kernels::cmp::eq;
+    let mut out: Option<BooleanArray> = None;
+    for value in values {
+        let Some(x) = ordered::int_from(value) else {
+            return Ok(None);
+        };
+        let matched = match column.data_type() {
+            DataType::Int64 => eq(&column, &Scalar::new(Int64Array::from(vec![x])))?,
+            DataType::Int32 => match i32::try_from(x) {
+                Ok(x) => eq(&column, &Scalar::new(Int32Array::from(vec![x])))?,
+                Err(_) => return Ok(None),
+            },
+            DataType::Int16 => match i16::try_from(x) {
+                Ok(x) => eq(&column, &Scalar::new(Int16Array::from(vec![x])))?,
+                Err(_) => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        out = Some(match out {
+            Some(out) => arrow::compute::or(&out, &matched)?,
+            None => matched,
+        });
+    }
+    Ok(out)
 }
 
 /// Every live cold row of a table, one batch (of the table's columns) at a time: each row
@@ -655,5 +766,28 @@ impl<'a> LiveRows<'a> {
                 return Ok(Some(live));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int32Array;
+
+    #[test]
+    fn integer_columns_are_narrowed_to_the_values_asked_for() {
+        let column = Int32Array::from(vec![Some(1), Some(2), None, Some(2), Some(7)]);
+        let enc = |x: i64| ordered::int(x).to_vec();
+        let rows = |m: Option<BooleanArray>| {
+            m.map(|m| (0..m.len()).filter(|&i| m.is_valid(i) && m.value(i)).collect::<Vec<_>>())
+        };
+        assert_eq!(rows(integer_matches(&column, &[enc(2)]).unwrap()), Some(vec![1, 3]));
+        assert_eq!(rows(integer_matches(&column, &[enc(7), enc(1)]).unwrap()), Some(vec![0, 4]));
+        assert_eq!(rows(integer_matches(&column, &[enc(5)]).unwrap()), Some(vec![]));
+        // Not an int4: judged row by row instead.
+        assert_eq!(rows(integer_matches(&column, &[enc(1 << 40)]).unwrap()), None);
+        assert_eq!(rows(integer_matches(&column, &[b"text".to_vec()]).unwrap()), None);
+        let text = arrow::array::StringArray::from(vec!["a"]);
+        assert_eq!(rows(integer_matches(&text, &[enc(1)]).unwrap()), None);
     }
 }
