@@ -362,6 +362,51 @@ async fn read_committed_transactions_hold_off_finalize_and_stay_consistent() {
 }
 
 #[tokio::test]
+async fn a_savepoint_rolled_back_after_an_error_lets_a_flush_finalize_and_reads_go_on() {
+    let db = create_db("extsp");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, c, direct) = flushed_events(&db, &store, &[]).await;
+    both(&c, &direct, "INSERT INTO {t} SELECT g, 'x', 0, '2026-03-01', NULL, 0 FROM generate_series(4000, 4099) g").await;
+    let reader = proxy.connect(&db).await;
+    reader.batch_execute("BEGIN; SAVEPOINT s").await.unwrap();
+    let count = "SELECT count(*), sum(id)::bigint FROM events WHERE id > $1";
+    let first = reader.query_one(count, &[&0i64]).await.unwrap();
+    assert_eq!(first.get::<_, i64>(0), 3100);
+    // The read's table lock was taken after the savepoint: an error and ROLLBACK TO give
+    // it back, so a drain finalizes while the transaction goes on...
+    let error = reader.batch_execute("SELECT 1 / 0").await.unwrap_err();
+    assert_eq!(error.code().map(|c| c.code()), Some("22012"));
+    reader.batch_execute("ROLLBACK TO SAVEPOINT s").await.unwrap();
+    let f = proxy.connect(&db).await;
+    let job = admin_call(
+        &f,
+        "SELECT coldwire.flush_table('events', wait => true, drain => true)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(job["state"], "completed", "{job}");
+    // ...and the transaction's next reads are planned for the generation they now see
+    // (not the one learnt before the savepoint, which the guard would refuse with 40001).
+    for sql in [count, "SELECT count(*), sum(id)::bigint FROM events WHERE id > $1 AND kind <> 'none'"] {
+        let again = reader.query_one(sql, &[&0i64]).await.unwrap();
+        assert_eq!(again.get::<_, i64>(0), 3100, "{sql}");
+        assert_eq!(again.get::<_, i64>(1), first.get::<_, i64>(1), "{sql}");
+    }
+    let simple = simple_rows(&reader, "SELECT count(*) FROM events WHERE id >= 4000")
+        .await
+        .unwrap();
+    assert_eq!(simple, vec![vec![Some("100".to_owned())]]);
+    reader.batch_execute("COMMIT").await.unwrap();
+    let hot: i64 = direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(hot, 0, "drained");
+}
+
+#[tokio::test]
 async fn pgbench_extended_and_prepared_modes_read_a_tiered_table() {
     let db = create_db("extbench");
     let dir = tempfile::tempdir().unwrap();

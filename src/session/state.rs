@@ -543,8 +543,10 @@ impl SessionState {
         if let Some(phase) = Phase::from_status(status) {
             self.phase = phase;
         }
-        if self.phase == Phase::Idle {
-            // The transaction block ended: its snapshot and locks are gone.
+        // Idle: the transaction block ended, and its snapshot and locks with it. Failed:
+        // the ROLLBACK TO SAVEPOINT that may follow gives back the locks `read_lock` took
+        // after the savepoint, so the next read asks again.
+        if matches!(self.phase, Phase::Idle | Phase::FailedTransaction) {
             self.txn_generations.clear();
         }
         self.outstanding_syncs = self.outstanding_syncs.saturating_sub(1);
