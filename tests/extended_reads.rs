@@ -306,18 +306,46 @@ async fn repeatable_read_keeps_its_snapshot_while_flushes_finalize() {
     assert_eq!(after.get::<_, i64>(0), before.get::<_, i64>(0) + 100);
 }
 
-#[tokio::test]
-async fn read_committed_transactions_hold_off_finalize_and_stay_consistent() {
-    let db = create_db("extrc");
+/// Asserts that no row of `events` is left in the heap.
+async fn assert_drained(direct: &tokio_postgres::Client) {
+    let hot: i64 = direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(hot, 0, "drained");
+}
+
+/// Rows and the sum of their ids, of `events` from a key on.
+const COUNT_SUM: &str = "SELECT count(*), sum(id)::bigint FROM events WHERE id > $1";
+
+/// [`flushed_events`] in a database of its own, with 100 hot rows (ids 4000 to 4099) added
+/// to both tables: 3,100 rows in all.
+async fn events_with_hot_rows(
+    hint: &str,
+) -> (
+    String,
+    tempfile::TempDir,
+    Proxy,
+    tokio_postgres::Client,
+    tokio_postgres::Client,
+) {
+    let db = create_db(hint);
     let dir = tempfile::tempdir().unwrap();
     let store = format!("file://{}", dir.path().display());
     let (proxy, c, direct) = flushed_events(&db, &store, &[]).await;
     both(&c, &direct, "INSERT INTO {t} SELECT g, 'x', 0, '2026-03-01', NULL, 0 FROM generate_series(4000, 4099) g").await;
+    (db, dir, proxy, c, direct)
+}
+
+#[tokio::test]
+async fn read_committed_transactions_hold_off_finalize_and_stay_consistent() {
+    let (db, _dir, proxy, c, direct) = events_with_hot_rows("extrc").await;
     let reader = proxy.connect(&db).await;
     reader.batch_execute("BEGIN").await.unwrap();
-    let count = "SELECT count(*), sum(id)::bigint FROM events WHERE id > $1";
-    let first = reader.query_one(count, &[&0i64]).await.unwrap();
+    let first = reader.query_one(COUNT_SUM, &[&0i64]).await.unwrap();
     assert_eq!(first.get::<_, i64>(0), 3100);
+    let count = COUNT_SUM;
     // A drain now waits for the reader's transaction: every statement of it plans for the
     // generation its first read saw, and no finalize can change that under it.
     let flusher = {
@@ -344,12 +372,7 @@ async fn read_committed_transactions_hold_off_finalize_and_stay_consistent() {
     reader.batch_execute("COMMIT").await.unwrap();
     let job = flusher.await.unwrap();
     assert_eq!(job["state"], "completed", "{job}");
-    let hot: i64 = direct
-        .query_one("SELECT count(*) FROM events", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(hot, 0, "drained");
+    assert_drained(&direct).await;
     let got = binary_rows(&c, "SELECT * FROM events ORDER BY id", &[])
         .await
         .unwrap();
@@ -363,14 +386,10 @@ async fn read_committed_transactions_hold_off_finalize_and_stay_consistent() {
 
 #[tokio::test]
 async fn a_savepoint_rolled_back_after_an_error_lets_a_flush_finalize_and_reads_go_on() {
-    let db = create_db("extsp");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let (proxy, c, direct) = flushed_events(&db, &store, &[]).await;
-    both(&c, &direct, "INSERT INTO {t} SELECT g, 'x', 0, '2026-03-01', NULL, 0 FROM generate_series(4000, 4099) g").await;
+    let (db, _dir, proxy, _c, direct) = events_with_hot_rows("extsp").await;
     let reader = proxy.connect(&db).await;
     reader.batch_execute("BEGIN; SAVEPOINT s").await.unwrap();
-    let count = "SELECT count(*), sum(id)::bigint FROM events WHERE id > $1";
+    let count = COUNT_SUM;
     let first = reader.query_one(count, &[&0i64]).await.unwrap();
     assert_eq!(first.get::<_, i64>(0), 3100);
     // The read's table lock was taken after the savepoint: an error and ROLLBACK TO give
@@ -398,12 +417,7 @@ async fn a_savepoint_rolled_back_after_an_error_lets_a_flush_finalize_and_reads_
         .unwrap();
     assert_eq!(simple, vec![vec![Some("100".to_owned())]]);
     reader.batch_execute("COMMIT").await.unwrap();
-    let hot: i64 = direct
-        .query_one("SELECT count(*) FROM events", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(hot, 0, "drained");
+    assert_drained(&direct).await;
 }
 
 #[tokio::test]
