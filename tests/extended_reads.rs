@@ -396,7 +396,10 @@ async fn a_savepoint_rolled_back_after_an_error_lets_a_flush_finalize_and_reads_
     // it back, so a drain finalizes while the transaction goes on...
     let error = reader.batch_execute("SELECT 1 / 0").await.unwrap_err();
     assert_eq!(error.code().map(|c| c.code()), Some("22012"));
-    reader.batch_execute("ROLLBACK TO SAVEPOINT s").await.unwrap();
+    reader
+        .batch_execute("ROLLBACK TO SAVEPOINT s")
+        .await
+        .unwrap();
     let f = proxy.connect(&db).await;
     let job = admin_call(
         &f,
@@ -407,7 +410,10 @@ async fn a_savepoint_rolled_back_after_an_error_lets_a_flush_finalize_and_reads_
     assert_eq!(job["state"], "completed", "{job}");
     // ...and the transaction's next reads are planned for the generation they now see
     // (not the one learnt before the savepoint, which the guard would refuse with 40001).
-    for sql in [count, "SELECT count(*), sum(id)::bigint FROM events WHERE id > $1 AND kind <> 'none'"] {
+    for sql in [
+        count,
+        "SELECT count(*), sum(id)::bigint FROM events WHERE id > $1 AND kind <> 'none'",
+    ] {
         let again = reader.query_one(sql, &[&0i64]).await.unwrap();
         assert_eq!(again.get::<_, i64>(0), 3100, "{sql}");
         assert_eq!(again.get::<_, i64>(1), first.get::<_, i64>(1), "{sql}");

@@ -667,7 +667,10 @@ const NARROWING_IN_VALUES: usize = 16;
 /// Which rows of integer column `column` equal one of `values` (in the order-preserving
 /// encoding; a NULL cell is NULL, which filters out); `None` when the column is not an
 /// integer or a value is not one of its type (the row-by-row check then judges).
-fn integer_matches(column: &dyn Array, values: &[Vec<u8>]) -> Result<Option<BooleanArray>, ScanError> {
+fn integer_matches(
+    column: &dyn Array,
+    values: &[Vec<u8>],
+) -> Result<Option<BooleanArray>, ScanError> {
     use arrow::array::{Int32Array, Scalar};
     use arrow::compute::kernels::cmp::eq;
     let mut out: Option<BooleanArray> = None;
@@ -779,14 +782,33 @@ mod tests {
         let column = Int32Array::from(vec![Some(1), Some(2), None, Some(2), Some(7)]);
         let enc = |x: i64| ordered::int(x).to_vec();
         let rows = |m: Option<BooleanArray>| {
-            m.map(|m| (0..m.len()).filter(|&i| m.is_valid(i) && m.value(i)).collect::<Vec<_>>())
+            m.map(|m| {
+                (0..m.len())
+                    .filter(|&i| m.is_valid(i) && m.value(i))
+                    .collect::<Vec<_>>()
+            })
         };
-        assert_eq!(rows(integer_matches(&column, &[enc(2)]).unwrap()), Some(vec![1, 3]));
-        assert_eq!(rows(integer_matches(&column, &[enc(7), enc(1)]).unwrap()), Some(vec![0, 4]));
-        assert_eq!(rows(integer_matches(&column, &[enc(5)]).unwrap()), Some(vec![]));
+        assert_eq!(
+            rows(integer_matches(&column, &[enc(2)]).unwrap()),
+            Some(vec![1, 3])
+        );
+        assert_eq!(
+            rows(integer_matches(&column, &[enc(7), enc(1)]).unwrap()),
+            Some(vec![0, 4])
+        );
+        assert_eq!(
+            rows(integer_matches(&column, &[enc(5)]).unwrap()),
+            Some(vec![])
+        );
         // Not an int4: judged row by row instead.
-        assert_eq!(rows(integer_matches(&column, &[enc(1 << 40)]).unwrap()), None);
-        assert_eq!(rows(integer_matches(&column, &[b"text".to_vec()]).unwrap()), None);
+        assert_eq!(
+            rows(integer_matches(&column, &[enc(1 << 40)]).unwrap()),
+            None
+        );
+        assert_eq!(
+            rows(integer_matches(&column, &[b"text".to_vec()]).unwrap()),
+            None
+        );
         let text = arrow::array::StringArray::from(vec!["a"]);
         assert_eq!(rows(integer_matches(&text, &[enc(1)]).unwrap()), None);
     }
