@@ -1,7 +1,6 @@
 //! What narrows a lookup's read below whole row groups: the pk columns' bloom filters
 //! (cached; segments are immutable) and the first pk column's page index.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, TimeUnit};
@@ -13,14 +12,13 @@ use parquet::file::page_index::column_index::ColumnIndexMetaData;
 
 use super::scan::{ColdTable, ScanError};
 use crate::segment::file::SegmentFile;
+use crate::segment::memo::Memo;
 use crate::segment::prune::Predicate;
 use crate::values::ordered;
 
 /// Bloom filters of pk columns kept in memory, by (segment path, row group, leaf column);
 /// segments are immutable. The cache starts over when full (a filter is ~100 KiB).
-static BLOOMS: std::sync::Mutex<Option<BloomCache>> = std::sync::Mutex::new(None);
-type BloomCache = HashMap<(String, usize, usize), Option<Arc<Sbbf>>>;
-const BLOOM_CACHE_ENTRIES: usize = 2048;
+static BLOOMS: Memo<(String, usize, usize), Option<Arc<Sbbf>>> = Memo::new(2048);
 
 /// Rows of `groups` (in order) on pages of the first pk column whose page statistics may
 /// satisfy every predicate on it, when the segment has a page index and the column is an
@@ -150,26 +148,14 @@ pub(super) async fn bloom_filtered(
         let mut possible = true;
         for (leaf, values, data_type) in &lookups {
             let key = (path.to_owned(), g, *leaf);
-            let cached = BLOOMS
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .as_ref()
-                .and_then(|m| m.get(&key).cloned());
-            let bloom = match cached {
+            let bloom = match BLOOMS.get(&key) {
                 Some(b) => b,
                 None => {
                     let b = builder
                         .get_row_group_column_bloom_filter(g, *leaf)
                         .await?
                         .map(Arc::new);
-                    let mut cache = BLOOMS
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let cache = cache.get_or_insert_with(HashMap::new);
-                    if cache.len() >= BLOOM_CACHE_ENTRIES {
-                        cache.clear();
-                    }
-                    cache.insert(key, b.clone());
+                    BLOOMS.insert(key, b.clone());
                     b
                 }
             };

@@ -11,7 +11,7 @@
 //! Memory: the rows kept plus one decoded batch.
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int16Array, Int64Array, NullArray, RecordBatch,
@@ -27,6 +27,7 @@ use super::lookup::{bloom_filtered, page_selection};
 use crate::catalog::segments::ColdStateError;
 pub use crate::catalog::segments::ColdTable;
 use crate::segment::file::{footer, SegmentFile, SegmentReadError};
+use crate::segment::memo::Memo;
 use crate::segment::page_cache;
 use crate::segment::prune::Predicate;
 use crate::store::ColdStore;
@@ -380,9 +381,8 @@ pub async fn scan(
 /// table's columns the file holds: making one converts the whole schema, a tenth of a
 /// cold lookup's time on a 50-column table whose pages were in the page cache. Segments
 /// are immutable, their paths never reused, and a tiered table's columns keep their names
-/// and types. Emptied when it would grow past [`READER_CACHE_ENTRIES`].
-static READERS: Mutex<Option<HashMap<(String, usize), ArrowReaderMetadata>>> = Mutex::new(None);
-const READER_CACHE_ENTRIES: usize = 4096;
+/// and types. At most 4,096 entries.
+static READERS: Memo<(String, usize), ArrowReaderMetadata> = Memo::new(4096);
 
 /// The reader metadata of segment `path` (footer `metadata`, holding the first `held` of
 /// `table`'s columns), from [`READERS`] or made and kept there.
@@ -393,24 +393,14 @@ fn reader_metadata(
     held: usize,
 ) -> Result<ArrowReaderMetadata, ScanError> {
     let key = (path.to_owned(), held);
-    if let Some(found) = READERS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_ref()
-        .and_then(|m| m.get(&key))
-    {
-        return Ok(found.clone());
+    if let Some(found) = READERS.get(&key) {
+        return Ok(found);
     }
     let made = ArrowReaderMetadata::try_new(
         metadata.clone(),
         ArrowReaderOptions::new().with_schema(table.file_schema(held)),
     )?;
-    let mut guard = READERS.lock().unwrap_or_else(PoisonError::into_inner);
-    let map = guard.get_or_insert_with(HashMap::new);
-    if map.len() >= READER_CACHE_ENTRIES {
-        map.clear();
-    }
-    map.insert(key, made.clone());
+    READERS.insert(key, made.clone());
     Ok(made)
 }
 

@@ -2,9 +2,8 @@
 //! (cached, since segments are immutable: a path is never rewritten) and the pages a scan
 //! needs.
 
-use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -18,10 +17,8 @@ use crate::store::{ColdStore, StoreError};
 
 /// Parquet's footer tail: metadata length (4 bytes LE) and the magic `PAR1`.
 const FOOTER_TAIL: u64 = 8;
-/// Footers kept in memory; the cache is emptied when it would grow past this.
-const FOOTER_CACHE_ENTRIES: usize = 4096;
-
-static FOOTERS: Mutex<Option<HashMap<String, Arc<ParquetMetaData>>>> = Mutex::new(None);
+/// Footers kept in memory, by path (at most 4,096).
+static FOOTERS: super::memo::Memo<String, Arc<ParquetMetaData>> = super::memo::Memo::new(4096);
 
 /// Why a segment could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -40,13 +37,8 @@ pub async fn footer(
     store: &ColdStore,
     path: &str,
 ) -> Result<Arc<ParquetMetaData>, SegmentReadError> {
-    if let Some(found) = FOOTERS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_ref()
-        .and_then(|m| m.get(path))
-    {
-        return Ok(found.clone());
+    if let Some(found) = FOOTERS.get(path) {
+        return Ok(found);
     }
     let bad = |why: &str| SegmentReadError::Parquet {
         path: path.to_owned(),
@@ -80,12 +72,7 @@ pub async fn footer(
         .await
         .map_err(parquet_error)?;
     let metadata = Arc::new(reader.finish().map_err(parquet_error)?);
-    let mut cache = FOOTERS.lock().unwrap_or_else(PoisonError::into_inner);
-    let cache = cache.get_or_insert_with(HashMap::new);
-    if cache.len() >= FOOTER_CACHE_ENTRIES {
-        cache.clear();
-    }
-    cache.insert(path.to_owned(), metadata.clone());
+    FOOTERS.insert(path.to_owned(), metadata.clone());
     Ok(metadata)
 }
 

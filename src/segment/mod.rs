@@ -3,7 +3,8 @@
 //! sorted by primary key, written with [`writer_properties`]. [`writer`] writes one and
 //! gathers the statistics the catalog records, [`file`](mod@file) reads footers and pages back by
 //! byte ranges, [`prune`] judges which segments and row groups a predicate can skip, and
-//! [`page_cache`] keeps decoded pages of narrow reads. Below both the flush and cold reads.
+//! [`page_cache`] keeps decoded pages of narrow reads, and [`memo`] bounds the
+//! process-wide maps of other facts about segments (footers, bloom filters, reader metadata). Below both the flush and cold reads.
 
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::errors::ParquetError;
@@ -12,6 +13,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 pub mod file;
+pub mod memo;
 pub mod page_cache;
 pub mod prune;
 pub mod writer;
