@@ -455,6 +455,112 @@ async fn delta_encoded_pages_read_back_every_value_exactly() {
     }
 }
 
+/// The policy's `compression` says how new segments' pages are compressed: LZ4 by
+/// default, zstd when asked. Segments of both codecs in one table read back together, by
+/// lookups and scans; a codec coldwire does not write is refused with 22023 naming the key.
+#[tokio::test]
+async fn segments_are_compressed_as_the_policy_says_and_read_back_together() {
+    let db = create_db("compression");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE t(id bigint PRIMARY KEY, note text, n int);
+             CREATE TABLE control(LIKE t INCLUDING ALL);
+             INSERT INTO t SELECT g, repeat('note ' || g % 7, 3), g % 100 FROM generate_series(1, 3000) g;
+             INSERT INTO control SELECT * FROM t;",
+        )
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
+    let c = proxy.connect(&db).await;
+    let tiered = admin_call(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 1000, "min_flush_rows": 500, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    assert_eq!(tiered["policy"]["compression"], "lz4", "{tiered}");
+    let err = admin_call(
+        &c,
+        r#"SELECT coldwire.set_policy('t', '{"compression": "gzip"}')"#,
+    )
+    .await
+    .unwrap_err();
+    let db_err = err.as_db_error().expect("a database error");
+    assert_eq!(db_err.code().code(), "22023", "{db_err:?}");
+    assert!(db_err.message().contains("compression"), "{db_err:?}");
+
+    let codecs = || {
+        let mut found: Vec<(std::path::PathBuf, Vec<parquet::basic::Compression>)> =
+            common::segments::store_files(dir.path())
+                .into_iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+                .map(|path| {
+                    let bytes = bytes::Bytes::from(std::fs::read(&path).unwrap());
+                    let reader =
+                        parquet::file::serialized_reader::SerializedFileReader::new(bytes).unwrap();
+                    let metadata = parquet::file::reader::FileReader::metadata(&reader);
+                    let mut codecs: Vec<_> = metadata
+                        .row_groups()
+                        .iter()
+                        .flat_map(|g| g.columns().iter().map(|c| c.compression()))
+                        .collect();
+                    codecs.dedup();
+                    (path, codecs)
+                })
+                .collect();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        found
+    };
+    admin_call(&c, "SELECT coldwire.flush_table('t', wait => true)")
+        .await
+        .unwrap();
+    let first = codecs();
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(
+        first[0].1,
+        vec![parquet::basic::Compression::LZ4_RAW],
+        "{first:?}"
+    );
+
+    let changed = admin_call(
+        &c,
+        r#"SELECT coldwire.set_policy('t', '{"compression": "zstd", "hot_row_limit": 200}')"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(changed["policy"]["compression"], "zstd", "{changed}");
+    admin_call(&c, "SELECT coldwire.flush_table('t', wait => true)")
+        .await
+        .unwrap();
+    let both = codecs();
+    assert_eq!(both.len(), 2, "{both:?}");
+    let second: Vec<_> = both.iter().filter(|(p, _)| *p != first[0].0).collect();
+    assert_eq!(second.len(), 1, "{both:?}");
+    assert!(
+        matches!(
+            second[0].1.as_slice(),
+            [parquet::basic::Compression::ZSTD(_)]
+        ),
+        "{both:?}"
+    );
+
+    for sql in [
+        "SELECT * FROM t ORDER BY id",
+        "SELECT * FROM t WHERE id IN (1, 999, 1000, 1001, 2500, 2800, 3000) ORDER BY id",
+        "SELECT * FROM t WHERE id = 1700",
+        "SELECT count(*), sum(n), min(note), max(id) FROM t WHERE true",
+    ] {
+        let expected = simple_rows(&direct, &sql.replace(" t ", " control "))
+            .await
+            .unwrap();
+        let got = simple_rows(&c, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(got.len(), expected.len(), "{sql}");
+        assert_eq!(got, expected, "{sql}");
+    }
+}
+
 /// At default settings, a read that needs more cold rows than the old row cap (100,000)
 /// answers like the plain table; the bound that remains is on memory, and a read past it
 /// fails with 54000 naming the table and `max_cold_memory_mb`, and the session goes on.

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+pub use crate::segment::SegmentCompression;
+
 /// Smallest `check_interval`: the scheduler must not spin.
 const MIN_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -13,7 +15,7 @@ pub const DEFAULT_HOT_ROW_LIMIT: i64 = 100_000;
 
 macro_rules! policy_keys {
     () => {
-        "hot_row_limit, tier_after, age_column, min_flush_rows, max_rows_per_file, auto_flush, check_interval"
+        "hot_row_limit, tier_after, age_column, min_flush_rows, max_rows_per_file, compression, auto_flush, check_interval"
     };
 }
 
@@ -37,6 +39,8 @@ pub struct Policy {
     pub min_flush_rows: i64,
     /// Rows per Parquet segment. Default 1000000.
     pub max_rows_per_file: i64,
+    /// How the pages of new segments are compressed. Default lz4.
+    pub compression: SegmentCompression,
     /// Whether the scheduler flushes on its own. Default true.
     pub auto_flush: bool,
     /// How often the scheduler looks at the table. Default 10 s.
@@ -73,6 +77,7 @@ impl Default for Policy {
             age_column: None,
             min_flush_rows: 10_000,
             max_rows_per_file: 1_000_000,
+            compression: SegmentCompression::Lz4,
             auto_flush: true,
             check_interval: Duration::from_secs(10),
         }
@@ -161,6 +166,12 @@ impl Policy {
                     p.max_rows_per_file =
                         whole(value, 1).ok_or_else(|| bad("must be a whole number ≥ 1"))?
                 }
+                "compression" => {
+                    p.compression = value
+                        .as_str()
+                        .and_then(SegmentCompression::from_name)
+                        .ok_or_else(|| bad("must be \"lz4\" or \"zstd\""))?
+                }
                 "auto_flush" => {
                     p.auto_flush = value
                         .as_bool()
@@ -246,6 +257,7 @@ impl Policy {
         m.insert("age_column".into(), self.age_column.clone().into());
         m.insert("min_flush_rows".into(), self.min_flush_rows.into());
         m.insert("max_rows_per_file".into(), self.max_rows_per_file.into());
+        m.insert("compression".into(), self.compression.name().into());
         m.insert("auto_flush".into(), self.auto_flush.into());
         m.insert(
             "check_interval".into(),
@@ -340,8 +352,10 @@ mod tests {
     fn round_trips_through_json() {
         let p = Policy {
             check_interval: Duration::from_millis(1500),
+            compression: SegmentCompression::Zstd,
             ..Policy::default()
         };
+        assert_eq!(p.to_json()["compression"], "zstd");
         assert_eq!(Policy::default().merged(&p.to_json()).unwrap(), p);
         assert_eq!(
             Policy::default()
@@ -369,6 +383,9 @@ mod tests {
         );
         assert!(
             matches!(err(json!({"auto_flush": 1})), PolicyError::BadValue { key, .. } if key == "auto_flush")
+        );
+        assert!(
+            matches!(err(json!({"compression": "gzip"})), PolicyError::BadValue { key, .. } if key == "compression")
         );
         assert!(
             matches!(err(json!({"check_interval": "soon"})), PolicyError::BadValue { key, .. } if key == "check_interval")

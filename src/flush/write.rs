@@ -63,7 +63,7 @@ pub(super) async fn write_segments(
     ));
     let schema = std::sync::Arc::new(arrow_schema(&cold_columns));
     let mut decoder = CopyDecoder::new(cold_columns, BATCH_ROWS)?;
-    let props = writer_properties(&table.pk, &schema)?;
+    let props = writer_properties(&table.pk, &schema, table.policy.compression)?;
     let max_rows = usize::try_from(table.policy.max_rows_per_file)
         .unwrap_or(usize::MAX)
         .max(1);

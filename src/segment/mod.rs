@@ -18,6 +18,38 @@ pub mod page_cache;
 pub mod prune;
 pub mod writer;
 
+/// How a segment's pages are compressed (the policy's `compression`). Segments already
+/// written keep theirs: a reader takes each file's codec from its footer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentCompression {
+    /// LZ4 (Parquet's `LZ4_RAW`): about 45% more bytes than zstd on bench/flush's table,
+    /// and a cold lookup that misses the page cache takes half the time, since opening an
+    /// LZ4 codec costs nothing while a zstd one asks the CPU for its features
+    /// (docs/decisions.md, "Segments in LZ4 by default").
+    Lz4,
+    /// zstd at level 3: the fewest bytes, for tables read in scans more than by key.
+    Zstd,
+}
+
+impl SegmentCompression {
+    /// The codec a policy names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "lz4" => Some(Self::Lz4),
+            "zstd" => Some(Self::Zstd),
+            _ => None,
+        }
+    }
+
+    /// The name a policy gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Lz4 => "lz4",
+            Self::Zstd => "zstd",
+        }
+    }
+}
+
 /// The cold columns coldwire adds to each segment.
 pub const SEQ_COLUMN: &str = "_cw_seq";
 pub const OP_COLUMN: &str = "_cw_op";
@@ -40,7 +72,7 @@ pub const ROW_GROUP_ROWS: usize = 131_072;
 /// but cold lookups ran 25% slower (fewer pages fit the cache, each costs more to
 /// decode): bench/README.md, "Cold bytes and flush memory".
 const PAGE_ROWS: usize = 1024;
-/// zstd level of the pages. Decompression costs about the same at any level. On the
+/// zstd level of the pages of a table whose policy asks for zstd. Decompression costs about the same at any level. On the
 /// events table of bench/flush, level 9 wrote 4% fewer bytes than 3 but spent half of
 /// coldwire's flush CPU in zstd's match finders: the flush took 12.4 s against 9.3 s
 /// (docs/decisions.md, "Segments at zstd level 3").
@@ -50,15 +82,20 @@ const ZSTD_LEVEL: i32 = 3;
 /// (its values then compress with zstd alone); columns with few values keep theirs.
 const DICTIONARY_PAGE_BYTES: usize = 16 * 1024;
 
-/// zstd, page-level statistics (so a page index), bloom filters on the pk columns, rows
+/// Pages compressed as the policy says (`compression`), page-level statistics (so a page index), bloom filters on the pk columns, rows
 /// sorted by pk and declared so, and the encoding each column falls back to when its
 /// dictionary fills (`fallback_encoding`).
 pub fn writer_properties(
     pk: &[String],
     schema: &arrow::datatypes::Schema,
+    compression: SegmentCompression,
 ) -> Result<WriterProperties, ParquetError> {
+    let compression = match compression {
+        SegmentCompression::Lz4 => Compression::LZ4_RAW,
+        SegmentCompression::Zstd => Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL)?),
+    };
     let mut builder = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL)?))
+        .set_compression(compression)
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_data_page_row_count_limit(PAGE_ROWS)
         .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
