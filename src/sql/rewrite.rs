@@ -130,7 +130,16 @@ impl TieredTable {
         } else {
             String::new()
         };
-        let and_guard = guard.replacen(" WHERE ", " AND ", 1);
+        // The cold branch asks the guard only once a cold row reaches it: a qual that
+        // reads a column of the row is checked per row, so its InitPlan runs at the first
+        // row and never when no cold rows are bound (a hot key's lookup), whereas a qual
+        // of the guard alone would be a one-time filter, run at every execution. A cold
+        // row's key is never NULL. The hot branch runs its guard in every execution that
+        // reads anything.
+        let and_guard = match guard.strip_prefix(" WHERE ") {
+            Some(check) => format!(" AND (c.{} IS NULL OR {check})", quote_ident(&self.pk[0])),
+            None => String::new(),
+        };
         let cols = column_list(self.columns.iter().map(String::as_str), "");
         let (c_cols, source) = match binding {
             ColdBinding::Rows => (
