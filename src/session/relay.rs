@@ -226,10 +226,12 @@ async fn client_to_upstream(
                     c.transaction_generations(&read.table_ids(), boundary)
                         .await?;
                 }
-                let mut parse = rewritten::parse_to_send(&frame, rewrite, shared)?;
+                let parse = rewritten::parse_to_send(&frame, rewrite, shared)?;
                 side.forwarded(&mut shared.locked(), msg::PARSE, &frame, true, &streamed)?;
                 side.sent_since_sync = true;
-                c.send(&mut parse, false).await?;
+                // Written with the frames that follow it in the client's read (its Bind,
+                // Execute and Sync): one write, so Postgres wakes once for the group.
+                out.unsplit(parse);
                 continue;
             }
             Some(Stop::Bind(frame)) => {
@@ -254,7 +256,8 @@ async fn client_to_upstream(
                     }
                 }
                 side.sent_since_sync = true;
-                c.send(&mut bound.frames, false).await?;
+                // As for a Parse: sent with what follows it (the Execute and Sync).
+                out.unsplit(bound.frames);
                 continue;
             }
             None => {}
