@@ -1051,27 +1051,27 @@ async fn a_table_rewritten_while_a_flush_prunes_it_is_still_pruned_whole() {
     } = pruning("prunerewrite").await;
     let id = table_id(&direct).await;
     // Rows deleted by the first chunk leave room: the rewrite moves the others.
-    let before: Vec<String> = direct
-        .query("SELECT ctid::text FROM ONLY t ORDER BY id LIMIT 3", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let first_ctids = || async {
+        direct
+            .query("SELECT ctid::text FROM ONLY t ORDER BY id LIMIT 3", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+    };
+    let before = first_ctids().await;
     for sql in [
         "VACUUM FULL t".to_owned(),
         format!("VACUUM FULL coldwire.m_{id}"),
     ] {
         direct.batch_execute(&sql).await.unwrap();
     }
-    let after: Vec<String> = direct
-        .query("SELECT ctid::text FROM ONLY t ORDER BY id LIMIT 3", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_ne!(before, after, "the rewrite moved the rows left to prune");
+    assert_ne!(
+        before,
+        first_ctids().await,
+        "the rewrite moved the rows left to prune"
+    );
     let job = flusher.await.unwrap();
     assert_eq!(job["state"], "completed", "{job}");
     let count = |sql: String| {

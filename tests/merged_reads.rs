@@ -415,15 +415,9 @@ async fn delta_encoded_pages_read_back_every_value_exactly() {
         .unwrap();
 
     // The segments really hold delta-encoded pages for every one of these columns.
-    let segments: Vec<_> = common::segments::store_files(dir.path())
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
-        .collect();
-    assert_eq!(segments.len(), 2, "{segments:?}");
-    for path in &segments {
-        let bytes = bytes::Bytes::from(std::fs::read(path).unwrap());
-        let reader = parquet::file::serialized_reader::SerializedFileReader::new(bytes).unwrap();
-        let metadata = parquet::file::reader::FileReader::metadata(&reader);
+    let segments = common::segments::footers(dir.path());
+    assert_eq!(segments.len(), 2);
+    for (path, metadata) in &segments {
         for column in metadata.row_group(0).columns() {
             let name = column.column_path().string();
             if ["id", "i2", "i4", "i8", "d", "t", "ts", "tz", "_cw_seq"].contains(&name.as_str()) {
@@ -438,16 +432,35 @@ async fn delta_encoded_pages_read_back_every_value_exactly() {
         }
     }
 
-    for sql in [
-        "SELECT * FROM wide ORDER BY id",
-        "SELECT * FROM wide WHERE id IN (1, 13, 97, 194, 4095, 4096, 4097, 5003, 11999, 12000, 12001, 19900) ORDER BY id",
-        "SELECT * FROM wide WHERE id = 9991",
-        "SELECT count(*), min(i8), max(i8), min(ts), max(ts), min(d), max(t) FROM wide",
-    ] {
-        let expected = simple_rows(&direct, &sql.replace("wide", "control"))
-            .await
-            .unwrap();
-        let got = simple_rows(&c, sql)
+    assert_answers_like_control(
+        &c,
+        &direct,
+        "wide",
+        &[
+            "SELECT * FROM wide ORDER BY id",
+            "SELECT * FROM wide WHERE id IN (1, 13, 97, 194, 4095, 4096, 4097, 5003, 11999, 12000, 12001, 19900) ORDER BY id",
+            "SELECT * FROM wide WHERE id = 9991",
+            "SELECT count(*), min(i8), max(i8), min(ts), max(ts), min(d), max(t) FROM wide",
+        ],
+    )
+    .await;
+}
+
+/// Each of `sqls` answers through `c` exactly as it does directly with the word `table`
+/// read as `control` (a plain copy of the table's rows).
+async fn assert_answers_like_control(
+    c: &tokio_postgres::Client,
+    direct: &tokio_postgres::Client,
+    table: &str,
+    sqls: &[&str],
+) {
+    for sql in sqls {
+        let plain: Vec<&str> = sql
+            .split(' ')
+            .map(|w| if w == table { "control" } else { w })
+            .collect();
+        let expected = simple_rows(direct, &plain.join(" ")).await.unwrap();
+        let got = simple_rows(c, sql)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
         assert_eq!(got.len(), expected.len(), "{sql}");
@@ -490,26 +503,18 @@ async fn segments_are_compressed_as_the_policy_says_and_read_back_together() {
     assert!(db_err.message().contains("compression"), "{db_err:?}");
 
     let codecs = || {
-        let mut found: Vec<(std::path::PathBuf, Vec<parquet::basic::Compression>)> =
-            common::segments::store_files(dir.path())
-                .into_iter()
-                .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
-                .map(|path| {
-                    let bytes = bytes::Bytes::from(std::fs::read(&path).unwrap());
-                    let reader =
-                        parquet::file::serialized_reader::SerializedFileReader::new(bytes).unwrap();
-                    let metadata = parquet::file::reader::FileReader::metadata(&reader);
-                    let mut codecs: Vec<_> = metadata
-                        .row_groups()
-                        .iter()
-                        .flat_map(|g| g.columns().iter().map(|c| c.compression()))
-                        .collect();
-                    codecs.dedup();
-                    (path, codecs)
-                })
-                .collect();
-        found.sort_by(|a, b| a.0.cmp(&b.0));
-        found
+        common::segments::footers(dir.path())
+            .into_iter()
+            .map(|(path, metadata)| {
+                let mut codecs: Vec<_> = metadata
+                    .row_groups()
+                    .iter()
+                    .flat_map(|g| g.columns().iter().map(|c| c.compression()))
+                    .collect();
+                codecs.dedup();
+                (path, codecs)
+            })
+            .collect::<Vec<_>>()
     };
     admin_call(&c, "SELECT coldwire.flush_table('t', wait => true)")
         .await
@@ -544,21 +549,18 @@ async fn segments_are_compressed_as_the_policy_says_and_read_back_together() {
         "{both:?}"
     );
 
-    for sql in [
-        "SELECT * FROM t ORDER BY id",
-        "SELECT * FROM t WHERE id IN (1, 999, 1000, 1001, 2500, 2800, 3000) ORDER BY id",
-        "SELECT * FROM t WHERE id = 1700",
-        "SELECT count(*), sum(n), min(note), max(id) FROM t WHERE true",
-    ] {
-        let expected = simple_rows(&direct, &sql.replace(" t ", " control "))
-            .await
-            .unwrap();
-        let got = simple_rows(&c, sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
-        assert_eq!(got.len(), expected.len(), "{sql}");
-        assert_eq!(got, expected, "{sql}");
-    }
+    assert_answers_like_control(
+        &c,
+        &direct,
+        "t",
+        &[
+            "SELECT * FROM t ORDER BY id",
+            "SELECT * FROM t WHERE id IN (1, 999, 1000, 1001, 2500, 2800, 3000) ORDER BY id",
+            "SELECT * FROM t WHERE id = 1700",
+            "SELECT count(*), sum(n), min(note), max(id) FROM t",
+        ],
+    )
+    .await;
 }
 
 /// At default settings, a read that needs more cold rows than the old row cap (100,000)

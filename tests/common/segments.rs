@@ -125,6 +125,28 @@ pub async fn active_rows(direct: &tokio_postgres::Client, store: &std::path::Pat
     out
 }
 
+/// The segment files under `dir` (a `file://` store's folder), sorted by path, with their
+/// footers.
+pub fn footers(
+    dir: &std::path::Path,
+) -> Vec<(std::path::PathBuf, parquet::file::metadata::ParquetMetaData)> {
+    let mut paths: Vec<_> = store_files(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|path| {
+            let bytes = Bytes::from(std::fs::read(&path).expect("read a segment"));
+            let reader = parquet::file::serialized_reader::SerializedFileReader::new(bytes)
+                .expect("a segment's footer");
+            let metadata = parquet::file::reader::FileReader::metadata(&reader).clone();
+            (path, metadata)
+        })
+        .collect()
+}
+
 /// Every file under `dir`, recursively.
 pub fn store_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
