@@ -1,9 +1,9 @@
 //! Decoded cold rows kept in memory: the batches a narrow read of a segment decoded (the
 //! pages of a pk lookup or a short key range, as the page index chose them), by segment
-//! path, row groups and row selection. A cold lookup spends most of its time opening a
-//! decompressor per column chunk and decompressing and decoding one page of every column
-//! (bench/README.md, "Cold lookups"); a lookup whose pages were read before skips all of
-//! that.
+//! path, row groups and row selection. A cold lookup spends most of its time decompressing
+//! and decoding one page of every column, and with zstd segments also opening a codec per
+//! column chunk (bench/README.md, "Cold lookups" and "LZ4 segments"); a lookup whose pages
+//! were read before skips all of that.
 //!
 //! Segments are immutable and their paths never reused, so an entry never goes stale: a
 //! retired segment's entries are simply never asked for again and age out. Entries are
