@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-pub use crate::segment::SegmentCompression;
+use crate::segment::SegmentCompression;
 
 /// Smallest `check_interval`: the scheduler must not spin.
 const MIN_CHECK_INTERVAL: Duration = Duration::from_millis(100);

@@ -4,7 +4,8 @@
 //! gathers the statistics the catalog records, [`file`](mod@file) reads footers and pages back by
 //! byte ranges, [`prune`] judges which segments and row groups a predicate can skip, and
 //! [`page_cache`] keeps decoded pages of narrow reads, and [`memo`] bounds the
-//! process-wide maps of other facts about segments (footers, bloom filters, reader metadata). Below both the flush and cold reads.
+//! process-wide maps of other facts about segments (footers, bloom filters, reader
+//! metadata). Below both the flush and cold reads.
 
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::errors::ParquetError;
@@ -72,19 +73,19 @@ pub const ROW_GROUP_ROWS: usize = 131_072;
 /// but cold lookups ran 25% slower (fewer pages fit the cache, each costs more to
 /// decode): bench/README.md, "Cold bytes and flush memory".
 const PAGE_ROWS: usize = 1024;
-/// zstd level of the pages of a table whose policy asks for zstd. Decompression costs about the same at any level. On the
-/// events table of bench/flush, level 9 wrote 4% fewer bytes than 3 but spent half of
-/// coldwire's flush CPU in zstd's match finders: the flush took 12.4 s against 9.3 s
-/// (docs/decisions.md, "Segments at zstd level 3").
+/// zstd level of the pages of a table whose policy asks for zstd. Decompression costs
+/// about the same at any level. On the events table of bench/flush, level 9 wrote 4%
+/// fewer bytes than 3 but spent half of coldwire's flush CPU in zstd's match finders:
+/// the flush took 12.4 s against 9.3 s (docs/decisions.md, "Segments at zstd level 3").
 const ZSTD_LEVEL: i32 = 3;
 /// Largest dictionary page: every lookup in a column chunk reads and decodes its
 /// dictionary, so a column with many distinct values falls back to plain encoding early
 /// (its values then compress with zstd alone); columns with few values keep theirs.
 const DICTIONARY_PAGE_BYTES: usize = 16 * 1024;
 
-/// Pages compressed as the policy says (`compression`), page-level statistics (so a page index), bloom filters on the pk columns, rows
-/// sorted by pk and declared so, and the encoding each column falls back to when its
-/// dictionary fills (`fallback_encoding`).
+/// Pages compressed as the policy says (`compression`), page-level statistics (so a page
+/// index), bloom filters on the pk columns, rows sorted by pk and declared so, and the
+/// encoding each column falls back to when its dictionary fills (`fallback_encoding`).
 pub fn writer_properties(
     pk: &[String],
     schema: &arrow::datatypes::Schema,

@@ -116,29 +116,29 @@ impl TieredTable {
         written: &str,
         qualified: bool,
     ) -> String {
-        let guard = if self.guarded {
+        // The hot branch runs its guard as a one-time filter, in every execution that
+        // reads anything. The cold branch asks it only once a cold row reaches it: a qual
+        // that reads a column of the row is checked per row, so its InitPlan runs at the
+        // first row and never when no cold rows are bound (a hot key's lookup), whereas a
+        // qual of the guard alone would be a one-time filter too. A cold row's key is
+        // never NULL.
+        let (guard, and_guard) = if self.guarded {
             let name = if qualified {
                 "NULL".to_owned()
             } else {
                 dollar_quoted(written)
             };
-            format!(
-                " WHERE (SELECT coldwire.guard({}, ${}::jsonb, {name}))",
+            let check = format!(
+                "(SELECT coldwire.guard({}, ${}::jsonb, {name}))",
                 self.table_id,
                 param + binding.param_count()
+            );
+            (
+                format!(" WHERE {check}"),
+                format!(" AND (c.{} IS NULL OR {check})", quote_ident(&self.pk[0])),
             )
         } else {
-            String::new()
-        };
-        // The cold branch asks the guard only once a cold row reaches it: a qual that
-        // reads a column of the row is checked per row, so its InitPlan runs at the first
-        // row and never when no cold rows are bound (a hot key's lookup), whereas a qual
-        // of the guard alone would be a one-time filter, run at every execution. A cold
-        // row's key is never NULL. The hot branch runs its guard in every execution that
-        // reads anything.
-        let and_guard = match guard.strip_prefix(" WHERE ") {
-            Some(check) => format!(" AND (c.{} IS NULL OR {check})", quote_ident(&self.pk[0])),
-            None => String::new(),
+            (String::new(), String::new())
         };
         let cols = column_list(self.columns.iter().map(String::as_str), "");
         let (c_cols, source) = match binding {
