@@ -19,7 +19,9 @@ use arrow::array::{
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, Int16Type, Int64Type, Schema, SchemaRef};
 use futures_util::{pin_mut, TryStreamExt};
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::arrow_reader::{
+    ArrowPredicateFn, ArrowReaderMetadata, ArrowReaderOptions, RowFilter,
+};
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::file::metadata::ParquetMetaData;
 
@@ -338,14 +340,19 @@ pub async fn scan(
             }
             continue;
         }
+        // The page cache keeps every column, for whichever statement reads them next; a
+        // read it does not keep decodes only the rows whose key the lookup asks for.
+        let key = key.filter(page_cache::admit);
+        let whole = key.is_some();
         let mut builder = builder
             .with_row_groups(groups)
             .with_batch_size(SCAN_BATCH_ROWS);
         if let Some(selection) = selection {
             builder = builder.with_row_selection(selection);
         }
-        // The page cache keeps every column, for whichever statement reads them next.
-        let whole = key.is_some();
+        if let (false, Some(filter)) = (whole, key_filter(&metadata, table, predicates)) {
+            builder = builder.with_row_filter(filter);
+        }
         if let (false, Some(roots)) = (whole, projection.roots(held)) {
             let mask = ProjectionMask::roots(metadata.file_metadata().schema_descr(), roots);
             builder = builder.with_projection(mask);
@@ -653,6 +660,50 @@ impl Versions<'_> {
 
 /// At most this many `IN` values narrow a batch with comparison kernels (one pass each).
 const NARROWING_IN_VALUES: usize = 16;
+
+/// A filter the reader applies while decoding, when a predicate asks for the first pk
+/// column (an integer) to equal one of a few values: the reader decodes that column of the
+/// selected pages, and then of every other column only the rows that match, instead of
+/// the whole pages: a cold lookup that misses the page cache on bench/reads' 50-column
+/// table took half the time (p50 1.11 → 0.56 ms at 900,000 cold rows). The pages are
+/// still read and decompressed. Rows it lets through are still checked by
+/// [`Versions::take`].
+fn key_filter(
+    metadata: &ParquetMetaData,
+    table: &ColdTable,
+    predicates: &[Predicate],
+) -> Option<RowFilter> {
+    let column = &table.columns[*table.pk_positions.first()?];
+    if !matches!(
+        column.ty,
+        ColdType::Scalar(ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8)
+    ) {
+        return None;
+    }
+    let values: Vec<Vec<u8>> = predicates.iter().find_map(|p| match p {
+        Predicate::Eq(a, v) if *a == column.attnum => Some(vec![v.clone()]),
+        Predicate::In(a, vs) if *a == column.attnum && vs.len() <= NARROWING_IN_VALUES => {
+            Some(vs.clone())
+        }
+        _ => None,
+    })?;
+    let schema = metadata.file_metadata().schema_descr();
+    let leaf = schema
+        .columns()
+        .iter()
+        .position(|c| c.path().parts() == [column.name.clone()])?;
+    let mask = ProjectionMask::leaves(schema, [leaf]);
+    let predicate = ArrowPredicateFn::new(mask, move |batch: RecordBatch| {
+        let column = batch.column(0);
+        match integer_matches(column.as_ref(), &values) {
+            Ok(Some(matches)) => Ok(matches),
+            // Not narrowed: every row goes on to the row-by-row check.
+            Ok(None) => Ok(BooleanArray::from(vec![true; batch.num_rows()])),
+            Err(e) => Err(arrow::error::ArrowError::ComputeError(e.to_string())),
+        }
+    });
+    Some(RowFilter::new(vec![Box::new(predicate)]))
+}
 
 /// Which rows of integer column `column` equal one of `values` (in the order-preserving
 /// encoding; a NULL cell is NULL, which filters out); `None` when the column is not an

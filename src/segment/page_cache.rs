@@ -10,8 +10,18 @@
 //! evicted oldest first once the budget ([`set_budget`], `--cold-cache-mb`) is spent;
 //! reads wider than [`MAX_ENTRY_ROWS`] rows are not kept, so scans do not flush lookups
 //! out. Budget 0 turns the cache off.
+//!
+//! Decoding pages whole only pays when they are read again. A miss [`admit`]s its pages
+//! while the budget has room, and once it is spent only when they were asked for more
+//! often than the oldest entry, the one they would push out (counts halve every
+//! [`AGING_TOUCHES`] lookups, so they follow what is read now). Otherwise the reader
+//! decodes only the rows the lookup wants (`cold::scan`). When the cold rows read by key
+//! are many times the budget and read evenly, most misses then stay narrow instead of
+//! decoding a page whole to push out another that was as likely to be read
+//! (bench/README.md, "Cold lookups beyond the cache").
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -29,12 +39,45 @@ static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
 /// Segment path, row groups, and the selection as (skip, rows) runs.
 pub type Key = (String, Vec<usize>, Vec<(bool, usize)>);
 
+/// Lookups between two halvings of the counts of [`admit`].
+pub const AGING_TOUCHES: u32 = 32_768;
+
 #[derive(Default)]
 struct Cache {
     entries: HashMap<Key, Arc<[RecordBatch]>>,
     /// Keys oldest first, with their sizes.
     order: VecDeque<(Key, usize)>,
     bytes: usize,
+    /// How often each key was asked for lately (by hash; saturating), kept or not.
+    touches: HashMap<u64, u8>,
+    /// Lookups since the counts last halved.
+    since_aging: u32,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Cache {
+    fn hash(&self, key: &Key) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Counts a lookup of `key`, halving every count each [`AGING_TOUCHES`] lookups.
+    fn touch(&mut self, key: &Key) {
+        let h = self.hash(key);
+        let n = self.touches.entry(h).or_insert(0);
+        *n = n.saturating_add(1);
+        self.since_aging += 1;
+        if self.since_aging >= AGING_TOUCHES {
+            self.since_aging = 0;
+            self.touches.retain(|_, n| {
+                *n /= 2;
+                *n > 0
+            });
+        }
+    }
+
+    fn touches(&self, key: &Key) -> u8 {
+        self.touches.get(&self.hash(key)).copied().unwrap_or(0)
+    }
 }
 
 /// Sets how many bytes of decoded rows may be kept (0: none); what is kept beyond it
@@ -68,16 +111,36 @@ pub fn key(
     ))
 }
 
-/// The batches kept for `key`.
+/// The batches kept for `key`; counts the lookup either way.
 pub fn get(key: &Key) -> Option<Arc<[RecordBatch]>> {
-    let found = CACHE
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_ref()
-        .and_then(|c| c.entries.get(key).cloned());
+    let found = {
+        let mut guard = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+        let cache = guard.get_or_insert_with(Cache::default);
+        cache.touch(key);
+        cache.entries.get(key).cloned()
+    };
     let outcome = if found.is_some() { "hit" } else { "miss" };
     metrics::counter!(crate::metrics::COLD_CACHE_LOOKUPS_TOTAL, "outcome" => outcome).increment(1);
     found
+}
+
+/// Whether a read of `key` that missed should decode its pages whole and [`insert`] them:
+/// while the budget has room for one more entry of the average size, and after that
+/// when `key` was asked for more often lately than the oldest entry.
+pub fn admit(key: &Key) -> bool {
+    let budget = BUDGET.load(Ordering::Relaxed);
+    let guard = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(cache) = guard.as_ref() else {
+        return budget > 0;
+    };
+    let average = cache.bytes.checked_div(cache.entries.len()).unwrap_or(0);
+    if cache.bytes + average <= budget {
+        return true;
+    }
+    cache
+        .order
+        .front()
+        .is_none_or(|(oldest, _)| cache.touches(key) > cache.touches(oldest))
 }
 
 /// Keeps `batches` for `key`, evicting the oldest entries beyond the budget. The batches
@@ -136,8 +199,12 @@ mod tests {
         .unwrap()
     }
 
+    /// The cache is process-wide: its tests take turns.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     #[test]
     fn narrow_reads_are_kept_within_the_budget_oldest_out_first() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
         let narrow = RowSelection::from(vec![RowSelector::skip(1024), RowSelector::select(1024)]);
         let wide = RowSelection::from(vec![RowSelector::select(MAX_ENTRY_ROWS + 1)]);
         assert!(key("a", &[0], 1 << 20, Some(&wide)).is_none());
@@ -158,6 +225,29 @@ mod tests {
         set_budget(0);
         assert!(key("p1", &[0], 1 << 20, Some(&narrow)).is_none());
         assert!(get(&keys[2]).is_none());
+        set_budget(DEFAULT_BUDGET_BYTES);
+    }
+
+    #[test]
+    fn once_the_budget_is_spent_only_keys_asked_for_more_than_the_oldest_are_admitted() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        set_budget(0);
+        let size = batch(1024).get_array_memory_size() + std::mem::size_of::<Key>();
+        set_budget(2 * size);
+        let narrow = RowSelection::from(vec![RowSelector::skip(1024), RowSelector::select(1024)]);
+        let [a, b, c] = ["a", "b", "c"].map(|p| key(p, &[0], 1 << 20, Some(&narrow)).unwrap());
+        for k in [&a, &b] {
+            assert!(get(k).is_none());
+            assert!(admit(k), "room in the budget");
+            insert(k.clone(), vec![batch(1024)]);
+        }
+        assert!(get(&c).is_none());
+        assert!(!admit(&c), "asked for once, as often as the oldest entry");
+        assert!(get(&c).is_none());
+        assert!(admit(&c), "asked for twice, more than the oldest entry");
+        insert(c.clone(), vec![batch(1024)]);
+        assert!(get(&a).is_none(), "the oldest went");
+        assert!(get(&b).is_some() && get(&c).is_some());
         set_budget(DEFAULT_BUDGET_BYTES);
     }
 }

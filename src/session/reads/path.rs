@@ -136,6 +136,10 @@ impl PlannedReference {
         cold: &ColdTable,
         found: Vec<arrow::array::RecordBatch>,
     ) -> Result<Vec<BytesMut>, PlanError> {
+        // A hot key's lookup finds none: no column list to make (a String per column).
+        if found.iter().all(|b| b.num_rows() == 0) {
+            return Ok(self.no_rows());
+        }
         let columns: Vec<ColdColumn> = cold
             .columns
             .iter()
