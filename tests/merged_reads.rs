@@ -446,6 +446,30 @@ async fn delta_encoded_pages_read_back_every_value_exactly() {
     .await;
 }
 
+/// A new database with `t(id bigint PRIMARY KEY, note text, n int)` of ids 1 to `rows`
+/// (`note` an expression of `g`, the id; `n` is `g % 100`) and `control`, a plain copy;
+/// a folder for the cold store, and its URL; a direct connection.
+async fn table_and_control(
+    hint: &str,
+    note: &str,
+    rows: i64,
+) -> (String, tempfile::TempDir, String, tokio_postgres::Client) {
+    let db = create_db(hint);
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(&format!(
+            "CREATE TABLE t(id bigint PRIMARY KEY, note text, n int);
+             CREATE TABLE control(LIKE t INCLUDING ALL);
+             INSERT INTO t SELECT g, {note}, g % 100 FROM generate_series(1, {rows}) g;
+             INSERT INTO control SELECT * FROM t;"
+        ))
+        .await
+        .unwrap();
+    (db, dir, store, direct)
+}
+
 /// Each of `sqls` answers through `c` exactly as it does directly with the word `table`
 /// read as `control` (a plain copy of the table's rows).
 async fn assert_answers_like_control(
@@ -473,19 +497,8 @@ async fn assert_answers_like_control(
 /// lookups and scans; a codec coldwire does not write is refused with 22023 naming the key.
 #[tokio::test]
 async fn segments_are_compressed_as_the_policy_says_and_read_back_together() {
-    let db = create_db("compression");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    direct
-        .batch_execute(
-            "CREATE TABLE t(id bigint PRIMARY KEY, note text, n int);
-             CREATE TABLE control(LIKE t INCLUDING ALL);
-             INSERT INTO t SELECT g, repeat('note ' || g % 7, 3), g % 100 FROM generate_series(1, 3000) g;
-             INSERT INTO control SELECT * FROM t;",
-        )
-        .await
-        .unwrap();
+    let (db, dir, store, direct) =
+        table_and_control("compression", "repeat('note ' || g % 7, 3)", 3000).await;
     let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
     let c = proxy.connect(&db).await;
     let tiered = admin_call(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 1000, "min_flush_rows": 500, "auto_flush": false}')"#)
@@ -570,19 +583,8 @@ async fn segments_are_compressed_as_the_policy_says_and_read_back_together() {
 /// conditions on other columns) answers as the plain table does.
 #[tokio::test]
 async fn lookups_answer_alike_whether_the_page_cache_keeps_their_pages_or_not() {
-    let db = create_db("lookupcache");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    direct
-        .batch_execute(
-            "CREATE TABLE t(id bigint PRIMARY KEY, note text, n int);
-             CREATE TABLE control(LIKE t INCLUDING ALL);
-             INSERT INTO t SELECT g, repeat(md5(g::text), 4), g % 100 FROM generate_series(1, 20000) g;
-             INSERT INTO control SELECT * FROM t;",
-        )
-        .await
-        .unwrap();
+    let (db, _dir, store, direct) =
+        table_and_control("lookupcache", "repeat(md5(g::text), 4)", 20000).await;
     let service = cluster().url(&db);
     let proxy = |cache_mb: &'static str| {
         let (service, store) = (service.clone(), store.clone());
