@@ -692,3 +692,86 @@ async fn lookups_read_only_the_pages_of_their_keys_and_find_every_row() {
         );
     }
 }
+
+/// Runs one Parse/Bind/Execute/Sync of `name` with text parameters; the group's messages.
+async fn parse_bind_execute(
+    conn: &mut RawConn,
+    name: &str,
+    sql: &str,
+    params: &[&str],
+) -> Vec<raw::Msg> {
+    conn.send(
+        &[
+            raw::parse(name, sql),
+            raw::bind(name, params),
+            raw::execute(),
+            raw::sync(),
+        ]
+        .concat(),
+    )
+    .await;
+    conn.until_ready().await
+}
+
+/// Runs one Bind/Execute/Sync of `name`; the group's messages.
+async fn bind_execute(conn: &mut RawConn, name: &str, params: &[&str]) -> Vec<raw::Msg> {
+    conn.send(&[raw::bind(name, params), raw::execute(), raw::sync()].concat())
+        .await;
+    conn.until_ready().await
+}
+
+fn row_has(msgs: &[raw::Msg], value: &[u8]) -> bool {
+    msgs.iter()
+        .any(|m| m.tag == b'D' && m.body.windows(value.len()).any(|w| w == value))
+}
+
+#[tokio::test]
+async fn a_name_freed_by_deallocate_or_discard_all_binds_the_statement_parsed_under_it_next() {
+    let db = create_db("extdealloc");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, _c, _direct) = flushed_events(&db, &store, &[]).await;
+    let mut conn = RawConn::ready(proxy.addr, &db).await;
+    let read = "SELECT kind FROM events WHERE id = $1";
+
+    // q reads cold row 5 (kind k1).
+    let msgs = parse_bind_execute(&mut conn, "q", read, &["5"]).await;
+    assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"k1"), "{msgs:?}");
+
+    // A DEALLOCATE that fails (in a failed transaction block) leaves q as it was.
+    for sql in ["BEGIN", "SELECT 1/0", "DEALLOCATE q", "ROLLBACK"] {
+        conn.send(&raw::query(sql)).await;
+        conn.until_ready().await;
+    }
+    let msgs = bind_execute(&mut conn, "q", &["6"]).await;
+    assert_eq!(tags(&msgs), "2DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"k2"), "{msgs:?}");
+
+    // Freed by SQL DEALLOCATE (with a comment in front), the name holds a statement that
+    // reads no tiered table: its Bind is relayed as the client sent it.
+    conn.send(&raw::query("/* pool */ DEALLOCATE q")).await;
+    assert_eq!(tags(&conn.until_ready().await), "CZ");
+    let msgs = parse_bind_execute(&mut conn, "q", "SELECT $1::text || '!' AS x", &["5"]).await;
+    assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"5!"), "{msgs:?}");
+
+    // Freed by DISCARD ALL (as a pooler resets a connection), q and r are parsed again,
+    // q as a read of another column of the tiered table.
+    let msgs = parse_bind_execute(&mut conn, "r", read, &["7"]).await;
+    assert!(row_has(&msgs, b"k3"), "{msgs:?}");
+    conn.send(&raw::query("DISCARD ALL")).await;
+    assert_eq!(tags(&conn.until_ready().await), "CZ");
+    let msgs = parse_bind_execute(
+        &mut conn,
+        "q",
+        "SELECT tags FROM events WHERE id = $1",
+        &["9"],
+    )
+    .await;
+    assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"{9}"), "{msgs:?}");
+    let msgs = parse_bind_execute(&mut conn, "r", "SELECT $1::int + 1 AS y", &["41"]).await;
+    assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"42"), "{msgs:?}");
+}

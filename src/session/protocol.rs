@@ -12,7 +12,7 @@ use bytes::BytesMut;
 
 use super::admin::{AdminSession, Disposition};
 use super::reads::ReadPath;
-use super::rewritten::{read_stop, Stop};
+use super::rewritten::{query_text, read_stop, Stop};
 use super::state::{CopyOut, OwnGroup, OwnPrefix, Phase, Retry, RewrittenGroup, SessionState};
 use super::SessionError;
 use crate::catalog::conditions;
@@ -149,7 +149,7 @@ impl ClientSide {
                 self.group.reset();
                 streamed.store(false, Ordering::Relaxed);
                 if tag == msg::QUERY {
-                    state.query_sent();
+                    state.query_sent(query_text(frame));
                 } else {
                     state.sync_sent();
                 }
@@ -183,10 +183,17 @@ fn track_client_frame(tag: u8, frame: &[u8], state: &mut SessionState) -> Result
             }
         }
         msg::SYNC | msg::FUNCTION_CALL => state.sync_sent(),
-        msg::QUERY => state.query_sent(),
+        msg::QUERY => state.query_sent(query_text(frame)),
         _ => {}
     }
     Ok(())
+}
+
+/// Whether a CommandComplete frame's tag is `DEALLOCATE`, `DEALLOCATE ALL` or
+/// `DISCARD ALL`.
+fn frees_statements(frame: &[u8]) -> bool {
+    let tag = frame.get(5..).unwrap_or_default();
+    tag.starts_with(b"DEALLOCATE") || tag.starts_with(b"DISCARD ALL")
 }
 
 /// Decides what becomes of a server frame. `streamed`: the flag saying a frame of the
@@ -496,6 +503,7 @@ fn track_server_frame(state: &mut SessionState, tag: u8, frame: &[u8]) -> Result
         }
         msg::PARSE_COMPLETE => state.parse_completed(),
         msg::CLOSE_COMPLETE => state.close_completed(),
+        msg::COMMAND_COMPLETE if frees_statements(frame) => state.deallocated(),
         _ => {}
     }
     Ok(())

@@ -354,7 +354,7 @@ impl ClientDirection<'_, '_> {
                     .state
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .query_sent();
+                    .query_sent(rewritten::query_text(&query));
                 query
             }
             Plan::Run(frames, own) => {

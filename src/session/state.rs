@@ -52,6 +52,10 @@ enum Pending {
         rewritten: Option<(String, u64)>,
         trim: Option<usize>,
     },
+    /// `DEALLOCATE name` (`None`: `DEALLOCATE ALL` or `DISCARD ALL`) in a simple Query,
+    /// answered by CommandComplete `DEALLOCATE` (`DEALLOCATE ALL`, `DISCARD ALL`); a
+    /// statement that fails frees nothing, and its entry is void at ReadyForQuery.
+    Deallocate(Option<String>),
     /// Sync, simple Query or FunctionCall: ends with ReadyForQuery. "When an error is
     /// detected while processing any extended-query message, the backend ... reads and
     /// discards messages until a Sync is reached", so unanswered entries before it are void.
@@ -384,8 +388,16 @@ impl SessionState {
             .push_back(Pending::Close(statement.map(str::to_owned)));
     }
 
-    /// A simple Query went upstream: it replaces the unnamed statement.
-    pub fn query_sent(&mut self) {
+    /// A simple Query went upstream (its text, when UTF-8): it replaces the unnamed
+    /// statement, and the named statements its DEALLOCATE or DISCARD ALL free are
+    /// forgotten once Postgres confirms ([`Self::deallocated`]).
+    pub fn query_sent(&mut self, sql: Option<&str>) {
+        for freed in sql
+            .map(crate::sql::classify::freed_statements)
+            .unwrap_or_default()
+        {
+            self.pending.push_back(Pending::Deallocate(freed));
+        }
         self.forget_unnamed();
         self.sync_sent();
     }
@@ -535,6 +547,27 @@ impl SessionState {
         if let Some(Pending::Close(Some(name))) = self.pop_until(|p| matches!(p, Pending::Close(_)))
         {
             self.statements.remove(&name);
+        }
+    }
+
+    /// The server answered CommandComplete `DEALLOCATE`, `DEALLOCATE ALL` or `DISCARD
+    /// ALL`: the names it freed may be parsed again, as other statements.
+    pub fn deallocated(&mut self) {
+        let Some(Pending::Deallocate(freed)) =
+            self.pop_until(|p| matches!(p, Pending::Deallocate(_)))
+        else {
+            return;
+        };
+        match freed {
+            Some(name) => {
+                self.statements.remove(&name);
+                self.rewritten_statements.remove(&name);
+            }
+            // Every named statement; the unnamed one stays.
+            None => {
+                self.statements.clear();
+                self.rewritten_statements.retain(|name, _| name.is_empty());
+            }
         }
     }
 

@@ -151,6 +151,23 @@ pub fn kinds_of(sql: &str) -> Vec<Kind> {
         .unwrap_or_default()
 }
 
+/// The prepared statements `sql` frees, in order: a name per `DEALLOCATE name`, `None`
+/// per `DEALLOCATE ALL` or `DISCARD ALL`. Parsed only when one of the two words occurs.
+pub fn freed_statements(sql: &str) -> Vec<Option<String>> {
+    if !contains_ignore_ascii_case(sql, "deallocate") && !contains_ignore_ascii_case(sql, "discard")
+    {
+        return Vec::new();
+    }
+    kinds_of(sql)
+        .into_iter()
+        .filter_map(|kind| match kind {
+            Kind::Deallocate { name } => Some(name),
+            Kind::DiscardAll => Some(None),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The statement `node` runs: the one an `EXPLAIN ANALYZE` explains (nested EXPLAINs
 /// unwrapped), else `node` itself. `EXPLAIN` without ANALYZE runs nothing and is returned
 /// as it is.
@@ -395,5 +412,17 @@ mod tests {
         );
         assert_eq!(kind("DISCARD ALL"), Kind::DiscardAll);
         assert_eq!(kind("DISCARD PLANS"), Kind::Other);
+    }
+
+    #[test]
+    fn a_query_frees_the_statements_its_deallocates_and_discard_all_name() {
+        assert_eq!(
+            freed_statements(
+                "SELECT 1; /* pool */ DEALLOCATE q; discard all; DEALLOCATE ALL; DISCARD PLANS"
+            ),
+            vec![Some("q".to_owned()), None, None]
+        );
+        assert!(freed_statements("SELECT 'deallocate q'").is_empty());
+        assert!(freed_statements("SELECT 1").is_empty());
     }
 }
