@@ -775,3 +775,135 @@ async fn a_name_freed_by_deallocate_or_discard_all_binds_the_statement_parsed_un
     assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
     assert!(row_has(&msgs, b"42"), "{msgs:?}");
 }
+
+/// The table OID Postgres gives the first column of the RowDescription in `msgs` (0 for a
+/// column computed by a union, such as the full rewrite's).
+fn first_column_table(msgs: &[raw::Msg]) -> u32 {
+    let body = &msgs
+        .iter()
+        .find(|m| m.tag == b'T')
+        .expect("a RowDescription")
+        .body;
+    let name_end = 2 + body[2..].iter().position(|&b| b == 0).unwrap();
+    u32::from_be_bytes(body[name_end + 1..name_end + 5].try_into().unwrap())
+}
+
+/// Hot forms the session has upstream.
+async fn hot_forms(conn: &mut RawConn) -> String {
+    conn.send(&raw::query(
+        "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'coldwire\\_hot\\_%'",
+    ))
+    .await;
+    let msgs = conn.until_ready().await;
+    let row = &msgs.iter().find(|m| m.tag == b'D').expect("a row").body;
+    String::from_utf8_lossy(&row[6..]).into_owned()
+}
+
+/// Bind of `name` with a Describe of the portal, Execute and Sync.
+fn bind_describe_execute(name: &str, params: &[&str]) -> Vec<u8> {
+    [
+        raw::bind(name, params),
+        raw::frame(b'D', b"P\0"),
+        raw::execute(),
+    ]
+    .concat()
+}
+
+#[tokio::test]
+async fn named_statements_run_their_hot_form_while_no_cold_row_is_bound() {
+    let db = create_db("exthot");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, c, _direct) = flushed_events(&db, &store, &[]).await;
+    let mut conn = RawConn::ready(proxy.addr, &db).await;
+    let read = "SELECT kind FROM events WHERE id = $1";
+
+    // One pipeline: a hot key (the hot form, parsed on the way), a cold key (the full
+    // rewrite, whose column comes from a union), a hot key again.
+    conn.send(
+        &[
+            raw::parse("q", read),
+            bind_describe_execute("q", &["2999"]),
+            bind_describe_execute("q", &["5"]),
+            bind_describe_execute("q", &["2998"]),
+            raw::sync(),
+        ]
+        .concat(),
+    )
+    .await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "12TDC2TDC2TDCZ", "{msgs:?}");
+    assert_ne!(first_column_table(&msgs[1..]), 0, "{msgs:?}");
+    assert!(
+        row_has(&msgs[1..5], b"k3") && row_has(&msgs[5..9], b"k1") && row_has(&msgs[9..], b"k2")
+    );
+    assert_eq!(first_column_table(&msgs[5..]), 0, "{msgs:?}");
+    let msgs = {
+        conn.send(&[bind_describe_execute("q", &["2997"]), raw::sync()].concat())
+            .await;
+        conn.until_ready().await
+    };
+    assert_eq!(tags(&msgs), "2TDCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"k1"));
+    assert_ne!(first_column_table(&msgs), 0);
+    assert_eq!(hot_forms(&mut conn).await, "1");
+
+    // An error ahead of a hot form's Parse skips it; the next Bind parses it again.
+    conn.send(&[raw::parse("r", read), raw::sync()].concat())
+        .await;
+    assert_eq!(tags(&conn.until_ready().await), "1Z");
+    conn.send(
+        &[
+            raw::bind("nosuch", &[]),
+            raw::bind("r", &["2996"]),
+            raw::execute(),
+            raw::sync(),
+        ]
+        .concat(),
+    )
+    .await;
+    assert_eq!(tags(&conn.until_ready().await), "EZ");
+    conn.send(&[bind_describe_execute("r", &["2996"]), raw::sync()].concat())
+        .await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "2TDCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"k0"));
+    assert_eq!(hot_forms(&mut conn).await, "2");
+
+    // Closed and parsed again as another read, q's old hot form is closed at the next
+    // Bind; DISCARD ALL drops them all, and they are parsed again when needed.
+    conn.send(&[raw::frame(b'C', b"Sq\0"), raw::sync()].concat())
+        .await;
+    assert_eq!(tags(&conn.until_ready().await), "3Z");
+    let msgs = parse_bind_execute(
+        &mut conn,
+        "q",
+        "SELECT tags FROM events WHERE id = $1",
+        &["2995"],
+    )
+    .await;
+    assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"{2995}"), "{msgs:?}");
+    assert_eq!(hot_forms(&mut conn).await, "2");
+    conn.send(&raw::query("DISCARD ALL")).await;
+    conn.until_ready().await;
+    assert_eq!(hot_forms(&mut conn).await, "0");
+    let msgs = parse_bind_execute(&mut conn, "r", read, &["2994"]).await;
+    assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"k2"));
+    assert_eq!(hot_forms(&mut conn).await, "1");
+
+    // Flushed cold since the last Bind, the key is not in the heap any more: the hot
+    // form's guard sees the new cold tier, and the read runs again with the cold row.
+    c.batch_execute("INSERT INTO events SELECT g, 'k' || g % 4, g / 4.0, now(), ARRAY[g::text], g % 100 FROM generate_series(3001, 3600) g")
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    let msgs = bind_execute(&mut conn, "r", &["2994"]).await;
+    assert_eq!(tags(&msgs), "2DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"k2"), "{msgs:?}");
+    let msgs = bind_execute(&mut conn, "r", &["3599"]).await;
+    assert!(row_has(&msgs, b"k3"), "{msgs:?}");
+}

@@ -304,11 +304,20 @@ fn held_back(
         match own_prefix_step(tag, own) {
             OwnStep::Drop => return Ok(dropped),
             OwnStep::DropLast => {
-                group.own.pop_front();
+                let hot = group.own.pop_front().and_then(|own| own.hot);
+                if let Some(id) = hot {
+                    state.hot_form_answered(id, true);
+                }
                 return Ok(dropped);
             }
             // After an error Postgres skips the rest of the group, own parts included.
-            OwnStep::Done => group.own.clear(),
+            OwnStep::Done => {
+                let hot: Vec<u64> = group.own.drain(..).filter_map(|own| own.hot).collect();
+                for id in hot {
+                    state.hot_form_answered(id, false);
+                }
+                return held_back(state, tag, frame, streamed);
+            }
             OwnStep::Pass => {}
         }
     }

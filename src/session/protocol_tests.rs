@@ -380,7 +380,11 @@ fn coldwires_messages_inside_a_group_are_answered_unseen() {
     ];
     for (name, script) in cases {
         let mut state = SessionState::new(&[]);
-        state.own_messages_sent(OwnPrefix { before: 1, left: 2 });
+        state.own_messages_sent(OwnPrefix {
+            before: 1,
+            left: 2,
+            hot: None,
+        });
         state.sync_sent();
         run(&mut state, script);
         assert_eq!(state.outstanding_syncs(), 0, "{name}");

@@ -246,6 +246,7 @@ async fn client_to_upstream(
                         state.own_messages_sent(OwnPrefix {
                             before: side.group.take_completions(),
                             left,
+                            hot: bound.hot_parse,
                         });
                     }
                     side.forwarded(&mut state, msg::BIND, &frame, true, &streamed)?;

@@ -95,7 +95,11 @@ impl ClientDirection<'_, '_> {
                 let bound = rewritten::bind(&bind, &HashMap::new(), true, self.shared).await?;
                 let own = bound
                     .own_completions
-                    .map(|left| OwnPrefix { before: 0, left })
+                    .map(|left| OwnPrefix {
+                        before: 0,
+                        left,
+                        hot: bound.hot_parse,
+                    })
                     .into_iter()
                     .collect();
                 let mut out = bound.frames;

@@ -21,7 +21,9 @@ use super::reads::{
 };
 use super::shared::Shared;
 use super::sql_prepared::{may_use_sql_prepared, sql_prepared, SqlPrepared};
-use super::state::{OwnPrefix, Phase, Prepared, RewrittenStatement, SessionState};
+use super::state::{
+    hot_statement_name, HotForm, OwnPrefix, Phase, Prepared, RewrittenStatement, SessionState,
+};
 use super::SessionError;
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
 use crate::sql::copy_to::{copy_to, CopyOptions};
@@ -356,6 +358,7 @@ pub async fn plan_query(
                     let own = values.map(|_| OwnPrefix {
                         before: 0,
                         left: OWN_COMPLETIONS,
+                        hot: None,
                     });
                     Plan::Run(out, own.into_iter().collect())
                 }
@@ -496,8 +499,10 @@ pub struct BoundFrames {
     /// (`SessionState::explain_notice`).
     pub notice: Option<BytesMut>,
     /// Completions of coldwire's own messages at the front of `frames` (a write's
-    /// rehydration), which the client must not see.
+    /// rehydration; hot forms closed and parsed), which the client must not see.
     pub own_completions: Option<u32>,
+    /// The statement whose hot form those messages parse, if they do.
+    pub hot_parse: Option<u64>,
 }
 
 /// The frames to send for the client's Bind `frame` of a statement coldwire prepared: for
@@ -517,6 +522,7 @@ pub async fn bind(
         notice: None,
         frames: BytesMut::from(frame),
         own_completions: None,
+        hot_parse: None,
     };
     let bind = Bind::decode(frame)?;
     let (statement, settings, candidates) = {
@@ -548,15 +554,54 @@ pub async fn bind(
     match &statement.prepared {
         Prepared::Read(read) => {
             let cold = match reads.cold_params(read, &params, at, fresh).await {
-                Ok(values) => values,
+                Ok(cold) => cold,
                 Err(e) => ReadPath::refusal_params(read, &e.client_error()),
             };
+            // A named statement that binds no cold row runs its hot form (the unnamed
+            // statement is parsed again too often for a second form to pay).
+            let hot = read
+                .hot_params(&cold)
+                .zip(read.hot_sql.as_deref())
+                .filter(|_| !bind.statement.is_empty());
             let mut out = BytesMut::new();
-            bind.encode_with_extra(&cold, &mut out);
+            let mut own = 0;
+            let mut hot_parse = None;
+            {
+                let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+                for id in state.take_hot_to_close() {
+                    ext::encode_close(&mut out, b'S', &hot_statement_name(id));
+                    own += 1;
+                }
+                let form = hot.and_then(|hot| match state.hot_form(statement.id) {
+                    Some(HotForm::Ready) => Some(hot),
+                    // Its Parse is not answered yet: this Bind takes the full form.
+                    Some(HotForm::Sent) => None,
+                    None => {
+                        let name = hot_statement_name(statement.id);
+                        ext::encode_parse(&mut out, &name, hot.1, &statement.param_types);
+                        state.hot_form_sent(statement.id);
+                        hot_parse = Some(statement.id);
+                        own += 1;
+                        Some(hot)
+                    }
+                });
+                match form {
+                    Some((values, _)) => {
+                        let name = hot_statement_name(statement.id);
+                        Bind {
+                            statement: &name,
+                            ..bind.clone()
+                        }
+                        .encode_with_extra(&values, &mut out);
+                    }
+                    None => bind.encode_with_extra(&cold.values, &mut out),
+                }
+            }
             Ok(BoundFrames {
                 notice: explain_notice(read, Some(&params), shared).await,
                 frames: out,
-                own_completions: None,
+                own_completions: (own > 0).then_some(own),
+                hot_parse,
             })
         }
         Prepared::Write(write) => {
@@ -569,6 +614,7 @@ pub async fn bind(
                         notice: None,
                         frames: BytesMut::from(frame),
                         own_completions: None,
+                        hot_parse: None,
                     })
                 }
                 Ok(Some(call)) => call.frames(),
@@ -587,6 +633,7 @@ pub async fn bind(
                 notice: None,
                 frames: out,
                 own_completions: Some(OWN_COMPLETIONS),
+                hot_parse: None,
             })
         }
     }

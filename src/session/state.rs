@@ -101,6 +101,13 @@ pub struct SessionState {
     rewritten_statements: HashMap<String, RewrittenStatement>,
     /// Parses of rewritten statements so far (their ids).
     statement_ids: u64,
+    /// The hot forms Postgres has or is preparing, by their statement's id
+    /// ([`hot_statement_name`]): a rewritten read's Bind that binds no cold row runs its
+    /// statement's hot form, parsed at the first such Bind.
+    hot_forms: HashMap<u64, HotForm>,
+    /// Hot forms whose client statement is gone (closed, parsed again, deallocated),
+    /// closed ahead of the next Bind that sends coldwire's own messages.
+    hot_to_close: Vec<u64>,
     /// Nothing was sent upstream after the Sync of the newest outstanding group, so that
     /// group can be retried without reordering anything the client sent later.
     pub quiet_since_sync: bool,
@@ -173,6 +180,21 @@ pub struct RewrittenStatement {
     pub id: u64,
 }
 
+/// Where a rewritten statement's hot form stands upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HotForm {
+    /// Its Parse went upstream and is not answered yet.
+    Sent,
+    /// Postgres has it.
+    Ready,
+}
+
+/// The upstream name of the hot form of the rewritten statement `id` (ids are the
+/// session's own: one upstream connection per client session).
+pub fn hot_statement_name(id: u64) -> String {
+    format!("coldwire_hot_{id}")
+}
+
 /// What coldwire sends again after a guard failure the client was not shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Retry {
@@ -215,10 +237,13 @@ pub struct RewrittenGroup {
 /// client's messages since the previous own part (or the group's start), and answered by
 /// `left` completions of their own (ParseComplete, BindComplete, CloseComplete,
 /// CommandComplete, …), which the client must not see.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OwnPrefix {
     pub before: u32,
     pub left: u32,
+    /// The statement whose hot form coldwire's messages parse, if they do: ready once
+    /// they are all answered, absent if they are not.
+    pub hot: Option<u64>,
 }
 
 /// A `COPY … TO STDOUT` being served from the rows of its rewritten query.
@@ -247,6 +272,8 @@ impl SessionState {
             early_completions: 0,
             rewritten_statements: HashMap::new(),
             statement_ids: 0,
+            hot_forms: HashMap::new(),
+            hot_to_close: Vec::new(),
             sql_prepared: HashMap::new(),
             quiet_since_sync: false,
             retry_pending: false,
@@ -300,16 +327,54 @@ impl SessionState {
         if !name.is_empty() && self.statements.contains(name) && !closing {
             return;
         }
-        match rewrite {
+        let replaced = match rewrite {
             Some(mut r) => {
                 self.statement_ids += 1;
                 r.id = self.statement_ids;
-                self.rewritten_statements.insert(name.to_owned(), r);
+                self.rewritten_statements.insert(name.to_owned(), r)
             }
-            None => {
-                self.rewritten_statements.remove(name);
+            None => self.rewritten_statements.remove(name),
+        };
+        self.retire(replaced);
+    }
+
+    /// A rewritten statement is gone: its hot form, if Postgres has or is preparing one,
+    /// is to be closed.
+    fn retire(&mut self, statement: Option<RewrittenStatement>) {
+        if let Some(id) = statement.map(|s| s.id) {
+            if self.hot_forms.remove(&id).is_some() {
+                self.hot_to_close.push(id);
             }
         }
+    }
+
+    /// Where the hot form of the rewritten statement `id` stands upstream.
+    pub fn hot_form(&self, id: u64) -> Option<HotForm> {
+        self.hot_forms.get(&id).copied()
+    }
+
+    /// coldwire sent the Parse of the hot form of statement `id`.
+    pub fn hot_form_sent(&mut self, id: u64) {
+        self.hot_forms.insert(id, HotForm::Sent);
+    }
+
+    /// The Parse of the hot form of statement `id` was answered: by its ParseComplete
+    /// (`parsed`), or not (an error before or at it, and Postgres skipped to Sync).
+    pub fn hot_form_answered(&mut self, id: u64, parsed: bool) {
+        if !parsed {
+            self.hot_forms.remove(&id);
+        } else if self.rewritten_statements.values().any(|s| s.id == id) {
+            self.hot_forms.insert(id, HotForm::Ready);
+        } else {
+            // Its statement went while it was being prepared.
+            self.hot_forms.remove(&id);
+            self.hot_to_close.push(id);
+        }
+    }
+
+    /// The hot forms to close, taken.
+    pub fn take_hot_to_close(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.hot_to_close)
     }
 
     /// The client sent Describe of statement `name`.
@@ -382,7 +447,8 @@ impl SessionState {
     /// The client sent Close for a statement (`Some(name)`) or a portal.
     pub fn close_sent(&mut self, statement: Option<&str>) {
         if let Some(name) = statement {
-            self.rewritten_statements.remove(name);
+            let closed = self.rewritten_statements.remove(name);
+            self.retire(closed);
         }
         self.pending
             .push_back(Pending::Close(statement.map(str::to_owned)));
@@ -561,12 +627,15 @@ impl SessionState {
         match freed {
             Some(name) => {
                 self.statements.remove(&name);
-                self.rewritten_statements.remove(&name);
+                let freed = self.rewritten_statements.remove(&name);
+                self.retire(freed);
             }
-            // Every named statement; the unnamed one stays.
+            // Every named statement, hot forms included; the unnamed one stays.
             None => {
                 self.statements.clear();
                 self.rewritten_statements.retain(|name, _| name.is_empty());
+                self.hot_forms.clear();
+                self.hot_to_close.clear();
             }
         }
     }

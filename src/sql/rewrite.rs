@@ -123,16 +123,7 @@ impl TieredTable {
         // qual of the guard alone would be a one-time filter too. A cold row's key is
         // never NULL.
         let (guard, and_guard) = if self.guarded {
-            let name = if qualified {
-                "NULL".to_owned()
-            } else {
-                dollar_quoted(written)
-            };
-            let check = format!(
-                "(SELECT coldwire.guard({}, ${}::jsonb, {name}))",
-                self.table_id,
-                param + binding.param_count()
-            );
+            let check = self.guard_check(param + binding.param_count(), written, qualified);
             (
                 format!(" WHERE {check}"),
                 format!(" AND (c.{} IS NULL OR {check})", quote_ident(&self.pk[0])),
@@ -186,6 +177,31 @@ impl TieredTable {
         )
     }
 
+    /// The call of `coldwire.guard` with its plan in `$param`, for a reference written as
+    /// `written`.
+    fn guard_check(&self, param: usize, written: &str, qualified: bool) -> String {
+        let name = if qualified {
+            "NULL".to_owned()
+        } else {
+            dollar_quoted(written)
+        };
+        format!(
+            "(SELECT coldwire.guard({}, ${param}::jsonb, {name}))",
+            self.table_id
+        )
+    }
+
+    /// The derived table of the statement's hot form: the heap behind the guard, whose
+    /// plan is `$param`.
+    fn hot_derived(&self, param: usize, written: &str, qualified: bool) -> String {
+        format!(
+            "(SELECT {} FROM ONLY {} WHERE {})",
+            column_list(self.columns.iter().map(String::as_str), ""),
+            self.qualified(),
+            self.guard_check(param, written, qualified)
+        )
+    }
+
     /// The type of column `index` (`unknown`, which fails the statement, for a column
     /// the catalog did not type).
     fn type_text(&self, index: usize) -> &str {
@@ -219,6 +235,11 @@ pub struct Reference {
 pub struct Rewritten {
     pub sql: String,
     pub references: Vec<Reference>,
+    /// The statement's hot form, for executions in which no reference has a cold row:
+    /// every reference reads its heap behind its guard, whose plan is the parameter after
+    /// the client's (one per reference, in order), and nothing else. `None` when a
+    /// reference is not guarded.
+    pub hot_sql: Option<String>,
 }
 
 /// Why a statement could not be rewritten.
@@ -286,6 +307,11 @@ pub fn rewrite_parsed(
         .tokens;
 
     let mut out = String::with_capacity(sql.len() + 256 * found.len());
+    let mut hot = found
+        .iter()
+        .all(|(_, table, ..)| table.guarded)
+        .then(|| String::with_capacity(sql.len() + 128 * found.len()));
+    let mut hot_param = client_params;
     let mut copied = 0;
     let mut references = Vec::new();
     let mut param = client_params;
@@ -304,10 +330,18 @@ pub fn rewrite_parsed(
         let binding = table.binding(read_names.as_ref());
         out.push_str(&sql[copied..start]);
         out.push_str(&table.derived(param, &binding, &sql[location..end], qualified));
+        if let Some(hot) = &mut hot {
+            hot_param += 1;
+            hot.push_str(&sql[copied..start]);
+            hot.push_str(&table.hot_derived(hot_param, &sql[location..end], qualified));
+        }
         if alias.is_none() {
             // Column references qualified by the table name keep resolving.
-            out.push_str(" AS ");
-            out.push_str(&quote_ident(&table.name));
+            let as_name = format!(" AS {}", quote_ident(&table.name));
+            out.push_str(&as_name);
+            if let Some(hot) = &mut hot {
+                hot.push_str(&as_name);
+            }
         }
         copied = end;
         let cold_params = binding.param_count();
@@ -326,9 +360,13 @@ pub fn rewrite_parsed(
         }
     }
     out.push_str(&sql[copied..]);
+    if let Some(hot) = &mut hot {
+        hot.push_str(&sql[copied..]);
+    }
     Ok(Some(Rewritten {
         sql: out,
         references,
+        hot_sql: hot,
     }))
 }
 
@@ -627,6 +665,34 @@ mod tests {
         );
         assert!(r.sql.contains("guard(7, $6::jsonb, $cw$events$cw$)"));
         assert_eq!(dollar_quoted("a$cw$b"), "$cwx$a$cw$b$cwx$");
+    }
+
+    #[test]
+    fn the_hot_form_reads_each_heap_behind_its_guard_with_one_parameter_per_reference() {
+        let guarded = |schema: Option<&str>, name: &str| {
+            resolve(schema, name).map(|t| TieredTable { guarded: true, ..t })
+        };
+        let r = rewrite(
+            "SELECT a.kind FROM public.events a JOIN events USING (id) WHERE a.id = $1 /* x */",
+            1,
+            guarded,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            r.hot_sql.as_deref(),
+            Some(
+                "SELECT a.kind FROM (SELECT \"id\", \"kind\" FROM ONLY \"public\".\"events\" \
+                 WHERE (SELECT coldwire.guard(7, $2::jsonb, NULL))) a JOIN \
+                 (SELECT \"id\", \"kind\" FROM ONLY \"public\".\"events\" \
+                 WHERE (SELECT coldwire.guard(7, $3::jsonb, $cw$events$cw$))) AS \"events\" USING (id) WHERE a.id = $1 /* x */"
+            )
+        );
+        // Unguarded references have no hot form.
+        let r = rewrite("SELECT * FROM events WHERE id = $1", 1, resolve)
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.hot_sql, None);
     }
 
     #[test]

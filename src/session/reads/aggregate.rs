@@ -227,6 +227,7 @@ pub(super) fn rewrite_aggregate_read(
     Some(PreparedRead {
         sql: rewritten.sql,
         explained: None,
+        hot_sql: None,
         client_params,
         references: vec![PlannedReference {
             table_id: rewritten.table_id,

@@ -64,6 +64,19 @@ pub struct PreparedRead {
     /// For `EXPLAIN …` of a read: the statement explained, which coldwire plans as it
     /// would run it (its path per reference is told to the client in a notice).
     pub explained: Option<String>,
+    /// The statement's hot form (`sql::rewrite`), run instead when no reference has a
+    /// cold row to bind ([`Self::hot_params`]). `None` for aggregates over partials and
+    /// for EXPLAIN, which shows the full rewrite.
+    pub hot_sql: Option<String>,
+}
+
+/// The parameters coldwire binds for one execution of a [`PreparedRead`].
+#[derive(Debug)]
+pub struct ColdParams {
+    /// Per reference: its cold rows (or partials), then its guard's plan.
+    pub values: Vec<BytesMut>,
+    /// Whether any reference has cold rows or partials bound.
+    pub injected: bool,
 }
 
 impl PreparedRead {
@@ -73,6 +86,31 @@ impl PreparedRead {
             .iter()
             .map(PlannedReference::param_count)
             .sum()
+    }
+
+    /// The parameters after the client's for the statement's hot form, when it has one
+    /// and no reference of `cold` has a cold row: each reference's guard plan.
+    pub fn hot_params(&self, cold: &ColdParams) -> Option<Vec<BytesMut>> {
+        if self.hot_sql.is_none() || cold.injected {
+            return None;
+        }
+        let mut end = 0;
+        self.references
+            .iter()
+            .map(|r| {
+                end += r.param_count();
+                cold.values.get(end - 1).cloned()
+            })
+            .collect()
+    }
+
+    /// The text to run with `cold` and the parameters after the client's: the hot form
+    /// when it serves, else the full rewrite.
+    pub fn form(&self, cold: ColdParams) -> (&str, Vec<BytesMut>) {
+        match (self.hot_params(&cold), &self.hot_sql) {
+            (Some(params), Some(hot)) => (hot, params),
+            _ => (&self.sql, cold.values),
+        }
     }
 
     /// The tiered tables the statement reads, each once.
@@ -375,7 +413,7 @@ impl ReadPath {
         params: &BoundParams<'_>,
         at: &HashMap<i64, i64>,
         fresh: bool,
-    ) -> Result<Vec<BytesMut>, PlanError> {
+    ) -> Result<ColdParams, PlanError> {
         let mut tables: HashMap<i64, Arc<ColdTable>> = HashMap::new();
         for id in prepared.table_ids() {
             let table = match at.get(&id) {
@@ -385,6 +423,7 @@ impl ReadPath {
             tables.insert(id, table);
         }
         let mut out = Vec::with_capacity(prepared.cold_param_count());
+        let mut injected = false;
         for r in &prepared.references {
             let cold = &tables[&r.table_id];
             let predicates = to_prune(&r.predicates, &cold.columns, params);
@@ -410,6 +449,7 @@ impl ReadPath {
                     {
                         Ok(params) => {
                             out.extend(params);
+                            injected = true;
                             continue;
                         }
                         // More partial rows than the limit (a DISTINCT over a column of
@@ -442,6 +482,7 @@ impl ReadPath {
                         self.partial_params(r, plan, cold.clone(), predicates, filters)
                             .await?,
                     );
+                    injected = true;
                     continue;
                 }
                 (found, _) => found?,
@@ -463,6 +504,7 @@ impl ReadPath {
             if rows > 0 && !params.settings.utf8 {
                 return Err(PlanError::Encoding);
             }
+            injected |= rows > 0 || r.aggregate.is_some();
             out.extend(r.bind_rows(cold, found.batches)?);
             if r.aggregate.is_some() {
                 out.push(jsonb(&serde_json::json!([])));
@@ -470,19 +512,22 @@ impl ReadPath {
             out.push(jsonb(&serde_json::json!({ "planned": cold.generation })));
         }
         metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "read").increment(1);
-        Ok(out)
+        Ok(ColdParams {
+            values: out,
+            injected,
+        })
     }
 
     /// Parameters that make the statement fail with `error` where it reads a tiered table
     /// (the guard raises it), for a Bind coldwire could not plan: the error then reaches
     /// the client in protocol order, like any error of the statement.
-    pub fn refusal_params(prepared: &PreparedRead, error: &ErrorFields) -> Vec<BytesMut> {
+    pub fn refusal_params(prepared: &PreparedRead, error: &ErrorFields) -> ColdParams {
         let mut refusal = serde_json::json!({"code": error.code, "message": error.message});
         if let Some(hint) = &error.hint {
             refusal["hint"] = hint.clone().into();
         }
         let plan = jsonb(&serde_json::json!({ "refusal": refusal }));
-        prepared
+        let values = prepared
             .references
             .iter()
             .flat_map(|r| {
@@ -493,7 +538,11 @@ impl ReadPath {
                     .chain(std::iter::once(plan.clone()))
                     .collect::<Vec<_>>()
             })
-            .collect()
+            .collect();
+        ColdParams {
+            values,
+            injected: true,
+        }
     }
 }
 
@@ -577,6 +626,7 @@ fn rewrite(
                 rewrite(&sql[start..], declared_params, registry)?.map(|inner| PreparedRead {
                     sql: format!("{}{}", &sql[..start], inner.sql),
                     explained: Some(sql[start..].to_owned()),
+                    hot_sql: None,
                     ..inner
                 }),
             );
@@ -630,6 +680,7 @@ fn rewrite(
         client_params,
         references,
         explained: None,
+        hot_sql: rewritten.hot_sql,
     }))
 }
 

@@ -133,12 +133,14 @@ impl ReadPath {
                             own.push(OwnPrefix {
                                 before: 0,
                                 left: OWN_COMPLETIONS,
+                                hot: None,
                             });
                         } else {
                             out.extend_from_slice(&frames);
                             own.push(OwnPrefix {
                                 before: before - 4,
                                 left: OWN_COMPLETIONS,
+                                hot: None,
                             });
                             before = 4;
                         }
@@ -146,10 +148,11 @@ impl ReadPath {
                     ext::execute_unnamed(&mut out, sql, &[], false);
                 }
                 Part::Read(read) => match self.cold_params(read, &params, at, fresh).await {
-                    Ok(values) => {
+                    Ok(cold) => {
+                        let (sql, values) = read.form(cold);
                         let values: Vec<Option<&[u8]>> =
                             values.iter().map(|p| Some(&p[..])).collect();
-                        ext::execute_unnamed(&mut out, &read.sql, &values, false);
+                        ext::execute_unnamed(&mut out, sql, &values, false);
                     }
                     Err(e) => return Plan::Fail(e.client_error()),
                 },
@@ -338,10 +341,11 @@ impl ReadPath {
                 self.invalidate();
                 Plan::PassThrough
             }
-            Ok(values) => {
+            Ok(cold) => {
                 let mut out = BytesMut::new();
+                let (sql, values) = prepared.form(cold);
                 let values: Vec<Option<&[u8]>> = values.iter().map(|p| Some(&p[..])).collect();
-                ext::run_unnamed(&mut out, &prepared.sql, &values, binary_results);
+                ext::run_unnamed(&mut out, sql, &values, binary_results);
                 Plan::Run(out, Vec::new())
             }
             Err(e) => Plan::Fail(e.client_error()),
