@@ -1,24 +1,78 @@
 //! What narrows a lookup's read below whole row groups: the pk columns' bloom filters
-//! (cached; segments are immutable) and the first pk column's page index.
+//! (cached; segments are immutable), the first pk column's page index, and a filter on
+//! that column's values while decoding.
 
 use std::sync::Arc;
 
+use arrow::array::{BooleanArray, RecordBatch};
 use arrow::datatypes::{DataType, TimeUnit};
-use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
-use parquet::arrow::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::arrow_reader::{ArrowPredicateFn, RowFilter, RowSelection, RowSelector};
+use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 
-use super::scan::{ColdTable, ScanError};
+use super::scan::{asked_values, integer_matches, ColdTable, ScanError};
 use crate::segment::file::SegmentFile;
 use crate::segment::memo::Memo;
 use crate::segment::prune::Predicate;
-use crate::values::ordered;
+use crate::segment::writer::SegmentColumn;
+use crate::values::{ordered, ColdType, ScalarType};
 
 /// Bloom filters of pk columns kept in memory, by (segment path, row group, leaf column);
 /// segments are immutable. The cache starts over when full (a filter is ~100 KiB).
 static BLOOMS: Memo<(String, usize, usize), Option<Arc<Sbbf>>> = Memo::new(2048);
+
+/// A filter the reader applies while decoding, when a predicate asks for the first pk
+/// column (an integer) to equal one of a few values: the reader decodes that column of the
+/// selected pages, and then of every other column only the rows that match, instead of
+/// the whole pages: a cold lookup that misses the page cache on bench/reads' 50-column
+/// table took half the time (p50 1.11 → 0.56 ms at 900,000 cold rows). The pages are
+/// still read and decompressed. Rows it lets through are still checked row by row
+/// (`Versions::take` in scan.rs).
+pub(super) fn key_filter(
+    metadata: &ParquetMetaData,
+    table: &ColdTable,
+    predicates: &[Predicate],
+) -> Option<RowFilter> {
+    let (column, leaf) = pk_leaf(metadata, table)?;
+    if !matches!(
+        column.ty,
+        ColdType::Scalar(ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8)
+    ) {
+        return None;
+    }
+    let values: Vec<Vec<u8>> = predicates
+        .iter()
+        .filter_map(asked_values)
+        .find_map(|(attnum, values)| (attnum == column.attnum).then(|| values.to_vec()))?;
+    let mask = ProjectionMask::leaves(metadata.file_metadata().schema_descr(), [leaf]);
+    let predicate = ArrowPredicateFn::new(mask, move |batch: RecordBatch| {
+        let column = batch.column(0);
+        match integer_matches(column.as_ref(), &values) {
+            Ok(Some(matches)) => Ok(matches),
+            // Not narrowed: every row goes on to the row-by-row check.
+            Ok(None) => Ok(BooleanArray::from(vec![true; batch.num_rows()])),
+            Err(e) => Err(arrow::error::ArrowError::ComputeError(e.to_string())),
+        }
+    });
+    Some(RowFilter::new(vec![Box::new(predicate)]))
+}
+
+/// The first pk column of `table` and its leaf in the segment's schema.
+fn pk_leaf<'t>(
+    metadata: &ParquetMetaData,
+    table: &'t ColdTable,
+) -> Option<(&'t SegmentColumn, usize)> {
+    let column = &table.columns[*table.pk_positions.first()?];
+    let leaf = metadata
+        .file_metadata()
+        .schema_descr()
+        .columns()
+        .iter()
+        .position(|c| c.path().parts() == [column.name.clone()])?;
+    Some((column, leaf))
+}
 
 /// Rows of `groups` (in order) on pages of the first pk column whose page statistics may
 /// satisfy every predicate on it, when the segment has a page index and the column is an
@@ -30,7 +84,7 @@ pub(super) fn page_selection(
     predicates: &[Predicate],
     groups: &[usize],
 ) -> Option<RowSelection> {
-    let column = &table.columns[*table.pk_positions.first()?];
+    let (column, leaf) = pk_leaf(metadata, table)?;
     let on_pk: Vec<&Predicate> = predicates
         .iter()
         .filter(|p| p.attnum() == Some(column.attnum))
@@ -38,12 +92,6 @@ pub(super) fn page_selection(
     if on_pk.is_empty() {
         return None;
     }
-    let leaf = metadata
-        .file_metadata()
-        .schema_descr()
-        .columns()
-        .iter()
-        .position(|c| c.path().parts() == [column.name.clone()])?;
     let (column_index, offset_index) = (metadata.column_index()?, metadata.offset_index()?);
     let mut selectors = Vec::new();
     let mut narrowed = false;

@@ -19,13 +19,11 @@ use arrow::array::{
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, Int16Type, Int64Type, Schema, SchemaRef};
 use futures_util::{pin_mut, TryStreamExt};
-use parquet::arrow::arrow_reader::{
-    ArrowPredicateFn, ArrowReaderMetadata, ArrowReaderOptions, RowFilter,
-};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::file::metadata::ParquetMetaData;
 
-use super::lookup::{bloom_filtered, page_selection};
+use super::lookup::{bloom_filtered, key_filter, page_selection};
 use crate::catalog::segments::ColdStateError;
 pub use crate::catalog::segments::ColdTable;
 use crate::segment::file::{footer, SegmentFile, SegmentReadError};
@@ -578,10 +576,8 @@ impl Versions<'_> {
     fn narrowing(&self, batch: &RecordBatch) -> Result<Option<BooleanArray>, ScanError> {
         let mut mask: Option<BooleanArray> = None;
         for p in self.predicates {
-            let (attnum, values) = match p {
-                Predicate::Eq(a, v) => (*a, std::slice::from_ref(v)),
-                Predicate::In(a, vs) if vs.len() <= NARROWING_IN_VALUES => (*a, vs.as_slice()),
-                _ => continue,
+            let Some((attnum, values)) = asked_values(p) else {
+                continue;
             };
             let Some(column) = self.position(attnum).map(|c| batch.column(c)) else {
                 continue;
@@ -661,54 +657,21 @@ impl Versions<'_> {
 /// At most this many `IN` values narrow a batch with comparison kernels (one pass each).
 const NARROWING_IN_VALUES: usize = 16;
 
-/// A filter the reader applies while decoding, when a predicate asks for the first pk
-/// column (an integer) to equal one of a few values: the reader decodes that column of the
-/// selected pages, and then of every other column only the rows that match, instead of
-/// the whole pages: a cold lookup that misses the page cache on bench/reads' 50-column
-/// table took half the time (p50 1.11 → 0.56 ms at 900,000 cold rows). The pages are
-/// still read and decompressed. Rows it lets through are still checked by
-/// [`Versions::take`].
-fn key_filter(
-    metadata: &ParquetMetaData,
-    table: &ColdTable,
-    predicates: &[Predicate],
-) -> Option<RowFilter> {
-    let column = &table.columns[*table.pk_positions.first()?];
-    if !matches!(
-        column.ty,
-        ColdType::Scalar(ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8)
-    ) {
-        return None;
-    }
-    let values: Vec<Vec<u8>> = predicates.iter().find_map(|p| match p {
-        Predicate::Eq(a, v) if *a == column.attnum => Some(vec![v.clone()]),
-        Predicate::In(a, vs) if *a == column.attnum && vs.len() <= NARROWING_IN_VALUES => {
-            Some(vs.clone())
-        }
+/// The values `p` asks column `attnum` to equal, when it is `=` or an `IN` of at most
+/// [`NARROWING_IN_VALUES`] values: what comparison kernels check before the row-by-row
+/// check.
+pub(super) fn asked_values(p: &Predicate) -> Option<(i16, &[Vec<u8>])> {
+    match p {
+        Predicate::Eq(a, v) => Some((*a, std::slice::from_ref(v))),
+        Predicate::In(a, vs) if vs.len() <= NARROWING_IN_VALUES => Some((*a, vs.as_slice())),
         _ => None,
-    })?;
-    let schema = metadata.file_metadata().schema_descr();
-    let leaf = schema
-        .columns()
-        .iter()
-        .position(|c| c.path().parts() == [column.name.clone()])?;
-    let mask = ProjectionMask::leaves(schema, [leaf]);
-    let predicate = ArrowPredicateFn::new(mask, move |batch: RecordBatch| {
-        let column = batch.column(0);
-        match integer_matches(column.as_ref(), &values) {
-            Ok(Some(matches)) => Ok(matches),
-            // Not narrowed: every row goes on to the row-by-row check.
-            Ok(None) => Ok(BooleanArray::from(vec![true; batch.num_rows()])),
-            Err(e) => Err(arrow::error::ArrowError::ComputeError(e.to_string())),
-        }
-    });
-    Some(RowFilter::new(vec![Box::new(predicate)]))
+    }
 }
 
 /// Which rows of integer column `column` equal one of `values` (in the order-preserving
 /// encoding; a NULL cell is NULL, which filters out); `None` when the column is not an
 /// integer or a value is not one of its type (the row-by-row check then judges).
-fn integer_matches(
+pub(super) fn integer_matches(
     column: &dyn Array,
     values: &[Vec<u8>],
 ) -> Result<Option<BooleanArray>, ScanError> {
