@@ -774,6 +774,63 @@ async fn a_name_freed_by_deallocate_or_discard_all_binds_the_statement_parsed_un
     let msgs = parse_bind_execute(&mut conn, "r", "SELECT $1::int + 1 AS y", &["41"]).await;
     assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
     assert!(row_has(&msgs, b"42"), "{msgs:?}");
+
+    // Pipelined: DEALLOCATE, then the name parsed again and bound, before any answer.
+    let msgs = parse_bind_execute(&mut conn, "p", read, &["5"]).await;
+    assert!(row_has(&msgs, b"k1"), "{msgs:?}");
+    bind_execute(&mut conn, "p", &["2999"]).await;
+    conn.send(
+        &[
+            raw::query("DEALLOCATE p"),
+            raw::parse("p", "SELECT tags FROM events WHERE id = $1"),
+            raw::bind("p", &["2999"]),
+            raw::execute(),
+            raw::sync(),
+        ]
+        .concat(),
+    )
+    .await;
+    assert_eq!(tags(&conn.until_ready().await), "CZ");
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"{2999}"), "{msgs:?}");
+    let msgs = bind_execute(&mut conn, "p", &["2998"]).await;
+    assert!(row_has(&msgs, b"{2998}"), "{msgs:?}");
+
+    // A DEALLOCATE in the extended protocol (as JDBC sends every statement): coldwire
+    // cannot tell which name it freed, and the rest of the group is tracked as before
+    // (the read's description is trimmed to the client's one parameter).
+    let msgs = parse_bind_execute(&mut conn, "e", read, &["5"]).await;
+    assert!(row_has(&msgs, b"k1"), "{msgs:?}");
+    bind_execute(&mut conn, "e", &["2999"]).await;
+    conn.send(
+        &[
+            raw::parse("", "DEALLOCATE e"),
+            raw::bind("", &[]),
+            raw::execute(),
+            raw::parse("s2", read),
+            raw::frame(b'D', b"Ss2\0"),
+            raw::sync(),
+        ]
+        .concat(),
+    )
+    .await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "12C1tTZ", "{msgs:?}");
+    assert_eq!(&msgs[4].body[..2], &[0, 1], "{msgs:?}");
+    let msgs = parse_bind_execute(
+        &mut conn,
+        "e",
+        "SELECT tags FROM events WHERE id = $1",
+        &["2997"],
+    )
+    .await;
+    assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"{2997}"), "{msgs:?}");
+    let msgs = bind_execute(&mut conn, "e", &["6"]).await;
+    assert!(row_has(&msgs, b"{6}"), "{msgs:?}");
+    let msgs = bind_execute(&mut conn, "s2", &["7"]).await;
+    assert!(row_has(&msgs, b"k3"), "{msgs:?}");
 }
 
 /// The table OID Postgres gives the first column of the RowDescription in `msgs` (0 for a
@@ -818,11 +875,25 @@ async fn named_statements_run_their_hot_form_while_no_cold_row_is_bound() {
     let mut conn = RawConn::ready(proxy.addr, &db).await;
     let read = "SELECT kind FROM events WHERE id = $1";
 
-    // One pipeline: a hot key (the hot form, parsed on the way), a cold key (the full
-    // rewrite, whose column comes from a union), a hot key again.
+    // Until Postgres has confirmed q, its Binds take the full rewrite, whose column
+    // comes from a union (table OID 0).
     conn.send(
         &[
             raw::parse("q", read),
+            bind_describe_execute("q", &["2999"]),
+            raw::sync(),
+        ]
+        .concat(),
+    )
+    .await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "12TDCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"k3"));
+    assert_eq!(first_column_table(&msgs), 0, "{msgs:?}");
+    // One pipeline: a hot key (the hot form, parsed on the way), a cold key (the full
+    // rewrite), a hot key again (either form, as the hot form's Parse may be unanswered).
+    conn.send(
+        &[
             bind_describe_execute("q", &["2999"]),
             bind_describe_execute("q", &["5"]),
             bind_describe_execute("q", &["2998"]),
@@ -832,12 +903,12 @@ async fn named_statements_run_their_hot_form_while_no_cold_row_is_bound() {
     )
     .await;
     let msgs = conn.until_ready().await;
-    assert_eq!(tags(&msgs), "12TDC2TDC2TDCZ", "{msgs:?}");
-    assert_ne!(first_column_table(&msgs[1..]), 0, "{msgs:?}");
+    assert_eq!(tags(&msgs), "2TDC2TDC2TDCZ", "{msgs:?}");
+    assert_ne!(first_column_table(&msgs), 0, "{msgs:?}");
     assert!(
-        row_has(&msgs[1..5], b"k3") && row_has(&msgs[5..9], b"k1") && row_has(&msgs[9..], b"k2")
+        row_has(&msgs[..4], b"k3") && row_has(&msgs[4..8], b"k1") && row_has(&msgs[8..], b"k2")
     );
-    assert_eq!(first_column_table(&msgs[5..]), 0, "{msgs:?}");
+    assert_eq!(first_column_table(&msgs[4..]), 0, "{msgs:?}");
     let msgs = {
         conn.send(&[bind_describe_execute("q", &["2997"]), raw::sync()].concat())
             .await;
@@ -871,7 +942,8 @@ async fn named_statements_run_their_hot_form_while_no_cold_row_is_bound() {
     assert_eq!(hot_forms(&mut conn).await, "2");
 
     // Closed and parsed again as another read, q's old hot form is closed at the next
-    // Bind; DISCARD ALL drops them all, and they are parsed again when needed.
+    // Bind, and the new q gets its own; DISCARD ALL drops them all, and they are parsed
+    // again when needed.
     conn.send(&[raw::frame(b'C', b"Sq\0"), raw::sync()].concat())
         .await;
     assert_eq!(tags(&conn.until_ready().await), "3Z");
@@ -884,6 +956,9 @@ async fn named_statements_run_their_hot_form_while_no_cold_row_is_bound() {
     .await;
     assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
     assert!(row_has(&msgs, b"{2995}"), "{msgs:?}");
+    assert_eq!(hot_forms(&mut conn).await, "1");
+    let msgs = bind_execute(&mut conn, "q", &["2993"]).await;
+    assert!(row_has(&msgs, b"{2993}"), "{msgs:?}");
     assert_eq!(hot_forms(&mut conn).await, "2");
     conn.send(&raw::query("DISCARD ALL")).await;
     conn.until_ready().await;
@@ -891,7 +966,24 @@ async fn named_statements_run_their_hot_form_while_no_cold_row_is_bound() {
     let msgs = parse_bind_execute(&mut conn, "r", read, &["2994"]).await;
     assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
     assert!(row_has(&msgs, b"k2"));
+    let msgs = bind_execute(&mut conn, "r", &["2994"]).await;
+    assert!(row_has(&msgs, b"k2"));
     assert_eq!(hot_forms(&mut conn).await, "1");
+
+    // A Parse that fails (in a failed transaction block) leaves the name unknown to
+    // Postgres, and so to coldwire: its Bind fails as Postgres says.
+    for sql in ["BEGIN", "SELECT 1/0"] {
+        conn.send(&raw::query(sql)).await;
+        conn.until_ready().await;
+    }
+    conn.send(&[raw::parse("s", read), raw::sync()].concat())
+        .await;
+    assert_eq!(tags(&conn.until_ready().await), "EZ");
+    conn.send(&raw::query("ROLLBACK")).await;
+    conn.until_ready().await;
+    let msgs = bind_execute(&mut conn, "s", &["2999"]).await;
+    assert_eq!(tags(&msgs), "EZ", "{msgs:?}");
+    assert_eq!(msgs[0].field(b'C').as_deref(), Some("26000"), "{msgs:?}");
 
     // Flushed cold since the last Bind, the key is not in the heap any more: the hot
     // form's guard sees the new cold tier, and the read runs again with the cold row.

@@ -114,7 +114,7 @@ impl ClientDirection<'_, '_> {
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner);
                     state.quiet_since_sync = true;
-                    state.rewritten_group_sent(RewrittenGroup {
+                    state.retry_group_sent(RewrittenGroup {
                         retry,
                         attempt,
                         drop_bind_complete: bind_seen,

@@ -558,16 +558,15 @@ pub async fn bind(
                 Err(e) => ReadPath::refusal_params(read, &e.client_error()),
             };
             // A named statement that binds no cold row runs its hot form (the unnamed
-            // statement is parsed again too often for a second form to pay).
-            let hot = read
-                .hot_params(&cold)
-                .zip(read.hot_sql.as_deref())
-                .filter(|_| !bind.statement.is_empty());
+            // statement is parsed again too often for a second form to pay), once the
+            // session is sure what its name holds (`SessionState::may_use_hot_form`).
+            let hot = read.hot_params(&cold).zip(read.hot_sql.as_deref());
             let mut out = BytesMut::new();
             let mut own = 0;
             let mut hot_parse = None;
             {
                 let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+                let hot = hot.filter(|_| state.may_use_hot_form(bind.statement));
                 for id in state.take_hot_to_close() {
                     ext::encode_close(&mut out, b'S', &hot_statement_name(id));
                     own += 1;

@@ -55,7 +55,9 @@ enum Pending {
     /// `DEALLOCATE name` (`None`: `DEALLOCATE ALL` or `DISCARD ALL`) in a simple Query,
     /// answered by CommandComplete `DEALLOCATE` (`DEALLOCATE ALL`, `DISCARD ALL`); a
     /// statement that fails frees nothing, and its entry is void at ReadyForQuery.
-    Deallocate(Option<String>),
+    /// The second field is the newest statement id when the Query was sent: statements
+    /// parsed after it (pipelined behind it) are not the ones it frees.
+    Deallocate(Option<String>, u64),
     /// Sync, simple Query or FunctionCall: ends with ReadyForQuery. "When an error is
     /// detected while processing any extended-query message, the backend ... reads and
     /// discards messages until a Sync is reached", so unanswered entries before it are void.
@@ -108,6 +110,9 @@ pub struct SessionState {
     /// Hot forms whose client statement is gone (closed, parsed again, deallocated),
     /// closed ahead of the next Bind that sends coldwire's own messages.
     hot_to_close: Vec<u64>,
+    /// Statements were freed where coldwire could not see which ([`Self::deallocated`]):
+    /// no hot form is used for the rest of the session.
+    hot_forms_off: bool,
     /// Nothing was sent upstream after the Sync of the newest outstanding group, so that
     /// group can be retried without reordering anything the client sent later.
     pub quiet_since_sync: bool,
@@ -274,6 +279,7 @@ impl SessionState {
             statement_ids: 0,
             hot_forms: HashMap::new(),
             hot_to_close: Vec::new(),
+            hot_forms_off: false,
             sql_prepared: HashMap::new(),
             quiet_since_sync: false,
             retry_pending: false,
@@ -320,10 +326,12 @@ impl SessionState {
     /// The client's Parse of `name` went upstream, rewritten (`Some`) or as it was. A
     /// named statement Postgres already has is left alone: Postgres refuses to redefine it.
     pub fn statement_parsed(&mut self, name: &str, rewrite: Option<RewrittenStatement>) {
-        let closing = self
-            .pending
-            .iter()
-            .any(|p| matches!(p, Pending::Close(Some(n)) if n == name));
+        // A Close or DEALLOCATE of the name sent ahead of the Parse frees it first.
+        let closing = self.pending.iter().any(|p| match p {
+            Pending::Close(Some(n)) | Pending::Deallocate(Some(n), _) => n == name,
+            Pending::Deallocate(None, _) => true,
+            _ => false,
+        });
         if !name.is_empty() && self.statements.contains(name) && !closing {
             return;
         }
@@ -351,6 +359,23 @@ impl SessionState {
     /// Where the hot form of the rewritten statement `id` stands upstream.
     pub fn hot_form(&self, id: u64) -> Option<HotForm> {
         self.hot_forms.get(&id).copied()
+    }
+
+    /// Whether a Bind of the client's statement `name` may run its hot form: Postgres
+    /// confirmed the statement (ParseComplete), no Parse, Close or DEALLOCATE that may
+    /// change what the name holds is unanswered, and no statement was freed unseen.
+    /// Otherwise the name may hold another statement than coldwire's record by the time
+    /// the Bind runs, and the full rewrite, bound to the client's own statement, fails
+    /// as Postgres would where the hot form would answer for the wrong one.
+    pub fn may_use_hot_form(&self, name: &str) -> bool {
+        !self.hot_forms_off
+            && !name.is_empty()
+            && self.statements.contains(name)
+            && !self.pending.iter().any(|p| match p {
+                Pending::Parse(n) | Pending::Close(Some(n)) => n == name,
+                Pending::Deallocate(..) => true,
+                _ => false,
+            })
     }
 
     /// coldwire sent the Parse of the hot form of statement `id`.
@@ -462,7 +487,8 @@ impl SessionState {
             .map(crate::sql::classify::freed_statements)
             .unwrap_or_default()
         {
-            self.pending.push_back(Pending::Deallocate(freed));
+            self.pending
+                .push_back(Pending::Deallocate(freed, self.statement_ids));
         }
         self.forget_unnamed();
         self.sync_sent();
@@ -508,6 +534,14 @@ impl SessionState {
         self.pending.push_back(Pending::SyncPoint);
         self.outstanding_syncs += 1;
         self.groups.push_back(group);
+    }
+
+    /// A retry went upstream as a group of its own: coldwire's messages of the group the
+    /// client is sending (`open_group`) stay with that group.
+    pub fn retry_group_sent(&mut self, group: RewrittenGroup) {
+        let early = self.early_completions;
+        self.group_sent(Group::Rewritten(group));
+        self.early_completions = early;
     }
 
     /// A group that runs a rewritten read went upstream, ending with its sync point.
@@ -619,23 +653,40 @@ impl SessionState {
     /// The server answered CommandComplete `DEALLOCATE`, `DEALLOCATE ALL` or `DISCARD
     /// ALL`: the names it freed may be parsed again, as other statements.
     pub fn deallocated(&mut self) {
-        let Some(Pending::Deallocate(freed)) =
-            self.pop_until(|p| matches!(p, Pending::Deallocate(_)))
-        else {
+        // Only a simple Query's DEALLOCATE left an entry, and its entries are all that is
+        // pending when its answers arrive. One run otherwise (the extended protocol, a
+        // string of statements coldwire sends as a group, a function) freed names coldwire
+        // cannot tell: its hot forms may bind a statement the client no longer has.
+        // So the next Parse of any name is taken as Postgres's (the name was most likely
+        // freed to be parsed again), and no hot form is used again.
+        if !matches!(self.pending.front(), Some(Pending::Deallocate(..))) {
+            self.hot_forms_off = true;
+            self.hot_forms.clear();
+            self.statements.clear();
+            return;
+        }
+        let Some(Pending::Deallocate(freed, newest)) = self.pending.pop_front() else {
             return;
         };
         match freed {
             Some(name) => {
                 self.statements.remove(&name);
-                let freed = self.rewritten_statements.remove(&name);
-                self.retire(freed);
+                if self
+                    .rewritten_statements
+                    .get(&name)
+                    .is_some_and(|s| s.id <= newest)
+                {
+                    let freed = self.rewritten_statements.remove(&name);
+                    self.retire(freed);
+                }
             }
             // Every named statement, hot forms included; the unnamed one stays.
             None => {
                 self.statements.clear();
-                self.rewritten_statements.retain(|name, _| name.is_empty());
-                self.hot_forms.clear();
-                self.hot_to_close.clear();
+                self.rewritten_statements
+                    .retain(|name, s| name.is_empty() || s.id > newest);
+                self.hot_forms.retain(|id, _| *id > newest);
+                self.hot_to_close.retain(|id| *id > newest);
             }
         }
     }
