@@ -536,12 +536,15 @@ impl SessionState {
         self.groups.push_back(group);
     }
 
-    /// A retry went upstream as a group of its own: coldwire's messages of the group the
-    /// client is sending (`open_group`) stay with that group.
+    /// A retry went upstream as a group of its own, ahead of everything the client sent
+    /// after the group that failed: the client direction holds that back while a retry
+    /// is pending, so the groups and pending answers recorded since are all behind the
+    /// retry on the wire, and so it is answered first. coldwire's messages of the group
+    /// the client is sending (`open_group`) stay with that group.
     pub fn retry_group_sent(&mut self, group: RewrittenGroup) {
-        let early = self.early_completions;
-        self.group_sent(Group::Rewritten(group));
-        self.early_completions = early;
+        self.pending.push_front(Pending::SyncPoint);
+        self.outstanding_syncs += 1;
+        self.groups.push_front(Group::Rewritten(group));
     }
 
     /// A group that runs a rewritten read went upstream, ending with its sync point.

@@ -74,3 +74,23 @@ fn search_path_from_startup_parameters() {
         None
     );
 }
+
+#[test]
+fn a_retry_is_answered_before_what_the_client_sent_behind_the_failed_group() {
+    let mut s = SessionState::new(&[]);
+    s.ready_for_query(b'I');
+    // The client's next group, recorded while the retry was pending and written after it.
+    s.parse_sent("x");
+    s.sync_sent();
+    s.retry_group_sent(RewrittenGroup {
+        attempt: 1,
+        ..RewrittenGroup::default()
+    });
+    assert_eq!(s.answering_rewritten().map(|g| g.attempt), Some(1));
+    s.ready_for_query(b'I');
+    assert!(s.answering_rewritten().is_none());
+    s.parse_completed();
+    s.ready_for_query(b'I');
+    assert_eq!(names(&s), ["x"]);
+    assert_eq!(s.outstanding_syncs(), 0);
+}
