@@ -560,7 +560,7 @@ pub async fn bind(
             // A named statement that binds no cold row runs its hot form (the unnamed
             // statement is parsed again too often for a second form to pay), once the
             // session is sure what its name holds (`SessionState::may_use_hot_form`).
-            let hot = read.hot_params(&cold).zip(read.hot_sql.as_deref());
+            let hot = read.hot_form(&cold);
             let mut out = BytesMut::new();
             let mut own = 0;
             let mut hot_parse = None;
@@ -577,7 +577,7 @@ pub async fn bind(
                     Some(HotForm::Sent) => None,
                     None => {
                         let name = hot_statement_name(statement.id);
-                        ext::encode_parse(&mut out, &name, hot.1, &statement.param_types);
+                        ext::encode_parse(&mut out, &name, hot.0, &statement.param_types);
                         state.hot_form_sent(statement.id);
                         hot_parse = Some(statement.id);
                         own += 1;
@@ -585,7 +585,7 @@ pub async fn bind(
                     }
                 });
                 match form {
-                    Some((values, _)) => {
+                    Some((_, values)) => {
                         let name = hot_statement_name(statement.id);
                         Bind {
                             statement: &name,

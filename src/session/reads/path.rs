@@ -65,7 +65,7 @@ pub struct PreparedRead {
     /// would run it (its path per reference is told to the client in a notice).
     pub explained: Option<String>,
     /// The statement's hot form (`sql::rewrite`), run instead when no reference has a
-    /// cold row to bind ([`Self::hot_params`]). `None` for aggregates over partials and
+    /// cold row to bind ([`Self::hot_form`]). `None` for aggregates over partials and
     /// for EXPLAIN, which shows the full rewrite.
     pub hot_sql: Option<String>,
 }
@@ -88,28 +88,28 @@ impl PreparedRead {
             .sum()
     }
 
-    /// The parameters after the client's for the statement's hot form, when it has one
-    /// and no reference of `cold` has a cold row: each reference's guard plan.
-    pub fn hot_params(&self, cold: &ColdParams) -> Option<Vec<BytesMut>> {
-        if self.hot_sql.is_none() || cold.injected {
-            return None;
-        }
+    /// The statement's hot form and the parameters after the client's for it (each
+    /// reference's guard plan), when it has one and no reference of `cold` has a cold row.
+    pub fn hot_form(&self, cold: &ColdParams) -> Option<(&str, Vec<BytesMut>)> {
+        let hot = self.hot_sql.as_deref().filter(|_| !cold.injected)?;
         let mut end = 0;
-        self.references
+        let params = self
+            .references
             .iter()
             .map(|r| {
                 end += r.param_count();
                 cold.values.get(end - 1).cloned()
             })
-            .collect()
+            .collect::<Option<_>>()?;
+        Some((hot, params))
     }
 
     /// The text to run with `cold` and the parameters after the client's: the hot form
     /// when it serves, else the full rewrite.
     pub fn form(&self, cold: ColdParams) -> (&str, Vec<BytesMut>) {
-        match (self.hot_params(&cold), &self.hot_sql) {
-            (Some(params), Some(hot)) => (hot, params),
-            _ => (&self.sql, cold.values),
+        match self.hot_form(&cold) {
+            Some(hot) => hot,
+            None => (&self.sql, cold.values),
         }
     }
 
