@@ -37,6 +37,17 @@ pub enum SessionError {
     ClientIo(std::io::Error),
     #[error("upstream connection failed: {0}")]
     UpstreamIo(std::io::Error),
+    /// The session's database has tiered tables (`tables`: their names) this proxy
+    /// cannot read the cold rows of (`reason`), or it could not be checked for them
+    /// (`tables` none, `reason`: Postgres's error).
+    #[error("database \"{database}\" may have tiered tables ({}) this proxy cannot serve: {reason}", tables.as_deref().unwrap_or("not checked"))]
+    TiersNotServed {
+        database: String,
+        tables: Option<String>,
+        reason: String,
+        /// Whether the proxy has a service connection (the hint differs).
+        service: bool,
+    },
 }
 
 impl From<std::io::Error> for SessionError {
@@ -60,6 +71,7 @@ impl SessionError {
                 "upstream_unreachable"
             }
             SessionError::UpstreamIo(_) => "upstream_io",
+            SessionError::TiersNotServed { .. } => "tiers_not_served",
         }
     }
 }
@@ -185,16 +197,41 @@ pub fn client_error(e: &SessionError) -> Option<ErrorFields> {
             "coldwire lost its connection to the database server".to_owned(),
             None,
         ),
+        SessionError::TiersNotServed {
+            database,
+            tables,
+            reason,
+            service,
+        } => (
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            if tables.is_some() {
+                format!("database \"{database}\" has tiered tables, and this coldwire proxy cannot read their cold rows: {reason}")
+            } else {
+                format!("coldwire could not check database \"{database}\" for tiered tables, whose cold rows it could not read: {reason}")
+            },
+            Some(if *service {
+                "the coldwire log says more; a direct connection to Postgres reads the hot rows only"
+            } else {
+                "start coldwire with --service-url (COLDWIRE_SERVICE_URL, or service_url in its configuration file); a direct connection to Postgres reads the hot rows only"
+            }),
+        ),
         SessionError::ClientGone
         | SessionError::ClientIo(_)
         | SessionError::Tls(_)
         | SessionError::StartupTimeout { .. } => return None,
     };
+    let detail = match e {
+        SessionError::TiersNotServed {
+            tables: Some(tables),
+            ..
+        } => Some(format!("Tiered: {tables}.")),
+        _ => None,
+    };
     Some(ErrorFields {
         severity: Severity::Fatal,
         code: code.code().to_owned(),
         message,
-        detail: None,
+        detail,
         hint: hint.map(str::to_owned),
     })
 }

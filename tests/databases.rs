@@ -439,3 +439,116 @@ async fn databases_beyond_max_databases_are_refused_with_a_hint() {
     );
     assert_eq!(count(&on_b, "SELECT count(*) FROM events").await, 10);
 }
+
+/// A proxy without service_url cannot read cold rows: a session on a database with tiered
+/// tables is refused before its first statement runs (never answered with the hot rows
+/// alone), in either protocol and from psql, naming the tables; so is one through a proxy
+/// whose cold store is another; a database without any is relayed; once the table is
+/// untiered, the database is relayed too.
+#[tokio::test]
+async fn a_proxy_without_service_url_refuses_sessions_on_databases_with_tiered_tables() {
+    let (tiered, plain) = (create_db("dbs_norelay_t"), create_db("dbs_norelay_p"));
+    let dir = tempfile::tempdir().unwrap();
+    connect_direct(&tiered)
+        .await
+        .batch_execute(&setup(1000, "a"))
+        .await
+        .unwrap();
+    connect_direct(&plain)
+        .await
+        .batch_execute(&setup(1000, "b"))
+        .await
+        .unwrap();
+    let tiering = Proxy::tiering(&tiered, dir.path(), &[]).await;
+    let c = tiering.connect(&tiered).await;
+    tier(&c, "events", &policy(100, false)).await;
+    flush(&c, "events").await;
+    assert!(
+        count(
+            &connect_direct(&tiered).await,
+            "SELECT count(*) FROM events"
+        )
+        .await
+            <= 100
+    );
+
+    let relay = Proxy::start(&[]).await;
+    let refused = |e: tokio_postgres::Error| {
+        let db = e
+            .as_db_error()
+            .unwrap_or_else(|| panic!("not a server error: {e}"));
+        assert_eq!(db.code().code(), "55000", "{db:?}");
+        assert_eq!(db.severity(), "FATAL", "{db:?}");
+        assert!(db.message().contains("has tiered tables"), "{db:?}");
+        assert!(db.message().contains(&tiered), "{db:?}");
+        assert_eq!(db.detail(), Some("Tiered: events."), "{db:?}");
+        assert!(
+            db.hint().is_some_and(|h| h.contains("--service-url")),
+            "{db:?}"
+        );
+    };
+    let simple = relay.connect(&tiered).await;
+    refused(
+        simple
+            .simple_query("/* hot rows only? */ SELECT count(*) FROM events")
+            .await
+            .unwrap_err(),
+    );
+    assert!(simple.is_closed());
+    let extended = relay.connect(&tiered).await;
+    refused(
+        extended
+            .query_one("SELECT count(*) FROM events WHERE id > $1", &[&0_i64])
+            .await
+            .unwrap_err(),
+    );
+    let psql = Command::new(pg_bin("psql"))
+        .args([
+            relay.url("postgres", &tiered).as_str(),
+            "-XAtc",
+            "SELECT count(*) FROM events",
+        ])
+        .env_remove("PGSSLMODE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&psql.stderr);
+    assert!(!psql.status.success(), "{stderr}");
+    assert!(psql.stdout.is_empty(), "psql printed a result: {stderr}");
+    assert!(stderr.contains("has tiered tables"), "{stderr}");
+    assert!(relay.log_contains("session refused").await);
+
+    // A database without tiered tables is relayed as before.
+    let on_plain = relay.connect(&plain).await;
+    assert_eq!(count(&on_plain, "SELECT count(*) FROM events").await, 1000);
+    assert_eq!(count(&on_plain, "SELECT count(*) FROM events").await, 1000);
+
+    // A proxy with a service connection but another cold store cannot serve it either.
+    let other_store = tempfile::tempdir().unwrap();
+    let other = Proxy::tiering(&plain, other_store.path(), &[]).await;
+    let err = other
+        .connect(&tiered)
+        .await
+        .simple_query("SELECT count(*) FROM events")
+        .await
+        .unwrap_err();
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "55000", "{db:?}");
+    assert!(
+        db.message().ends_with("it does not serve that database"),
+        "{db:?}"
+    );
+    assert!(
+        other
+            .log_contains("cannot serve its database's tiered tables")
+            .await
+    );
+    // The proxy that serves it reads it whole.
+    assert_eq!(count(&c, "SELECT count(*) FROM events").await, 1000);
+
+    // Untiered, the table is whole in Postgres and the database is relayed.
+    admin_call(&c, "SELECT coldwire.untier_table('events')")
+        .await
+        .unwrap();
+    let after = relay.connect(&tiered).await;
+    assert_eq!(count(&after, "SELECT count(*) FROM events").await, 1000);
+}

@@ -296,7 +296,7 @@ pub fn policy_defaults(config: &Config) -> Result<Option<crate::catalog::Policy>
 /// that tiering is off.
 async fn prepare_catalog(config: &Config) -> Result<Option<tokio_postgres::Config>, ServerError> {
     let Some(service) = config.service()? else {
-        tracing::info!("service_url is not set: tiering is disabled, coldwire only relays");
+        tracing::info!("service_url is not set: tiering is disabled, coldwire only relays (sessions on databases with tiered tables are refused)");
         return Ok(None);
     };
     let target = catalog::describe(&service);

@@ -184,7 +184,11 @@ async fn client_to_upstream(
         retries,
         bytes: metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream"),
     };
+    let mut tiers_unchecked = shared.locked().tiers_unchecked;
     loop {
+        if tiers_unchecked && matches!(input.first(), Some(&t) if t != msg::TERMINATE) {
+            tiers_unchecked = c.refuse_if_tiered().await?;
+        }
         let mut terminated = false;
         // `out` ends with the Sync of a group that may be retried.
         let mut ends_retryable = false;
@@ -272,7 +276,7 @@ async fn client_to_upstream(
                     return Ok(End::ClientClosed);
                 }
             }
-            Some((retry, attempt)) = c.retries.recv() => c.run_retry(retry, attempt).await?,
+            Some((retry, attempt)) = c.retries.recv() => c.run_retry(retry, attempt, false).await?,
         }
     }
 }
@@ -298,7 +302,8 @@ impl ClientDirection<'_, '_> {
                 }
             }
             match self.retries.recv().await {
-                Some((retry, attempt)) => self.run_retry(retry, attempt).await?,
+                // `out` is recorded, and is written behind the retry.
+                Some((retry, attempt)) => self.run_retry(retry, attempt, true).await?,
                 None => break,
             }
         }
@@ -460,6 +465,70 @@ impl ClientDirection<'_, '_> {
             Err(_) => {}
         }
         Ok(known)
+    }
+
+    /// A session on a database coldwire does not serve is relayed, and would read a
+    /// tiered table's hot rows only: that of a proxy without a service connection, or one
+    /// whose catalog records another cold store, or beyond `max_databases`. Before such a
+    /// session's first statement (once it has authenticated, with nothing outstanding),
+    /// asks Postgres which tables of its database are tiered. If any is, a proxy with a
+    /// service connection starts serving the database (as it would within a second when
+    /// it is listed); if it cannot, or without a service connection, or when Postgres
+    /// cannot tell, the session ends with an error. Returns whether the check is still to
+    /// be made (the session is still authenticating).
+    ///
+    /// # Errors
+    /// [`SessionError::TiersNotServed`], or the upstream connection failed.
+    async fn refuse_if_tiered(&mut self) -> Result<bool, SessionError> {
+        if self.shared.reads().is_some() {
+            return Ok(false);
+        }
+        let (reply, result) = tokio::sync::oneshot::channel();
+        {
+            let mut state = self.shared.locked();
+            if state.phase == Phase::Authenticating || state.outstanding_syncs() != 0 {
+                return Ok(true);
+            }
+            state.tiers_unchecked = false;
+            state.own_group_sent(reply);
+        }
+        self.write_now(&mut super::reads::tiered_tables_frames())
+            .await?;
+        let database = &self.shared.database;
+        let service = self.shared.ctx.databases.is_some();
+        let refused = |tables, reason| SessionError::TiersNotServed {
+            database: database.clone(),
+            tables,
+            reason,
+            service,
+        };
+        let tables = match result.await {
+            Ok(Ok(rows)) => match rows.into_iter().next().and_then(|r| r.into_iter().next()) {
+                Some(Some(names)) => String::from_utf8_lossy(&names).into_owned(),
+                _ => return Ok(false),
+            },
+            Ok(Err(error)) => {
+                tracing::warn!(%database, code = %error.code, message = %error.message, "session refused: cannot check its database for tiered tables");
+                return Err(refused(None, error.message));
+            }
+            // The upstream direction ended: it reports why.
+            Err(_) => return Ok(false),
+        };
+        let reason = match &self.shared.ctx.databases {
+            None => "it has no service_url".to_owned(),
+            Some(databases) => match databases.open(database).await {
+                Ok(_) => return Ok(false),
+                Err(e) => {
+                    tracing::warn!(%database, tiered = %tables, error = %e, "session refused: coldwire cannot serve its database's tiered tables");
+                    return Err(refused(
+                        Some(tables),
+                        "it does not serve that database".to_owned(),
+                    ));
+                }
+            },
+        };
+        tracing::warn!(%database, tiered = %tables, "session refused: coldwire has no service_url, and its database has tiered tables");
+        Err(refused(Some(tables), reason))
     }
 
     /// Writes coldwire's own frames upstream at once (the caller has done the bookkeeping).

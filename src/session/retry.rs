@@ -21,17 +21,28 @@ impl ClientDirection<'_, '_> {
     /// holding its tables' locks shared (as reads in transaction blocks do), taken before
     /// it is planned and given back after it, so flushes cannot finalize under it again:
     /// however long it takes to plan, it is not refused with 40001 a second time.
+    ///
+    /// `unsent` says that client messages are recorded as sent but still wait to be
+    /// written (behind the retry): the retry then holds nothing. The lock groups would be
+    /// written ahead of those messages but recorded behind them, and their answers read
+    /// as the messages' (a Parse pipelined without its Sync would lose its ParseComplete
+    /// to the lock group's ReadyForQuery).
     pub(super) async fn run_retry(
         &mut self,
         group: RewrittenGroup,
         attempt: u8,
+        unsent: bool,
     ) -> Result<(), SessionError> {
         self.shared
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retry_pending = false;
-        let held = self.hold_tables(group.retry.as_ref()).await?;
+        let held = if unsent {
+            Vec::new()
+        } else {
+            self.hold_tables(group.retry.as_ref()).await?
+        };
         let sent = self.send_retry(group, attempt).await;
         if !held.is_empty() {
             let (reply, _) = tokio::sync::oneshot::channel();

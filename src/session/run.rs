@@ -97,7 +97,11 @@ async fn serve(client: Box<dyn Io>, ctx: &SessionContext) -> Result<Option<End>,
         .write_all(&startup.encode())
         .await
         .map_err(SessionError::UpstreamIo)?;
-    let state = Mutex::new(SessionState::new(&startup.params));
+    let mut state = SessionState::new(&startup.params);
+    // A replication connection runs no SQL coldwire could rewrite, and cannot run the
+    // check.
+    state.tiers_unchecked = startup.param("replication").is_none();
+    let state = Mutex::new(state);
     let user = startup.param("user").unwrap_or_default().to_owned();
     let database = startup
         .param("database")

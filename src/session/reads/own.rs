@@ -62,6 +62,25 @@ pub fn read_lock_frames(tables: &[i64]) -> BytesMut {
     out
 }
 
+/// coldwire's own group that asks which tables of the session's database carry
+/// coldwire's capture triggers (its tiered tables), as one text of their names, NULL if
+/// none, from catalogs every role may read, with its own Sync (sent between the client's
+/// groups).
+pub fn tiered_tables_frames() -> BytesMut {
+    let sql = format!(
+        "SELECT pg_catalog.string_agg(t.tgrelid::pg_catalog.regclass::pg_catalog.text, ', ' \
+         ORDER BY t.tgrelid::pg_catalog.regclass::pg_catalog.text) \
+         FROM pg_catalog.pg_trigger t \
+         JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+         WHERE n.nspname = 'coldwire' AND t.tgname = '{}'",
+        crate::catalog::capture::TRIGGERS[3]
+    );
+    let mut out = own_frames(&sql, &[]);
+    out.extend_from_slice(&ext::empty(msg::SYNC));
+    out
+}
+
 /// The (table, generation) pairs of `coldwire.read_lock`'s binary rows.
 pub fn read_lock_rows(rows: &[Vec<Option<Vec<u8>>>]) -> HashMap<i64, i64> {
     let int8 = |v: &Option<Vec<u8>>| {
