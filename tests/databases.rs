@@ -442,7 +442,8 @@ async fn databases_beyond_max_databases_are_refused_with_a_hint() {
 
 /// A proxy without service_url cannot read cold rows: a session on a database with tiered
 /// tables is refused before its first statement runs (never answered with the hot rows
-/// alone), in either protocol and from psql, naming the tables; so is one through a proxy
+/// alone), in either protocol and from psql, naming the tables, and so is the next
+/// statement of a session opened before the table was tiered; so is one through a proxy
 /// whose cold store is another; a database without any is relayed; once the table is
 /// untiered, the database is relayed too.
 #[tokio::test]
@@ -459,20 +460,18 @@ async fn a_proxy_without_service_url_refuses_sessions_on_databases_with_tiered_t
         .batch_execute(&setup(1000, "b"))
         .await
         .unwrap();
+    let relay = Proxy::start(&[]).await;
+    // A session opened before the table is tiered.
+    let early = relay.connect(&tiered).await;
+    assert_eq!(count(&early, "SELECT count(*) FROM events").await, 1000);
+
     let tiering = Proxy::tiering(&tiered, dir.path(), &[]).await;
     let c = tiering.connect(&tiered).await;
     tier(&c, "events", &policy(100, false)).await;
     flush(&c, "events").await;
-    assert!(
-        count(
-            &connect_direct(&tiered).await,
-            "SELECT count(*) FROM events"
-        )
-        .await
-            <= 100
-    );
+    let direct = connect_direct(&tiered).await;
+    assert!(count(&direct, "SELECT count(*) FROM events").await <= 100);
 
-    let relay = Proxy::start(&[]).await;
     let refused = |e: tokio_postgres::Error| {
         let db = e
             .as_db_error()
@@ -487,6 +486,14 @@ async fn a_proxy_without_service_url_refuses_sessions_on_databases_with_tiered_t
             "{db:?}"
         );
     };
+    // The early session's next statement is refused too (the flush waited until its
+    // check was out of date).
+    refused(
+        early
+            .query_one("SELECT count(*) FROM events", &[])
+            .await
+            .unwrap_err(),
+    );
     let simple = relay.connect(&tiered).await;
     refused(
         simple

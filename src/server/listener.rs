@@ -133,6 +133,7 @@ impl Server {
             force_close: CancellationToken::new(),
             admin,
             databases,
+            untiered_at: std::sync::Mutex::default(),
         });
         Ok(Self {
             ctx,

@@ -1,6 +1,8 @@
 //! What every session shares: settings, the upstream address, TLS, cancel keys, shutdown.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -27,9 +29,31 @@ pub struct SessionContext {
     /// The databases whose tables coldwire tiers, each with its read path; `None`
     /// without a service connection.
     pub databases: Option<Arc<super::databases::Databases>>,
+    /// Databases coldwire does not serve, each with when a session last found it without
+    /// tiered tables (`relay::ClientDirection::check_tiers`).
+    pub untiered_at: Mutex<HashMap<String, Instant>>,
 }
 
 impl SessionContext {
+    /// When a session last found `database` without tiered tables.
+    pub fn untiered_since(&self, database: &str) -> Option<Instant> {
+        self.untiered_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(database)
+            .copied()
+    }
+
+    /// A session found `database` without tiered tables by a check sent at `at`.
+    pub fn found_untiered(&self, database: &str, at: Instant) {
+        let mut untiered = self
+            .untiered_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let last = untiered.entry(database.to_owned()).or_insert(at);
+        *last = (*last).max(at);
+    }
+
     /// The TLS acceptor new sessions use now (`None`: TLS refused).
     pub fn tls(&self) -> Option<TlsAcceptor> {
         self.tls

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
@@ -18,6 +19,7 @@ use super::shared::Shared;
 use super::state::{CopyOut, OwnPrefix, Phase, Retry, RewrittenGroup, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
+use crate::catalog::registry::REGISTRY_TTL;
 use crate::metrics::BYTES_RELAYED_TOTAL;
 use crate::wire::cancel::CancelRegistration;
 use crate::wire::messages as msg;
@@ -184,15 +186,22 @@ async fn client_to_upstream(
         retries,
         bytes: metrics::counter!(BYTES_RELAYED_TOTAL, "direction" => "client_to_upstream"),
     };
-    let mut tiers_unchecked = shared.locked().tiers_unchecked;
+    let checks_tiers = shared.locked().checks_tiers;
+    // Until when the session's database is known to have no tiered tables.
+    let mut untiered_until = None;
     loop {
-        if tiers_unchecked && matches!(input.first(), Some(&t) if t != msg::TERMINATE) {
-            tiers_unchecked = c.refuse_if_tiered().await?;
-        }
         let mut terminated = false;
         // `out` ends with the Sync of a group that may be retried.
         let mut ends_retryable = false;
-        let reads = shared.reads();
+        let mut reads = shared.reads();
+        if checks_tiers
+            && reads.is_none()
+            && side.at_boundary(&streamed)
+            && matches!(input.first(), Some(&t) if t != msg::TERMINATE)
+            && c.check_tiers(&mut untiered_until).await?
+        {
+            reads = shared.reads();
+        }
         let stop = c
             .dir
             .scanner
@@ -470,31 +479,44 @@ impl ClientDirection<'_, '_> {
     /// A session on a database coldwire does not serve is relayed, and would read a
     /// tiered table's hot rows only: that of a proxy without a service connection, or one
     /// whose catalog records another cold store, or beyond `max_databases`. Before such a
-    /// session's first statement (once it has authenticated, with nothing outstanding),
-    /// asks Postgres which tables of its database are tiered. If any is, a proxy with a
-    /// service connection starts serving the database (as it would within a second when
-    /// it is listed); if it cannot, or without a service connection, or when Postgres
-    /// cannot tell, the session ends with an error. Returns whether the check is still to
-    /// be made (the session is still authenticating).
+    /// session's first statement, and again before its next once a check of the database
+    /// by any session is older than [`REGISTRY_TTL`] (the first flush of a newly tiered
+    /// table waits until then), coldwire asks Postgres which tables of the database are
+    /// tiered, between the client's groups. If any is, a proxy with a service connection
+    /// starts serving the database (as it would within a second when it is listed); if
+    /// it cannot, or without a service connection, or when Postgres cannot tell, the
+    /// session ends with an error. Returns whether coldwire serves the database now.
     ///
     /// # Errors
     /// [`SessionError::TiersNotServed`], or the upstream connection failed.
-    async fn refuse_if_tiered(&mut self) -> Result<bool, SessionError> {
-        if self.shared.reads().is_some() {
+    async fn check_tiers(&mut self, until: &mut Option<Instant>) -> Result<bool, SessionError> {
+        let now = Instant::now();
+        if until.is_some_and(|u| now < u) {
             return Ok(false);
+        }
+        let database = &self.shared.database;
+        if let Some(at) = self.shared.ctx.untiered_since(database) {
+            if now < at + REGISTRY_TTL {
+                *until = Some(at + REGISTRY_TTL);
+                return Ok(false);
+            }
         }
         let (reply, result) = tokio::sync::oneshot::channel();
         {
             let mut state = self.shared.locked();
-            if state.phase == Phase::Authenticating || state.outstanding_syncs() != 0 {
-                return Ok(true);
+            // Between groups, where coldwire's own group ends nothing of the client's; in
+            // a failed transaction block it could not run (checked once the block ends).
+            if matches!(
+                state.phase,
+                Phase::Authenticating | Phase::FailedTransaction
+            ) || state.outstanding_syncs() != 0
+            {
+                return Ok(false);
             }
-            state.tiers_unchecked = false;
             state.own_group_sent(reply);
         }
         self.write_now(&mut super::reads::tiered_tables_frames())
             .await?;
-        let database = &self.shared.database;
         let service = self.shared.ctx.databases.is_some();
         let refused = |tables, reason| SessionError::TiersNotServed {
             database: database.clone(),
@@ -505,7 +527,11 @@ impl ClientDirection<'_, '_> {
         let tables = match result.await {
             Ok(Ok(rows)) => match rows.into_iter().next().and_then(|r| r.into_iter().next()) {
                 Some(Some(names)) => String::from_utf8_lossy(&names).into_owned(),
-                _ => return Ok(false),
+                _ => {
+                    self.shared.ctx.found_untiered(database, now);
+                    *until = Some(now + REGISTRY_TTL);
+                    return Ok(false);
+                }
             },
             Ok(Err(error)) => {
                 tracing::warn!(%database, code = %error.code, message = %error.message, "session refused: cannot check its database for tiered tables");
@@ -517,7 +543,7 @@ impl ClientDirection<'_, '_> {
         let reason = match &self.shared.ctx.databases {
             None => "it has no service_url".to_owned(),
             Some(databases) => match databases.open(database).await {
-                Ok(_) => return Ok(false),
+                Ok(_) => return Ok(true),
                 Err(e) => {
                     tracing::warn!(%database, tiered = %tables, error = %e, "session refused: coldwire cannot serve its database's tiered tables");
                     return Err(refused(

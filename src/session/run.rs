@@ -100,7 +100,7 @@ async fn serve(client: Box<dyn Io>, ctx: &SessionContext) -> Result<Option<End>,
     let mut state = SessionState::new(&startup.params);
     // A replication connection runs no SQL coldwire could rewrite, and cannot run the
     // check.
-    state.tiers_unchecked = startup.param("replication").is_none();
+    state.checks_tiers = startup.param("replication").is_none();
     let state = Mutex::new(state);
     let user = startup.param("user").unwrap_or_default().to_owned();
     let database = startup

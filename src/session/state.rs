@@ -127,10 +127,10 @@ pub struct SessionState {
     /// the parameter types it declared: their EXECUTEs are planned as the write (DESIGN
     /// §7.1).
     sql_prepared: HashMap<String, (Arc<PreparedWrite>, Vec<u32>)>,
-    /// The session is not a replication connection, and coldwire has not yet asked
-    /// Postgres whether its database, if coldwire does not serve it, has tiered tables
-    /// (before the session's first statement; `relay::ClientDirection::refuse_if_tiered`).
-    pub tiers_unchecked: bool,
+    /// Whether the session checks, while coldwire does not serve its database, that the
+    /// database has no tiered tables (`relay::ClientDirection::check_tiers`); not a
+    /// replication connection's.
+    pub checks_tiers: bool,
 }
 
 /// What the responses up to one sync point answer.
@@ -288,7 +288,7 @@ impl SessionState {
             quiet_since_sync: false,
             retry_pending: false,
             write_candidates: HashMap::new(),
-            tiers_unchecked: false,
+            checks_tiers: false,
         }
     }
 
