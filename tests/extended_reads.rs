@@ -969,6 +969,37 @@ async fn named_statements_run_their_hot_form_while_no_cold_row_is_bound() {
     let msgs = bind_execute(&mut conn, "r", &["2994"]).await;
     assert!(row_has(&msgs, b"k2"));
     assert_eq!(hot_forms(&mut conn).await, "1");
+    // u closed, the Close of its hot form goes with the next Bind of a rewritten read;
+    // an error ahead of it in that group skips it, and the Bind after closes it then.
+    conn.send(&[raw::parse("u", read), raw::parse("t", read), raw::sync()].concat())
+        .await;
+    assert_eq!(tags(&conn.until_ready().await), "11Z");
+    let msgs = bind_execute(&mut conn, "u", &["2994"]).await;
+    assert!(row_has(&msgs, b"k2"));
+    assert_eq!(hot_forms(&mut conn).await, "2");
+    conn.send(&[raw::frame(b'C', b"Su\0"), raw::sync()].concat())
+        .await;
+    assert_eq!(tags(&conn.until_ready().await), "3Z");
+    conn.send(
+        &[
+            raw::bind("nosuch", &[]),
+            raw::bind("t", &["2994"]),
+            raw::execute(),
+            raw::sync(),
+        ]
+        .concat(),
+    )
+    .await;
+    assert_eq!(tags(&conn.until_ready().await), "EZ");
+    assert_eq!(hot_forms(&mut conn).await, "2");
+    let msgs = bind_execute(&mut conn, "t", &["2994"]).await;
+    assert!(row_has(&msgs, b"k2"));
+    assert_eq!(hot_forms(&mut conn).await, "2");
+    conn.send(&[bind_describe_execute("t", &["2994"]), raw::sync()].concat())
+        .await;
+    let msgs = conn.until_ready().await;
+    assert!(row_has(&msgs, b"k2"));
+    assert_ne!(first_column_table(&msgs), 0, "{msgs:?}");
 
     // A Parse that fails (in a failed transaction block) leaves the name unknown to
     // Postgres, and so to coldwire: its Bind fails as Postgres says.

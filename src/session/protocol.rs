@@ -312,9 +312,12 @@ fn held_back(
             }
             // After an error Postgres skips the rest of the group, own parts included.
             OwnStep::Done => {
-                let hot: Vec<u64> = group.own.drain(..).filter_map(|own| own.hot).collect();
-                for id in hot {
-                    state.hot_form_answered(id, false);
+                let skipped: Vec<OwnPrefix> = group.own.drain(..).collect();
+                for own in skipped {
+                    if let Some(id) = own.hot {
+                        state.hot_form_answered(id, false);
+                    }
+                    state.hot_closes_skipped(own.closes);
                 }
                 return held_back(state, tag, frame, streamed);
             }

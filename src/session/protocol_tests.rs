@@ -383,7 +383,7 @@ fn coldwires_messages_inside_a_group_are_answered_unseen() {
         state.own_messages_sent(OwnPrefix {
             before: 1,
             left: 2,
-            hot: None,
+            ..OwnPrefix::default()
         });
         state.sync_sent();
         run(&mut state, script);

@@ -260,6 +260,7 @@ async fn client_to_upstream(
                             before: side.group.take_completions(),
                             left,
                             hot: bound.hot_parse,
+                            closes: std::mem::take(&mut bound.hot_closes),
                         });
                     }
                     side.forwarded(&mut state, msg::BIND, &frame, true, &streamed)?;

@@ -110,6 +110,7 @@ impl ClientDirection<'_, '_> {
                         before: 0,
                         left,
                         hot: bound.hot_parse,
+                        closes: bound.hot_closes,
                     })
                     .into_iter()
                     .collect();

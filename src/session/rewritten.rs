@@ -358,7 +358,7 @@ pub async fn plan_query(
                     let own = values.map(|_| OwnPrefix {
                         before: 0,
                         left: OWN_COMPLETIONS,
-                        hot: None,
+                        ..OwnPrefix::default()
                     });
                     Plan::Run(out, own.into_iter().collect())
                 }
@@ -503,6 +503,8 @@ pub struct BoundFrames {
     pub own_completions: Option<u32>,
     /// The statement whose hot form those messages parse, if they do.
     pub hot_parse: Option<u64>,
+    /// The statements whose hot forms those messages close.
+    pub hot_closes: Vec<u64>,
 }
 
 /// The frames to send for the client's Bind `frame` of a statement coldwire prepared: for
@@ -523,6 +525,7 @@ pub async fn bind(
         frames: BytesMut::from(frame),
         own_completions: None,
         hot_parse: None,
+        hot_closes: Vec::new(),
     };
     let bind = Bind::decode(frame)?;
     let (statement, settings, candidates) = {
@@ -564,11 +567,13 @@ pub async fn bind(
             let mut out = BytesMut::new();
             let mut own = 0;
             let mut hot_parse = None;
+            let hot_closes;
             {
                 let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
                 let hot = hot.filter(|_| state.may_use_hot_form(bind.statement));
-                for id in state.take_hot_to_close() {
-                    ext::encode_close(&mut out, b'S', &hot_statement_name(id));
+                hot_closes = state.take_hot_to_close();
+                for id in &hot_closes {
+                    ext::encode_close(&mut out, b'S', &hot_statement_name(*id));
                     own += 1;
                 }
                 let form = hot.and_then(|hot| match state.hot_form(statement.id) {
@@ -601,6 +606,7 @@ pub async fn bind(
                 frames: out,
                 own_completions: (own > 0).then_some(own),
                 hot_parse,
+                hot_closes,
             })
         }
         Prepared::Write(write) => {
@@ -614,6 +620,7 @@ pub async fn bind(
                         frames: BytesMut::from(frame),
                         own_completions: None,
                         hot_parse: None,
+                        hot_closes: Vec::new(),
                     })
                 }
                 Ok(Some(call)) => call.frames(),
@@ -633,6 +640,7 @@ pub async fn bind(
                 frames: out,
                 own_completions: Some(OWN_COMPLETIONS),
                 hot_parse: None,
+                hot_closes: Vec::new(),
             })
         }
     }

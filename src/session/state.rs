@@ -246,13 +246,16 @@ pub struct RewrittenGroup {
 /// client's messages since the previous own part (or the group's start), and answered by
 /// `left` completions of their own (ParseComplete, BindComplete, CloseComplete,
 /// CommandComplete, …), which the client must not see.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OwnPrefix {
     pub before: u32,
     pub left: u32,
     /// The statement whose hot form coldwire's messages parse, if they do: ready once
     /// they are all answered, absent if they are not.
     pub hot: Option<u64>,
+    /// The statements whose hot forms coldwire's messages close: to be closed again if
+    /// an error makes Postgres skip them.
+    pub closes: Vec<u64>,
 }
 
 /// A `COPY … TO STDOUT` being served from the rows of its rewritten query.
@@ -405,6 +408,13 @@ impl SessionState {
     /// The hot forms to close, taken.
     pub fn take_hot_to_close(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.hot_to_close)
+    }
+
+    /// Postgres skipped coldwire's Closes of these hot forms (an error earlier in their
+    /// group): they are closed at the next chance. A Close that did run is harmless to
+    /// send again.
+    pub fn hot_closes_skipped(&mut self, ids: Vec<u64>) {
+        self.hot_to_close.extend(ids);
     }
 
     /// The client sent Describe of statement `name`.

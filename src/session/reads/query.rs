@@ -133,14 +133,14 @@ impl ReadPath {
                             own.push(OwnPrefix {
                                 before: 0,
                                 left: OWN_COMPLETIONS,
-                                hot: None,
+                                ..OwnPrefix::default()
                             });
                         } else {
                             out.extend_from_slice(&frames);
                             own.push(OwnPrefix {
                                 before: before - 4,
                                 left: OWN_COMPLETIONS,
-                                hot: None,
+                                ..OwnPrefix::default()
                             });
                             before = 4;
                         }
