@@ -524,9 +524,18 @@ async fn a_proxy_without_service_url_refuses_sessions_on_databases_with_tiered_t
     assert!(stderr.contains("has tiered tables"), "{stderr}");
     assert!(relay.log_contains("session refused").await);
 
-    // A database without tiered tables is relayed as before.
+    // A database without tiered tables is relayed as before; its checks never run in
+    // a transaction block (where SET TRANSACTION must come first).
     let on_plain = relay.connect(&plain).await;
     assert_eq!(count(&on_plain, "SELECT count(*) FROM events").await, 1000);
+    on_plain.batch_execute("BEGIN").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    on_plain
+        .batch_execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+        .await
+        .unwrap();
+    assert_eq!(count(&on_plain, "SELECT count(*) FROM events").await, 1000);
+    on_plain.batch_execute("COMMIT").await.unwrap();
     assert_eq!(count(&on_plain, "SELECT count(*) FROM events").await, 1000);
 
     // A proxy with a service connection but another cold store cannot serve it either.

@@ -170,7 +170,11 @@ async fn tier_table(client: &mut Client, request: &AdminRequest) -> Result<Value
         let tx = client.transaction().await?;
         let rows = tx.execute(&spec.seed(), &[]).await?;
         tx.execute(
-            "UPDATE coldwire.tables SET state = 'active' WHERE id = $1",
+            // The first flush waits a while after `tiered_at` for every proxy to see the
+            // table (flush::finalize): counted from when it becomes visible as tiered,
+            // not from the start of the first transaction, which may have waited for
+            // locks, nor from before the seeding.
+            "UPDATE coldwire.tables SET state = 'active', tiered_at = pg_catalog.clock_timestamp() WHERE id = $1",
             &[&id],
         )
         .await?;

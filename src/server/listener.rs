@@ -134,6 +134,7 @@ impl Server {
             admin,
             databases,
             untiered_at: std::sync::Mutex::default(),
+            unservable_at: std::sync::Mutex::default(),
         });
         Ok(Self {
             ctx,

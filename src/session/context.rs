@@ -32,26 +32,29 @@ pub struct SessionContext {
     /// Databases coldwire does not serve, each with when a session last found it without
     /// tiered tables (`relay::ClientDirection::check_tiers`).
     pub untiered_at: Mutex<HashMap<String, Instant>>,
+    /// Databases with tiered tables coldwire found it could not serve, each with when.
+    pub unservable_at: Mutex<HashMap<String, Instant>>,
 }
 
 impl SessionContext {
     /// When a session last found `database` without tiered tables.
     pub fn untiered_since(&self, database: &str) -> Option<Instant> {
-        self.untiered_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(database)
-            .copied()
+        last(&self.untiered_at, database)
     }
 
     /// A session found `database` without tiered tables by a check sent at `at`.
     pub fn found_untiered(&self, database: &str, at: Instant) {
-        let mut untiered = self
-            .untiered_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let last = untiered.entry(database.to_owned()).or_insert(at);
-        *last = (*last).max(at);
+        note(&self.untiered_at, database, at);
+    }
+
+    /// When coldwire last found it could not serve the tiered tables of `database`.
+    pub fn unservable_since(&self, database: &str) -> Option<Instant> {
+        last(&self.unservable_at, database)
+    }
+
+    /// coldwire found at `at` that it cannot serve the tiered tables of `database`.
+    pub fn found_unservable(&self, database: &str, at: Instant) {
+        note(&self.unservable_at, database, at);
     }
 
     /// The TLS acceptor new sessions use now (`None`: TLS refused).
@@ -61,4 +64,20 @@ impl SessionContext {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
+}
+
+/// When `database` was last noted in `times`.
+fn last(times: &Mutex<HashMap<String, Instant>>, database: &str) -> Option<Instant> {
+    times
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(database)
+        .copied()
+}
+
+/// Notes `database` in `times` at `at`, unless it was noted later.
+fn note(times: &Mutex<HashMap<String, Instant>>, database: &str, at: Instant) {
+    let mut times = times.lock().unwrap_or_else(PoisonError::into_inner);
+    let last = times.entry(database.to_owned()).or_insert(at);
+    *last = (*last).max(at);
 }

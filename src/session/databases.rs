@@ -215,6 +215,23 @@ impl Databases {
             });
         }
         let mut client = catalog::connect(&self.service_for(database)).await?;
+        // Another store's catalog is left as it is (not migrated by this proxy). No
+        // catalog yet (the query fails): the first `tier_table` makes one below.
+        let recorded_store = client
+            .query_opt(
+                "SELECT value FROM coldwire.meta WHERE key = 'cold_store'",
+                &[],
+            )
+            .await;
+        if let Ok(Some(row)) = recorded_store {
+            let store: String = row.get(0);
+            if store != self.store.location() {
+                return Err(CatalogError::OtherStore {
+                    database: database.to_owned(),
+                    store,
+                });
+            }
+        }
         let report = catalog::migrate(&mut client).await?;
         let store = claim_store(&client, self.store.location()).await?;
         if store != self.store.location() {

@@ -98,6 +98,10 @@ impl ClientSide {
         streamed: &AtomicBool,
     ) -> Result<ClientAction, SessionError> {
         let dirty = self.sent_since_sync || streamed.load(Ordering::Relaxed);
+        // The client sent something after the last group written: that group may not be
+        // retried unseen (its retry would have to go ahead of this frame, which is
+        // recorded now). `ClientDirection::send` sets it again as it writes.
+        state.quiet_since_sync = false;
         match self.admin.on_frame(tag, frame, dirty)? {
             Disposition::Forward => {}
             Disposition::Drop => return Ok(ClientAction::Drop),

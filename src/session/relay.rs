@@ -207,6 +207,12 @@ async fn client_to_upstream(
             .scanner
             .drain_until(&mut input, &mut out, |tag, frame, out| {
                 let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+                // A retry goes upstream ahead of everything the client sent after the
+                // group that failed, and is recorded ahead of it: nothing is recorded
+                // while one is pending (recording a frame rules a retry out, below).
+                if state.retry_pending {
+                    return Ok(Some(Stop::RetryFirst(BytesMut::from(frame))));
+                }
                 match side.on_client_frame(&mut state, reads.as_deref(), tag, frame, &streamed)? {
                     ClientAction::Pass { ends_retryable: e } => {
                         ends_retryable = e;
@@ -222,6 +228,16 @@ async fn client_to_upstream(
         match stop {
             Some(Stop::Admin(answer)) => {
                 answer_admin(answer, &mut side.admin, shared).await?;
+                continue;
+            }
+            Some(Stop::RetryFirst(mut frame)) => {
+                frame.unsplit(input.split());
+                input = frame;
+                if shared.locked().retry_pending {
+                    if let Some((retry, attempt)) = c.retries.recv().await {
+                        c.run_retry(retry, attempt, false).await?;
+                    }
+                }
                 continue;
             }
             Some(Stop::Read(query)) => {
@@ -505,13 +521,11 @@ impl ClientDirection<'_, '_> {
         let (reply, result) = tokio::sync::oneshot::channel();
         {
             let mut state = self.shared.locked();
-            // Between groups, where coldwire's own group ends nothing of the client's; in
-            // a failed transaction block it could not run (checked once the block ends).
-            if matches!(
-                state.phase,
-                Phase::Authenticating | Phase::FailedTransaction
-            ) || state.outstanding_syncs() != 0
-            {
+            // Between groups outside a transaction block, where coldwire's own group ends
+            // nothing of the client's and changes nothing it will do: inside one, its
+            // query would take the block's first snapshot, after which SET TRANSACTION
+            // fails (checked once the block ends).
+            if state.phase != Phase::Idle || state.outstanding_syncs() != 0 {
                 return Ok(false);
             }
             state.own_group_sent(reply);
@@ -543,10 +557,24 @@ impl ClientDirection<'_, '_> {
         };
         let reason = match &self.shared.ctx.databases {
             None => "it has no service_url".to_owned(),
+            // Tried at most once per TTL per database: opening takes a service connection.
+            Some(_)
+                if self
+                    .shared
+                    .ctx
+                    .unservable_since(database)
+                    .is_some_and(|at| now < at + REGISTRY_TTL) =>
+            {
+                return Err(refused(
+                    Some(tables),
+                    "it does not serve that database".to_owned(),
+                ));
+            }
             Some(databases) => match databases.open(database).await {
                 Ok(_) => return Ok(true),
                 Err(e) => {
                     tracing::warn!(%database, tiered = %tables, error = %e, "session refused: coldwire cannot serve its database's tiered tables");
+                    self.shared.ctx.found_unservable(database, now);
                     return Err(refused(
                         Some(tables),
                         "it does not serve that database".to_owned(),

@@ -44,6 +44,9 @@ pub enum Stop {
     Prepare(BytesMut),
     /// Give a Bind of a rewritten statement its cold parameters.
     Bind(BytesMut),
+    /// A retry was decided on before this frame (not yet recorded) was seen: run it
+    /// first, then take the frame again.
+    RetryFirst(BytesMut),
 }
 
 /// The stop a client frame on its way upstream needs, if it reads tiered tables.

@@ -98,9 +98,14 @@ async fn serve(client: Box<dyn Io>, ctx: &SessionContext) -> Result<Option<End>,
         .await
         .map_err(SessionError::UpstreamIo)?;
     let mut state = SessionState::new(&startup.params);
-    // A replication connection runs no SQL coldwire could rewrite, and cannot run the
-    // check.
-    state.checks_tiers = startup.param("replication").is_none();
+    // A replication connection (physical, or logical: `database`) cannot run the check,
+    // which uses the extended protocol; `replication=false` is an ordinary session.
+    state.checks_tiers = startup.param("replication").is_none_or(|v| {
+        matches!(
+            v.to_ascii_lowercase().as_str(),
+            "false" | "off" | "no" | "0"
+        )
+    });
     let state = Mutex::new(state);
     let user = startup.param("user").unwrap_or_default().to_owned();
     let database = startup
