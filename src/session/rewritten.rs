@@ -601,7 +601,7 @@ pub async fn bind(
                         }
                         .encode_with_extra(&values, &mut out);
                     }
-                    None => bind.encode_with_extra(&cold.values, &mut out),
+                    None => bind.encode_with_extra(&read.full_form(cold).1, &mut out),
                 }
             }
             Ok(BoundFrames {

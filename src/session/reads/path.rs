@@ -73,10 +73,23 @@ pub struct PreparedRead {
 /// The parameters coldwire binds for one execution of a [`PreparedRead`].
 #[derive(Debug)]
 pub struct ColdParams {
-    /// Per reference: its cold rows (or partials), then its guard's plan.
-    pub values: Vec<BytesMut>,
+    /// Per reference: its cold rows (or partials), none when it has no cold rows to bind
+    /// (bound as empty arrays, made only if the full rewrite runs), then its guard's plan.
+    refs: Vec<(Option<Vec<BytesMut>>, BytesMut)>,
     /// Whether any reference has cold rows or partials bound.
     pub injected: bool,
+}
+
+impl ColdParams {
+    /// The parameters after the client's for the full rewrite of `prepared`.
+    fn values(self, prepared: &PreparedRead) -> Vec<BytesMut> {
+        let mut values = Vec::with_capacity(prepared.cold_param_count());
+        for ((rows, plan), r) in self.refs.into_iter().zip(&prepared.references) {
+            values.extend(rows.unwrap_or_else(|| r.no_rows()));
+            values.push(plan);
+        }
+        values
+    }
 }
 
 impl PreparedRead {
@@ -92,15 +105,7 @@ impl PreparedRead {
     /// reference's guard plan), when it has one and no reference of `cold` has a cold row.
     pub fn hot_form(&self, cold: &ColdParams) -> Option<(&str, Vec<BytesMut>)> {
         let hot = self.hot_sql.as_deref().filter(|_| !cold.injected)?;
-        let mut end = 0;
-        let params = self
-            .references
-            .iter()
-            .map(|r| {
-                end += r.param_count();
-                cold.values.get(end - 1).cloned()
-            })
-            .collect::<Option<_>>()?;
+        let params = cold.refs.iter().map(|(_, plan)| plan.clone()).collect();
         Some((hot, params))
     }
 
@@ -109,8 +114,13 @@ impl PreparedRead {
     pub fn form(&self, cold: ColdParams) -> (&str, Vec<BytesMut>) {
         match self.hot_form(&cold) {
             Some(hot) => hot,
-            None => (&self.sql, cold.values),
+            None => self.full_form(cold),
         }
+    }
+
+    /// The full rewrite with the parameters after the client's for `cold`.
+    pub fn full_form(&self, cold: ColdParams) -> (&str, Vec<BytesMut>) {
+        (&self.sql, cold.values(self))
     }
 
     /// The tiered tables the statement reads, each once.
@@ -422,7 +432,7 @@ impl ReadPath {
             };
             tables.insert(id, table);
         }
-        let mut out = Vec::with_capacity(prepared.cold_param_count());
+        let mut out = Vec::with_capacity(prepared.references.len());
         let mut injected = false;
         for r in &prepared.references {
             let cold = &tables[&r.table_id];
@@ -447,8 +457,8 @@ impl ReadPath {
                         .partial_params(r, plan, cold.clone(), predicates.clone(), exact)
                         .await
                     {
-                        Ok(params) => {
-                            out.extend(params);
+                        Ok([rows, partials, plan]) => {
+                            out.push((Some(vec![rows, partials]), plan));
                             injected = true;
                             continue;
                         }
@@ -478,10 +488,10 @@ impl ReadPath {
                     Some(filters),
                 ) => {
                     let plan = r.aggregate.as_ref().expect("partials are planned");
-                    out.extend(
-                        self.partial_params(r, plan, cold.clone(), predicates, filters)
-                            .await?,
-                    );
+                    let [rows, partials, plan] = self
+                        .partial_params(r, plan, cold.clone(), predicates, filters)
+                        .await?;
+                    out.push((Some(vec![rows, partials]), plan));
                     injected = true;
                     continue;
                 }
@@ -505,15 +515,23 @@ impl ReadPath {
                 return Err(PlanError::Encoding);
             }
             injected |= rows > 0 || r.aggregate.is_some();
-            out.extend(r.bind_rows(cold, found.batches)?);
-            if r.aggregate.is_some() {
-                out.push(jsonb(&serde_json::json!([])));
-            }
-            out.push(jsonb(&serde_json::json!({ "planned": cold.generation })));
+            let bound = if rows > 0 || r.aggregate.is_some() {
+                let mut bound = r.bind_rows(cold, found.batches)?;
+                if r.aggregate.is_some() {
+                    bound.push(jsonb(&serde_json::json!([])));
+                }
+                Some(bound)
+            } else {
+                None
+            };
+            out.push((
+                bound,
+                jsonb(&serde_json::json!({ "planned": cold.generation })),
+            ));
         }
         metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "read").increment(1);
         Ok(ColdParams {
-            values: out,
+            refs: out,
             injected,
         })
     }
@@ -527,20 +545,20 @@ impl ReadPath {
             refusal["hint"] = hint.clone().into();
         }
         let plan = jsonb(&serde_json::json!({ "refusal": refusal }));
-        let values = prepared
+        let refs = prepared
             .references
             .iter()
-            .flat_map(|r| {
-                let partials = r.aggregate.as_ref().map(|_| jsonb(&serde_json::json!([])));
-                r.no_rows()
-                    .into_iter()
-                    .chain(partials)
-                    .chain(std::iter::once(plan.clone()))
-                    .collect::<Vec<_>>()
+            .map(|r| {
+                let rows = r.aggregate.as_ref().map(|_| {
+                    let mut rows = r.no_rows();
+                    rows.push(jsonb(&serde_json::json!([])));
+                    rows
+                });
+                (rows, plan.clone())
             })
             .collect();
         ColdParams {
-            values,
+            refs,
             injected: true,
         }
     }
