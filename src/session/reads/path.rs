@@ -11,6 +11,7 @@
 //! ([`ReadPath::cold_params`]).
 
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{BufMut, BytesMut};
@@ -524,10 +525,7 @@ impl ReadPath {
             } else {
                 None
             };
-            out.push((
-                bound,
-                jsonb(&serde_json::json!({ "planned": cold.generation })),
-            ));
+            out.push((bound, planned(cold.generation)));
         }
         metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "read").increment(1);
         Ok(ColdParams {
@@ -765,6 +763,15 @@ pub(super) fn empty_array(element: u32) -> BytesMut {
     empty
 }
 
+/// The guard's plan `{"planned": generation}` in jsonb's binary format, written
+/// directly: it is made for every Bind of a rewritten read.
+pub(super) fn planned(generation: i64) -> BytesMut {
+    let mut out = BytesMut::with_capacity(32);
+    out.put_u8(1);
+    let _ = write!(out, "{{\"planned\":{generation}}}");
+    out
+}
+
 /// `value` in jsonb's binary format (version byte 1, then the text).
 pub(super) fn jsonb(value: &serde_json::Value) -> BytesMut {
     let text = value.to_string();
@@ -782,6 +789,16 @@ pub async fn after_plan() {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_plan_is_the_jsonb_of_its_generation() {
+        for generation in [0, 7, -1, i64::MAX] {
+            assert_eq!(
+                super::planned(generation),
+                super::jsonb(&serde_json::json!({ "planned": generation }))
+            );
+        }
+    }
+
     use super::*;
 
     #[test]
