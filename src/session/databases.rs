@@ -217,14 +217,7 @@ impl Databases {
         let mut client = catalog::connect(&self.service_for(database)).await?;
         // Another store's catalog is left as it is (not migrated by this proxy). No
         // catalog yet (the query fails): the first `tier_table` makes one below.
-        let recorded_store = client
-            .query_opt(
-                "SELECT value FROM coldwire.meta WHERE key = 'cold_store'",
-                &[],
-            )
-            .await;
-        if let Ok(Some(row)) = recorded_store {
-            let store: String = row.get(0);
+        if let Ok(Some(store)) = recorded(&client, STORE_KEY).await {
             if store != self.store.location() {
                 return Err(CatalogError::OtherStore {
                     database: database.to_owned(),
@@ -385,8 +378,11 @@ impl Databases {
 /// The cold store recorded in the connected database's catalog (`coldwire.meta`, key
 /// `cold_store`), recording `ours` where none is.
 async fn claim_store(client: &tokio_postgres::Client, ours: &str) -> Result<String, CatalogError> {
-    claim(client, "cold_store", ours).await
+    claim(client, STORE_KEY, ours).await
 }
+
+/// The key of `coldwire.meta` that records the cold store of the database's tables.
+const STORE_KEY: &str = "cold_store";
 
 /// The value of `key` in the connected database's `coldwire.meta`, recording `value`
 /// where none is.

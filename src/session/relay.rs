@@ -16,7 +16,7 @@ use super::reads::Plan;
 use super::retry::{retry, MAX_READ_RETRIES};
 use super::rewritten::{self, QueryRead, Stop};
 use super::shared::Shared;
-use super::state::{CopyOut, OwnPrefix, Phase, Retry, RewrittenGroup, SessionState};
+use super::state::{CopyOut, Phase, Retry, RewrittenGroup, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
 use crate::catalog::registry::REGISTRY_TTL;
@@ -235,7 +235,7 @@ async fn client_to_upstream(
                 input = frame;
                 if shared.locked().retry_pending {
                     if let Some((retry, attempt)) = c.retries.recv().await {
-                        c.run_retry(retry, attempt, false).await?;
+                        c.run_retry(retry, attempt).await?;
                     }
                 }
                 continue;
@@ -271,13 +271,9 @@ async fn client_to_upstream(
                 super::reads::after_plan().await;
                 {
                     let mut state = shared.locked();
-                    if let Some(left) = bound.own_completions {
-                        state.own_messages_sent(OwnPrefix {
-                            before: side.group.take_completions(),
-                            left,
-                            hot: bound.hot_parse,
-                            closes: std::mem::take(&mut bound.hot_closes),
-                        });
+                    if let Some(mut own) = bound.own.take() {
+                        own.before = side.group.take_completions();
+                        state.own_messages_sent(own);
                     }
                     side.forwarded(&mut state, msg::BIND, &frame, true, &streamed)?;
                     // Sent by the other direction where a message starts (rows of an
@@ -302,7 +298,7 @@ async fn client_to_upstream(
                     return Ok(End::ClientClosed);
                 }
             }
-            Some((retry, attempt)) = c.retries.recv() => c.run_retry(retry, attempt, false).await?,
+            Some((retry, attempt)) = c.retries.recv() => c.run_retry(retry, attempt).await?,
         }
     }
 }
@@ -328,8 +324,7 @@ impl ClientDirection<'_, '_> {
                 }
             }
             match self.retries.recv().await {
-                // `out` is recorded, and is written behind the retry.
-                Some((retry, attempt)) => self.run_retry(retry, attempt, true).await?,
+                Some((retry, attempt)) => self.run_retry(retry, attempt).await?,
                 None => break,
             }
         }
@@ -556,34 +551,29 @@ impl ClientDirection<'_, '_> {
             Err(_) => return Ok(false),
         };
         let reason = match &self.shared.ctx.databases {
-            None => "it has no service_url".to_owned(),
-            // Tried at most once per TTL per database: opening takes a service connection.
-            Some(_)
-                if self
+            None => "it has no service_url",
+            Some(databases) => {
+                // Tried at most once per TTL per database: opening takes a service
+                // connection.
+                let tried = self
                     .shared
                     .ctx
                     .unservable_since(database)
-                    .is_some_and(|at| now < at + REGISTRY_TTL) =>
-            {
-                return Err(refused(
-                    Some(tables),
-                    "it does not serve that database".to_owned(),
-                ));
-            }
-            Some(databases) => match databases.open(database).await {
-                Ok(_) => return Ok(true),
-                Err(e) => {
-                    tracing::warn!(%database, tiered = %tables, error = %e, "session refused: coldwire cannot serve its database's tiered tables");
-                    self.shared.ctx.found_unservable(database, now);
-                    return Err(refused(
-                        Some(tables),
-                        "it does not serve that database".to_owned(),
-                    ));
+                    .is_some_and(|at| now < at + REGISTRY_TTL);
+                if !tried {
+                    match databases.open(database).await {
+                        Ok(_) => return Ok(true),
+                        Err(e) => {
+                            tracing::warn!(%database, error = %e, "coldwire cannot serve the tiered tables of a database");
+                            self.shared.ctx.found_unservable(database, now);
+                        }
+                    }
                 }
-            },
+                "it does not serve that database"
+            }
         };
-        tracing::warn!(%database, tiered = %tables, "session refused: coldwire has no service_url, and its database has tiered tables");
-        Err(refused(Some(tables), reason))
+        tracing::warn!(%database, tiered = %tables, reason, "session refused: coldwire cannot serve its database's tiered tables");
+        Err(refused(Some(tables), reason.to_owned()))
     }
 
     /// Writes coldwire's own frames upstream at once (the caller has done the bookkeeping).

@@ -8,7 +8,7 @@ use std::sync::PoisonError;
 use super::relay::ClientDirection;
 use super::rewritten;
 use super::shared::Shared;
-use super::state::{OwnPrefix, Phase, Retry, RewrittenGroup};
+use super::state::{Phase, Retry, RewrittenGroup};
 use super::SessionError;
 use crate::wire::extended as ext;
 use crate::wire::messages as msg;
@@ -22,27 +22,21 @@ impl ClientDirection<'_, '_> {
     /// it is planned and given back after it, so flushes cannot finalize under it again:
     /// however long it takes to plan, it is not refused with 40001 a second time.
     ///
-    /// `unsent` says that client messages are recorded as sent but still wait to be
-    /// written (behind the retry): the retry then holds nothing. The lock groups would be
-    /// written ahead of those messages but recorded behind them, and their answers read
-    /// as the messages' (a Parse pipelined without its Sync would lose its ParseComplete
-    /// to the lock group's ReadyForQuery).
+    /// Nothing the client sent after the failed group is recorded when it runs (a retry
+    /// is decided only while nothing is, and goes ahead of any frame read after that:
+    /// `Stop::RetryFirst`), so coldwire's lock groups are recorded in the order they are
+    /// written.
     pub(super) async fn run_retry(
         &mut self,
         group: RewrittenGroup,
         attempt: u8,
-        unsent: bool,
     ) -> Result<(), SessionError> {
         self.shared
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retry_pending = false;
-        let held = if unsent {
-            Vec::new()
-        } else {
-            self.hold_tables(group.retry.as_ref()).await?
-        };
+        let held = self.hold_tables(group.retry.as_ref()).await?;
         let sent = self.send_retry(group, attempt).await;
         if !held.is_empty() {
             let (reply, _) = tokio::sync::oneshot::channel();
@@ -104,16 +98,7 @@ impl ClientDirection<'_, '_> {
             }
             Some(Retry::Bind { bind, execute }) => {
                 let bound = rewritten::bind(&bind, &HashMap::new(), true, self.shared).await?;
-                let own = bound
-                    .own_completions
-                    .map(|left| OwnPrefix {
-                        before: 0,
-                        left,
-                        hot: bound.hot_parse,
-                        closes: bound.hot_closes,
-                    })
-                    .into_iter()
-                    .collect();
+                let own = bound.own.into_iter().collect();
                 let mut out = bound.frames;
                 out.extend_from_slice(&execute);
                 out.extend_from_slice(&ext::empty(msg::SYNC));

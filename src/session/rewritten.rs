@@ -501,13 +501,10 @@ pub struct BoundFrames {
     /// A notice for the client ([`explain_notice`]), sent ahead of the next BindComplete
     /// (`SessionState::explain_notice`).
     pub notice: Option<BytesMut>,
-    /// Completions of coldwire's own messages at the front of `frames` (a write's
-    /// rehydration; hot forms closed and parsed), which the client must not see.
-    pub own_completions: Option<u32>,
-    /// The statement whose hot form those messages parse, if they do.
-    pub hot_parse: Option<u64>,
-    /// The statements whose hot forms those messages close.
-    pub hot_closes: Vec<u64>,
+    /// coldwire's own messages at the front of `frames` (a write's rehydration; hot
+    /// forms closed and parsed), which the client must not see: their completions and
+    /// the hot forms they parse and close (`before` is the caller's to set).
+    pub own: Option<OwnPrefix>,
 }
 
 /// The frames to send for the client's Bind `frame` of a statement coldwire prepared: for
@@ -526,9 +523,7 @@ pub async fn bind(
     let unchanged = || BoundFrames {
         notice: None,
         frames: BytesMut::from(frame),
-        own_completions: None,
-        hot_parse: None,
-        hot_closes: Vec::new(),
+        own: None,
     };
     let bind = Bind::decode(frame)?;
     let (statement, settings, candidates) = {
@@ -607,9 +602,12 @@ pub async fn bind(
             Ok(BoundFrames {
                 notice: explain_notice(read, Some(&params), shared).await,
                 frames: out,
-                own_completions: (own > 0).then_some(own),
-                hot_parse,
-                hot_closes,
+                own: (own > 0).then_some(OwnPrefix {
+                    before: 0,
+                    left: own,
+                    hot: hot_parse,
+                    closes: hot_closes,
+                }),
             })
         }
         Prepared::Write(write) => {
@@ -621,9 +619,7 @@ pub async fn bind(
                     return Ok(BoundFrames {
                         notice: None,
                         frames: BytesMut::from(frame),
-                        own_completions: None,
-                        hot_parse: None,
-                        hot_closes: Vec::new(),
+                        own: None,
                     })
                 }
                 Ok(Some(call)) => call.frames(),
@@ -641,9 +637,11 @@ pub async fn bind(
             Ok(BoundFrames {
                 notice: None,
                 frames: out,
-                own_completions: Some(OWN_COMPLETIONS),
-                hot_parse: None,
-                hot_closes: Vec::new(),
+                own: Some(OwnPrefix {
+                    before: 0,
+                    left: OWN_COMPLETIONS,
+                    ..OwnPrefix::default()
+                }),
             })
         }
     }

@@ -515,8 +515,9 @@ impl ReadPath {
             if rows > 0 && !params.settings.utf8 {
                 return Err(PlanError::Encoding);
             }
-            injected |= rows > 0 || r.aggregate.is_some();
-            let bound = if rows > 0 || r.aggregate.is_some() {
+            let bound = rows > 0 || r.aggregate.is_some();
+            injected |= bound;
+            let bound = if bound {
                 let mut bound = r.bind_rows(cold, found.batches)?;
                 if r.aggregate.is_some() {
                     bound.push(jsonb(&serde_json::json!([])));
@@ -789,17 +790,17 @@ pub async fn after_plan() {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn the_plan_is_the_jsonb_of_its_generation() {
         for generation in [0, 7, -1, i64::MAX] {
             assert_eq!(
-                super::planned(generation),
-                super::jsonb(&serde_json::json!({ "planned": generation }))
+                planned(generation),
+                jsonb(&serde_json::json!({ "planned": generation }))
             );
         }
     }
-
-    use super::*;
 
     #[test]
     fn the_name_test_ignores_ascii_case_only() {
