@@ -1220,3 +1220,136 @@ async fn status_counts_the_hot_rows_a_flush_left() {
         .get(0);
     panic!("coldwire.status shows {shown} hot rows, the heap holds {exact} ({stats})");
 }
+
+/// `n` of row `id` of `events`, read through the extended protocol (a named statement,
+/// so its hot form may run) or, with `simple`, as a simple Query.
+async fn n_of(c: &tokio_postgres::Client, id: i64, simple: bool) -> Option<i32> {
+    if simple {
+        return simple_rows(c, &format!("SELECT n FROM events WHERE id = {id}"))
+            .await
+            .unwrap()
+            .first()
+            .map(|r| r[0].as_deref().unwrap().parse().unwrap());
+    }
+    c.query_opt("SELECT n FROM events WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+#[tokio::test]
+async fn rows_a_transaction_brought_back_are_read_hot_until_it_may_undo_them() {
+    let Tiered {
+        proxy,
+        c,
+        dir: _dir,
+        ..
+    } = tiered("writesknown", &["--metrics-listen", "127.0.0.1:0"]).await;
+    let metrics = proxy.metrics_addr.unwrap();
+    let skipped = || metric(metrics, "coldwire_cold_lookups_skipped_total", "");
+    let injected = || metric(metrics, "coldwire_cold_rows_injected_total", "");
+    let rehydrated = || metric(metrics, "coldwire_rows_rehydrated_total", "");
+
+    // A read after a cold UPDATE of the same key in the block: no cold lookup, the row
+    // as updated, in both protocols; a second UPDATE of it brings nothing back.
+    c.batch_execute("BEGIN").await.unwrap();
+    c.execute("UPDATE events SET n = n + 100 WHERE id = $1", &[&5i64])
+        .await
+        .unwrap();
+    let (s0, i0, r0) = (skipped().await, injected().await, rehydrated().await);
+    assert_eq!(n_of(&c, 5, false).await, Some(105));
+    assert_eq!(n_of(&c, 5, true).await, Some(105));
+    assert_eq!(
+        skipped().await,
+        s0 + 2.0,
+        "both reads skipped the cold lookup"
+    );
+    assert_eq!(injected().await, i0, "no cold row was bound");
+    c.execute("UPDATE events SET n = n + 1 WHERE id = $1", &[&5i64])
+        .await
+        .unwrap();
+    assert_eq!(
+        skipped().await,
+        s0 + 3.0,
+        "the write's lookup was skipped too"
+    );
+    assert_eq!(rehydrated().await, r0, "and nothing came back again");
+    assert_eq!(n_of(&c, 5, false).await, Some(106));
+    // A key asked for alongside one not brought back is looked up.
+    let both: Vec<i32> = c
+        .query(
+            "SELECT n FROM events WHERE id = ANY($1) ORDER BY id",
+            &[&vec![5i64, 6]],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(both, vec![106, 6]);
+    // Deleted after it came back: gone, with or without the lookup.
+    c.execute("UPDATE events SET n = 0 WHERE id = 9", &[])
+        .await
+        .unwrap();
+    c.execute("DELETE FROM events WHERE id = 9", &[])
+        .await
+        .unwrap();
+    assert_eq!(n_of(&c, 9, false).await, None);
+    assert_eq!(n_of(&c, 9, true).await, None);
+
+    // ROLLBACK TO SAVEPOINT undoes a rehydration: the cold row is read again.
+    c.batch_execute("SAVEPOINT s").await.unwrap();
+    c.execute("UPDATE events SET n = -1 WHERE id = 6", &[])
+        .await
+        .unwrap();
+    assert_eq!(n_of(&c, 6, false).await, Some(-1));
+    c.batch_execute("ROLLBACK TO s").await.unwrap();
+    let i1 = injected().await;
+    assert_eq!(n_of(&c, 6, false).await, Some(6), "the cold row, as before");
+    assert_eq!(injected().await, i1 + 1.0, "read from the cold tier");
+    assert_eq!(n_of(&c, 5, false).await, Some(106), "older rows stay right");
+
+    // ... also when it comes in the same Query string as the read.
+    c.batch_execute("SAVEPOINT s").await.unwrap();
+    c.execute("UPDATE events SET n = -1 WHERE id = 7", &[])
+        .await
+        .unwrap();
+    let rows = simple_rows(&c, "ROLLBACK TO s; SELECT n FROM events WHERE id = 7")
+        .await
+        .unwrap();
+    assert_eq!(rows, vec![vec![Some("7".to_owned())]]);
+
+    // ... and when it is still on its way while the read is sent (pipelined).
+    c.batch_execute("SAVEPOINT s").await.unwrap();
+    c.execute("UPDATE events SET n = -1 WHERE id = 8", &[])
+        .await
+        .unwrap();
+    let read = c
+        .prepare("SELECT n FROM events WHERE id = $1")
+        .await
+        .unwrap();
+    let (rolled, n) = tokio::join!(
+        c.batch_execute("ROLLBACK TO s"),
+        c.query_one(&read, &[&8i64])
+    );
+    rolled.unwrap();
+    assert_eq!(n.unwrap().get::<_, i32>(0), 8);
+
+    // ROLLBACK AND CHAIN stays in a block and undoes the whole transaction.
+    c.execute("UPDATE events SET n = -1 WHERE id = 10", &[])
+        .await
+        .unwrap();
+    assert_eq!(n_of(&c, 10, false).await, Some(-1));
+    c.batch_execute("ROLLBACK AND CHAIN").await.unwrap();
+    assert_eq!(n_of(&c, 10, false).await, Some(10));
+    assert_eq!(n_of(&c, 5, false).await, Some(5), "rolled back with it");
+    c.batch_execute("ROLLBACK").await.unwrap();
+
+    // Outside a block nothing is remembered: every read looks up.
+    c.execute("UPDATE events SET n = -2 WHERE id = 11", &[])
+        .await
+        .unwrap();
+    let s1 = skipped().await;
+    assert_eq!(n_of(&c, 11, false).await, Some(-2));
+    assert_eq!(skipped().await, s1);
+}

@@ -232,7 +232,56 @@ impl ColdTable {
     pub fn key_of(&self, rows: &RecordBatch, row: usize) -> Vec<u8> {
         ordered::encode_key(rows, &self.pk_positions, row).unwrap_or_default()
     }
+
+    /// Whether every key column is an integer, whose composite-key encoding is the
+    /// encoding a predicate compares it by ([`ColdTable::asked_keys`]).
+    pub fn integer_key(&self) -> bool {
+        !self.pk_positions.is_empty()
+            && self.pk_positions.iter().all(|&p| {
+                matches!(
+                    self.columns.get(p).map(|c| c.ty),
+                    Some(ColdType::Scalar(
+                        ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8
+                    ))
+                )
+            })
+    }
+
+    /// The keys `predicates` pin every key column of to (by `=` or a short `IN`), in the
+    /// encoding of [`ColdTable::key_of`]: every cold row the scan of `predicates` keeps
+    /// has one of them. `None` when a key column is not pinned, the key is not all
+    /// integers, or there are more than [`ASKED_KEYS`].
+    pub fn asked_keys(&self, predicates: &[Predicate]) -> Option<Vec<Vec<u8>>> {
+        if !self.integer_key() {
+            return None;
+        }
+        let mut keys = vec![Vec::new()];
+        for &p in &self.pk_positions {
+            let attnum = self.columns[p].attnum;
+            let values = predicates
+                .iter()
+                .filter_map(asked_values)
+                .find_map(|(a, values)| (a == attnum).then_some(values))?;
+            if keys.len().checked_mul(values.len())? > ASKED_KEYS {
+                return None;
+            }
+            keys = keys
+                .iter()
+                .flat_map(|k| {
+                    values.iter().map(move |v| {
+                        let mut k = k.clone();
+                        k.extend_from_slice(v);
+                        k
+                    })
+                })
+                .collect();
+        }
+        Some(keys)
+    }
 }
+
+/// Most keys [`ColdTable::asked_keys`] lists.
+pub const ASKED_KEYS: usize = 64;
 
 /// What a scan read and skipped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -780,6 +829,71 @@ impl<'a> LiveRows<'a> {
 mod tests {
     use super::*;
     use arrow::array::Int32Array;
+
+    fn table(columns: &[(&str, ColdType)], pk: Vec<usize>) -> ColdTable {
+        ColdTable {
+            id: 1,
+            name: "public.t".into(),
+            generation: 1,
+            columns: columns
+                .iter()
+                .enumerate()
+                .map(|(i, (name, ty))| crate::segment::writer::SegmentColumn {
+                    name: (*name).into(),
+                    attnum: i16::try_from(i).unwrap() + 1,
+                    ty: *ty,
+                    byte_ordered: false,
+                })
+                .collect(),
+            pk_positions: pk,
+            segments: Vec::new(),
+            overrides: HashMap::new(),
+            missing: vec![None; columns.len()],
+            pinned: false,
+            full_schema: std::sync::OnceLock::new(),
+        }
+    }
+
+    #[test]
+    fn asked_keys_are_encoded_as_the_rows_keys() {
+        let int = |s| ColdType::Scalar(s);
+        let t = table(
+            &[
+                ("a", int(ScalarType::Int4)),
+                ("b", int(ScalarType::Int8)),
+                ("c", int(ScalarType::Text(crate::values::TextKind::Text))),
+            ],
+            vec![0, 1],
+        );
+        let rows = RecordBatch::try_from_iter([
+            ("a", Arc::new(Int32Array::from(vec![3, 4])) as ArrayRef),
+            (
+                "b",
+                Arc::new(arrow::array::Int64Array::from(vec![-9, 10])) as ArrayRef,
+            ),
+            (
+                "c",
+                Arc::new(arrow::array::StringArray::from(vec!["x", "y"])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let enc = |x: i64| ordered::int(x).to_vec();
+        let asked = t
+            .asked_keys(&[
+                Predicate::In(1, vec![enc(3), enc(4)]),
+                Predicate::Eq(2, enc(-9)),
+            ])
+            .unwrap();
+        assert_eq!(asked, vec![t.key_of(&rows, 0), [enc(4), enc(-9)].concat()]);
+        // A key column not pinned, or a text key: none.
+        assert_eq!(t.asked_keys(&[Predicate::Eq(1, enc(3))]), None);
+        let text = table(
+            &[("c", int(ScalarType::Text(crate::values::TextKind::Text)))],
+            vec![0],
+        );
+        assert!(!text.integer_key());
+        assert_eq!(text.asked_keys(&[Predicate::Eq(1, b"x".to_vec())]), None);
+    }
 
     #[test]
     fn integer_columns_are_narrowed_to_the_values_asked_for() {

@@ -28,6 +28,8 @@ pub const ROUTES_TOTAL: &str = "coldwire_routes_total";
 pub const READ_RETRIES_TOTAL: &str = "coldwire_read_retries_total";
 /// Cold rows bound into rewritten reads.
 pub const COLD_ROWS_INJECTED_TOTAL: &str = "coldwire_cold_rows_injected_total";
+/// Cold lookups not made: every key asked for was brought back by the transaction.
+pub const COLD_LOOKUPS_SKIPPED_TOTAL: &str = "coldwire_cold_lookups_skipped_total";
 /// Cold rows the cold engine read to compute aggregate partials.
 pub const COLD_ROWS_SCANNED_TOTAL: &str = "coldwire_cold_rows_scanned_total";
 /// Bytes read from the cold store by reads.
@@ -80,6 +82,10 @@ pub fn install(
     metrics::describe_counter!(
         COLD_ROWS_INJECTED_TOTAL,
         "Cold rows bound into rewritten reads"
+    );
+    metrics::describe_counter!(
+        COLD_LOOKUPS_SKIPPED_TOTAL,
+        "Cold lookups not made because the transaction brought every key asked for back into the heap itself"
     );
     metrics::describe_counter!(
         COLD_ROWS_SCANNED_TOTAL,

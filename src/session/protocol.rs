@@ -306,11 +306,20 @@ fn held_back(
     let dropped = Some(ServerAction::Drop);
     if let Some(own) = group.own.front_mut() {
         match own_prefix_step(tag, own) {
-            OwnStep::Drop => return Ok(dropped),
+            OwnStep::Drop => {
+                // The rehydration's answer: how many rows it inserted.
+                if let (msg::DATA_ROW, Some(rows)) = (tag, &mut own.brought_back) {
+                    rows.answered(&msg::data_row_values(frame)?);
+                }
+                return Ok(dropped);
+            }
             OwnStep::DropLast => {
-                let hot = group.own.pop_front().and_then(|own| own.hot);
-                if let Some(id) = hot {
+                let own = group.own.pop_front().unwrap_or_default();
+                if let Some(id) = own.hot {
                     state.hot_form_answered(id, true);
+                }
+                if let Some(rows) = own.brought_back {
+                    state.rows_brought_back(rows);
                 }
                 return Ok(dropped);
             }
@@ -519,7 +528,12 @@ fn track_server_frame(state: &mut SessionState, tag: u8, frame: &[u8]) -> Result
         }
         msg::PARSE_COMPLETE => state.parse_completed(),
         msg::CLOSE_COMPLETE => state.close_completed(),
-        msg::COMMAND_COMPLETE if frees_statements(frame) => state.deallocated(),
+        msg::COMMAND_COMPLETE => {
+            if frees_statements(frame) {
+                state.deallocated();
+            }
+            state.command_completed(frame.get(5..).unwrap_or_default());
+        }
         _ => {}
     }
     Ok(())

@@ -12,7 +12,7 @@ use tokio::sync::{Mutex as AsyncMutex, Notify};
 
 use super::answer::{answer_admin, wait_until_answered};
 use super::protocol::{self, ClientAction, ClientSide, ServerAction, UPSTREAM_INSPECTED};
-use super::reads::Plan;
+use super::reads::{KnownHot, Plan, TxnView};
 use super::retry::{retry, MAX_READ_RETRIES};
 use super::rewritten::{self, QueryRead, Stop};
 use super::shared::Shared;
@@ -267,7 +267,13 @@ async fn client_to_upstream(
                 let boundary = side.at_boundary(&streamed);
                 let tables = rewritten::bound_tables(&frame, shared);
                 let at = c.transaction_generations(&tables, boundary).await?;
-                let mut bound = rewritten::bind(&frame, &at, false, shared).await?;
+                let known = c.known_hot(&tables, boundary);
+                let txn = TxnView {
+                    at: &at,
+                    fresh: false,
+                    known: &known,
+                };
+                let mut bound = rewritten::bind(&frame, txn, shared).await?;
                 super::reads::after_plan().await;
                 {
                     let mut state = shared.locked();
@@ -371,7 +377,17 @@ impl ClientDirection<'_, '_> {
                         self.shared.locked().explain_notice = Some(notice);
                     }
                 }
-                rewritten::plan_query(&read, &query, &at, attempt > 0, self.shared).await
+                let known = if attempt == 0 {
+                    self.known_hot(&read.table_ids(), boundary)
+                } else {
+                    KnownHot::new()
+                };
+                let txn = TxnView {
+                    at: &at,
+                    fresh: attempt > 0,
+                    known: &known,
+                };
+                rewritten::plan_query(&read, &query, txn, self.shared).await
             }
             Err(error) => Plan::Fail(error),
         };
@@ -486,6 +502,18 @@ impl ClientDirection<'_, '_> {
             Err(_) => {}
         }
         Ok(known)
+    }
+
+    /// The rows of `tables` the client's transaction block brought back, for planning a
+    /// statement sent at a `boundary` (nothing of its group went upstream before it):
+    /// empty unless every message sent before is answered
+    /// ([`SessionState::known_hot`](super::state::SessionState::known_hot)).
+    fn known_hot(&self, tables: &[i64], boundary: bool) -> KnownHot {
+        if boundary {
+            self.shared.locked().known_hot(tables)
+        } else {
+            KnownHot::new()
+        }
     }
 
     /// A session on a database coldwire does not serve is relayed, and would read a

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::PoisonError;
 
+use super::reads::{KnownHot, TxnView};
 use super::relay::ClientDirection;
 use super::rewritten;
 use super::shared::Shared;
@@ -97,7 +98,16 @@ impl ClientDirection<'_, '_> {
                     .await
             }
             Some(Retry::Bind { bind, execute }) => {
-                let bound = rewritten::bind(&bind, &HashMap::new(), true, self.shared).await?;
+                let bound = rewritten::bind(
+                    &bind,
+                    TxnView {
+                        at: &HashMap::new(),
+                        fresh: true,
+                        known: &KnownHot::new(),
+                    },
+                    self.shared,
+                )
+                .await?;
                 let own = bound.own.into_iter().collect();
                 let mut out = bound.frames;
                 out.extend_from_slice(&execute);

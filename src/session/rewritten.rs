@@ -10,14 +10,13 @@
 //!   they cannot be planned, parameters that make the guard raise the error instead, so
 //!   it reaches the client in protocol order.
 
-use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
 use bytes::BytesMut;
 
 use super::admin::Answer;
 use super::reads::{
-    own_frames, Part, Plan, PreparedRead, PreparedWrite, ReadPath, OWN_COMPLETIONS,
+    own_frames, Part, Plan, PreparedRead, PreparedWrite, ReadPath, TxnView, OWN_COMPLETIONS,
 };
 use super::shared::Shared;
 use super::sql_prepared::{may_use_sql_prepared, sql_prepared, SqlPrepared};
@@ -312,13 +311,12 @@ async fn prepare_sql(
     Ok(Some(QueryRead::Copy(read, options)))
 }
 
-/// The plan for the simple Query `query`, already prepared; `at` and `fresh` as for
+/// The plan for the simple Query `query`, already prepared; `txn` as for
 /// [`ReadPath::cold_params`].
 pub async fn plan_query(
     read: &QueryRead,
     query: &[u8],
-    at: &HashMap<i64, i64>,
-    fresh: bool,
+    txn: TxnView<'_>,
     shared: &Shared<'_>,
 ) -> Plan {
     let (settings, candidates) = {
@@ -327,23 +325,19 @@ pub async fn plan_query(
     };
     let reads = read_path(shared);
     match read {
-        QueryRead::Select(p) => reads.plan(p, at, fresh, settings, false).await,
+        QueryRead::Select(p) => reads.plan(p, txn, settings, false).await,
         QueryRead::Copy(p, o) => {
             let binary = o.format == crate::sql::copy_to::CopyFormat::Binary;
-            reads.plan(p, at, fresh, settings, binary).await
+            reads.plan(p, txn, settings, binary).await
         }
-        QueryRead::Multi(parts) => {
-            reads
-                .plan_multi(parts, at, fresh, settings, &candidates)
-                .await
-        }
+        QueryRead::Multi(parts) => reads.plan_multi(parts, txn, settings, &candidates).await,
         QueryRead::Write(write) => {
             let params = BoundParams {
                 settings,
                 ..BoundParams::none()
             };
             match reads
-                .rehydration(write, &params, at, fresh, &candidates, false)
+                .rehydration(write, &params, txn, &candidates, false)
                 .await
             {
                 Ok(values) => {
@@ -358,9 +352,10 @@ pub async fn plan_query(
                         false,
                     );
                     out.extend_from_slice(&ext::empty(msg::SYNC));
-                    let own = values.map(|_| OwnPrefix {
+                    let own = values.map(|call| OwnPrefix {
                         before: 0,
                         left: OWN_COMPLETIONS,
+                        brought_back: call.brought_back,
                         ..OwnPrefix::default()
                     });
                     Plan::Run(out, own.into_iter().collect())
@@ -509,15 +504,14 @@ pub struct BoundFrames {
 
 /// The frames to send for the client's Bind `frame` of a statement coldwire prepared: for
 /// a read, the Bind with coldwire's parameters after the client's; for a write, coldwire's
-/// rehydration of the cold rows it may touch, then the Bind as it is. `at` and `fresh`
-/// as for [`ReadPath::cold_params`].
+/// rehydration of the cold rows it may touch, then the Bind as it is. `txn` as for
+/// [`ReadPath::cold_params`].
 ///
 /// # Errors
 /// A malformed Bind.
 pub async fn bind(
     frame: &[u8],
-    at: &HashMap<i64, i64>,
-    fresh: bool,
+    txn: TxnView<'_>,
     shared: &Shared<'_>,
 ) -> Result<BoundFrames, SessionError> {
     let unchanged = || BoundFrames {
@@ -554,7 +548,7 @@ pub async fn bind(
     let reads = read_path(shared);
     match &statement.prepared {
         Prepared::Read(read) => {
-            let cold = match reads.cold_params(read, &params, at, fresh).await {
+            let cold = match reads.cold_params(read, &params, txn).await {
                 Ok(cold) => cold,
                 Err(e) => ReadPath::refusal_params(read, &e.client_error()),
             };
@@ -607,12 +601,14 @@ pub async fn bind(
                     left: own,
                     hot: hot_parse,
                     closes: hot_closes,
+                    brought_back: None,
                 }),
             })
         }
         Prepared::Write(write) => {
+            let mut brought_back = None;
             let mut out = match reads
-                .rehydration(write, &params, at, fresh, &candidates, false)
+                .rehydration(write, &params, txn, &candidates, false)
                 .await
             {
                 Ok(None) => {
@@ -622,7 +618,10 @@ pub async fn bind(
                         own: None,
                     })
                 }
-                Ok(Some(call)) => call.frames(),
+                Ok(Some(call)) => {
+                    brought_back = call.brought_back.clone();
+                    call.frames()
+                }
                 // Fails in protocol order, at coldwire's own Execute; the server then
                 // skips the client's messages until Sync, as after its own error.
                 Err(e) => {
@@ -640,6 +639,7 @@ pub async fn bind(
                 own: Some(OwnPrefix {
                     before: 0,
                     left: OWN_COMPLETIONS,
+                    brought_back,
                     ..OwnPrefix::default()
                 }),
             })

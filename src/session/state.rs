@@ -7,9 +7,13 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio::sync::oneshot;
 
-use super::reads::{PreparedRead, PreparedWrite};
+use super::reads::{BroughtBack, KnownHot, PreparedRead, PreparedWrite};
 use crate::sql::copy_to::{CopyEncoder, CopyOptions};
 use crate::wire::messages::ErrorFields;
+
+/// Most keys a transaction block's rehydrations are remembered for
+/// ([`SessionState::rows_brought_back`]).
+pub const MAX_BROUGHT_BACK: usize = 4096;
 
 /// Where a session stands in the protocol. Transitions come from relayed messages only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +94,14 @@ pub struct SessionState {
     /// Generations of tiered tables as the client's current transaction block sees them
     /// (learnt by `coldwire.read_lock`), so its reads are planned for exactly those.
     pub txn_generations: HashMap<i64, i64>,
+    /// Rows the client's transaction block brought back into the heap (coldwire's
+    /// rehydrations that answered they inserted every row they were given), by table:
+    /// their cold versions are hidden from the block's statements, so reads and writes
+    /// asking for those keys only skip the cold lookup ([`KnownHot`]). Forgotten when
+    /// the block ends or fails, and at any command but a plain read or write, which may
+    /// be a ROLLBACK TO SAVEPOINT; told to planners only when every message sent is
+    /// answered ([`Self::known_hot`]).
+    brought_back: KnownHot,
     /// The group being sent, when coldwire put messages of its own into it before its
     /// Sync; it becomes the group's entry at the Sync.
     open_group: Option<RewrittenGroup>,
@@ -256,6 +268,9 @@ pub struct OwnPrefix {
     /// The statements whose hot forms coldwire's messages close: to be closed again if
     /// an error makes Postgres skip them.
     pub closes: Vec<u64>,
+    /// The rows coldwire's rehydration brings back, remembered once it answered
+    /// ([`SessionState::rows_brought_back`]).
+    pub brought_back: Option<BroughtBack>,
 }
 
 /// A `COPY … TO STDOUT` being served from the rows of its rewritten query.
@@ -281,6 +296,7 @@ impl SessionState {
             groups: VecDeque::new(),
             open_group: None,
             txn_generations: HashMap::new(),
+            brought_back: HashMap::new(),
             early_completions: 0,
             rewritten_statements: HashMap::new(),
             statement_ids: 0,
@@ -719,6 +735,7 @@ impl SessionState {
         // after the savepoint, so the next read asks again.
         if matches!(self.phase, Phase::Idle | Phase::FailedTransaction) {
             self.txn_generations.clear();
+            self.brought_back.clear();
         }
         self.outstanding_syncs = self.outstanding_syncs.saturating_sub(1);
         self.groups.pop_front();
@@ -728,6 +745,50 @@ impl SessionState {
                 break;
             }
         }
+    }
+
+    /// A rehydration of the client's transaction answered: its rows are remembered when
+    /// it inserted every one of them itself, inside a transaction block (an implicit
+    /// transaction ends at its Sync), up to [`MAX_BROUGHT_BACK`] keys per block.
+    pub fn rows_brought_back(&mut self, rows: BroughtBack) {
+        let held: usize = self.brought_back.values().map(HashSet::len).sum();
+        if rows.confirmed
+            && self.phase == Phase::InTransaction
+            && held + rows.keys.len() <= MAX_BROUGHT_BACK
+        {
+            self.brought_back
+                .entry(rows.table)
+                .or_default()
+                .extend(rows.keys);
+        }
+    }
+
+    /// The server completed a command with `tag` (the CommandComplete's text). Any
+    /// command but a plain read or write may undo rows the block brought back (`ROLLBACK
+    /// TO SAVEPOINT`, a procedure's `ROLLBACK`, `COMMIT AND CHAIN`): they are forgotten.
+    pub fn command_completed(&mut self, tag: &[u8]) {
+        const KEEP: [&[u8]; 6] = [
+            b"SELECT ", b"INSERT ", b"UPDATE ", b"DELETE ", b"MERGE ", b"FETCH ",
+        ];
+        if !self.brought_back.is_empty() && !KEEP.iter().any(|k| tag.starts_with(k)) {
+            self.brought_back.clear();
+        }
+    }
+
+    /// The rows of `tables` the block brought back, for planning the statement about to
+    /// be sent, when every message sent before it is answered (so a ROLLBACK TO still on
+    /// its way cannot undo them unseen).
+    pub fn known_hot(&self, tables: &[i64]) -> KnownHot {
+        if self.phase != Phase::InTransaction
+            || self.outstanding_syncs > 0
+            || !self.pending.is_empty()
+        {
+            return KnownHot::new();
+        }
+        tables
+            .iter()
+            .filter_map(|t| Some((*t, self.brought_back.get(t)?.clone())))
+            .collect()
     }
 
     /// The server reported a parameter value.

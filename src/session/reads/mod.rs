@@ -9,9 +9,9 @@ mod query;
 mod writes;
 
 pub use own::{
-    own_frames, read_lock_frames, read_lock_rows, table_lock_frames, tiered_tables_frames, OwnCall,
-    OWN_COMPLETIONS,
+    own_frames, read_lock_frames, read_lock_rows, table_lock_frames, tiered_tables_frames,
+    BroughtBack, OwnCall, OWN_COMPLETIONS,
 };
-pub use path::{after_plan, PlanError, PreparedRead, ReadPath};
+pub use path::{after_plan, KnownHot, PlanError, PreparedRead, ReadPath, TxnView};
 pub use query::{Part, Plan};
 pub use writes::PreparedWrite;

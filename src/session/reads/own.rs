@@ -15,6 +15,34 @@ use crate::wire::messages as msg;
 pub struct OwnCall {
     pub sql: String,
     pub params: Vec<Option<BytesMut>>,
+    /// For a rehydration: the rows it brings back.
+    pub brought_back: Option<BroughtBack>,
+}
+
+/// The rows of one tiered table a rehydration brings back into the heap, by key (in
+/// [`ColdTable::key_of`](crate::cold::scan::ColdTable::key_of)'s encoding).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BroughtBack {
+    pub table: i64,
+    pub keys: Vec<Vec<u8>>,
+    /// The rehydration answered that it inserted every one of them itself: their
+    /// mirror rows are its transaction's own (none was claimed by another transaction
+    /// first).
+    pub confirmed: bool,
+}
+
+impl BroughtBack {
+    /// Reads the rehydration's answer, one DataRow holding the rows it inserted (int8,
+    /// binary).
+    pub fn answered(&mut self, values: &[Option<Vec<u8>>]) {
+        let inserted = match values {
+            [Some(v)] => <[u8; 8]>::try_from(v.as_slice())
+                .ok()
+                .map(i64::from_be_bytes),
+            _ => None,
+        };
+        self.confirmed = inserted.is_some_and(|n| usize::try_from(n) == Ok(self.keys.len()));
+    }
 }
 
 impl OwnCall {

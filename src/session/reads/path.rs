@@ -23,7 +23,7 @@ use crate::catalog::registry::Registry;
 use crate::cold::scan::{scan, ColdTable, ScanError, ScanLimits};
 use crate::error::fields;
 pub use crate::error::PlanError;
-use crate::segment::prune::integer_values;
+use crate::segment::prune::{integer_values, Predicate};
 use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
 use crate::sql::ddl::Ddl;
 use crate::sql::params::BoundParams;
@@ -239,6 +239,45 @@ impl PlannedReference {
     }
 }
 
+/// Keys of tiered tables, per table, whose cold versions no statement of the client's
+/// transaction can see: rows it brought back into the heap itself. Their mirror rows are
+/// its own and uncommitted, so no other transaction's flush or prune can remove them, and
+/// only the transaction itself can undo them (by rolling back). The session knows them
+/// between groups ([`crate::session::state::SessionState::known_hot`]).
+pub type KnownHot = HashMap<i64, HashSet<Vec<u8>>>;
+
+/// What the session knows of the client's transaction when it plans a statement.
+#[derive(Debug, Clone, Copy)]
+pub struct TxnView<'a> {
+    /// Tables planned for the generation given here (what the client's transaction block
+    /// sees, learnt by `coldwire.read_lock`); the others for their current one.
+    pub at: &'a HashMap<i64, i64>,
+    /// The current generations are read from the catalog again (a retry after the guard
+    /// failed).
+    pub fresh: bool,
+    /// Rows the transaction brought back into the heap itself.
+    pub known: &'a KnownHot,
+}
+
+/// Whether every cold row of table `id` the scan of `predicates` would keep has a key in
+/// `known` (so its cold version is hidden and need not be read).
+pub(super) fn all_known(
+    known: &KnownHot,
+    id: i64,
+    cold: &ColdTable,
+    predicates: &[Predicate],
+) -> bool {
+    known.get(&id).is_some_and(|keys| {
+        !keys.is_empty()
+            && cold
+                .asked_keys(predicates)
+                .is_some_and(|asked| asked.iter().all(|k| keys.contains(k)))
+    }) && {
+        metrics::counter!(crate::metrics::COLD_LOOKUPS_SKIPPED_TOTAL).increment(1);
+        true
+    }
+}
+
 /// Prepared writes by statement text and declared parameter count, with the registry
 /// version they were prepared for.
 type WriteCache = HashMap<(String, usize), (u64, Option<Arc<PreparedWrite>>)>;
@@ -410,10 +449,9 @@ impl ReadPath {
     }
 
     /// coldwire's parameters for one execution of `prepared` with the client's `params`:
-    /// per reference, the cold rows that may match, then the guard's plan. Tables in `at`
-    /// are planned for the generation given there (what the client's transaction sees);
-    /// the others for their current one, read from the catalog when `fresh` (a retry after
-    /// the guard failed).
+    /// per reference, the cold rows that may match, then the guard's plan, for the
+    /// generations `txn` names or the current ones. No cold row is read for a reference
+    /// whose keys the transaction brought back ([`TxnView::known`]).
     ///
     /// # Errors
     /// The catalog or the cold store could not be read; too many cold rows; cold text for
@@ -422,9 +460,9 @@ impl ReadPath {
         &self,
         prepared: &PreparedRead,
         params: &BoundParams<'_>,
-        at: &HashMap<i64, i64>,
-        fresh: bool,
+        txn: TxnView<'_>,
     ) -> Result<ColdParams, PlanError> {
+        let TxnView { at, fresh, known } = txn;
         let mut tables: HashMap<i64, Arc<ColdTable>> = HashMap::new();
         for id in prepared.table_ids() {
             let table = match at.get(&id) {
@@ -438,6 +476,11 @@ impl ReadPath {
         for r in &prepared.references {
             let cold = &tables[&r.table_id];
             let predicates = to_prune(&r.predicates, &cold.columns, params);
+            // Keys the transaction brought back: their cold versions are hidden.
+            if r.aggregate.is_none() && all_known(known, r.table_id, cold, &predicates) {
+                out.push((None, planned(cold.generation)));
+                continue;
+            }
             let mut filters = None;
             if let Some(plan) = &r.aggregate {
                 // Partials when every conjunct is exact with these values, the session

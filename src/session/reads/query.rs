@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 
 use super::own::OWN_COMPLETIONS;
-use super::path::{PreparedRead, ReadPath};
+use super::path::{KnownHot, PreparedRead, ReadPath, TxnView};
 use super::writes::PreparedWrite;
 use crate::cold::scan::scan;
 use crate::cold::scan::ScanError;
@@ -88,8 +88,7 @@ impl ReadPath {
     pub async fn plan_multi(
         &self,
         parts: &[Part],
-        at: &HashMap<i64, i64>,
-        fresh: bool,
+        txn: TxnView<'_>,
         settings: Settings,
         candidates: &HashMap<i64, Vec<serde_json::Value>>,
     ) -> Plan {
@@ -110,6 +109,13 @@ impl ReadPath {
         // Completions of the statements since coldwire's last own part that is not at
         // the front (Parse, Bind, Describe, Execute each).
         let mut before = 0;
+        // Planned before any of the string runs, and a statement of it may undo rows the
+        // block brought back (ROLLBACK TO SAVEPOINT): no key is taken as known.
+        let known = KnownHot::new();
+        let txn = TxnView {
+            known: &known,
+            ..txn
+        };
         for part in parts {
             before += 4;
             match part {
@@ -121,18 +127,20 @@ impl ReadPath {
                     // Hoisted rehydrations after the first keep the marks before them.
                     let append = hoist && !front.is_empty();
                     let rehydration = match self
-                        .rehydration(write, &params, at, fresh, candidates, append)
+                        .rehydration(write, &params, txn, candidates, append)
                         .await
                     {
-                        Ok(call) => call.map(|c| c.frames()),
+                        Ok(call) => call,
                         Err(e) => return Plan::Fail(e.client_error()),
                     };
-                    if let Some(frames) = rehydration {
+                    if let Some(call) = rehydration {
+                        let frames = call.frames();
                         if hoist {
                             front.extend_from_slice(&frames);
                             own.push(OwnPrefix {
                                 before: 0,
                                 left: OWN_COMPLETIONS,
+                                brought_back: call.brought_back,
                                 ..OwnPrefix::default()
                             });
                         } else {
@@ -140,6 +148,7 @@ impl ReadPath {
                             own.push(OwnPrefix {
                                 before: before - 4,
                                 left: OWN_COMPLETIONS,
+                                brought_back: call.brought_back,
                                 ..OwnPrefix::default()
                             });
                             before = 4;
@@ -147,7 +156,7 @@ impl ReadPath {
                     }
                     ext::execute_unnamed(&mut out, sql, &[], false);
                 }
-                Part::Read(read) => match self.cold_params(read, &params, at, fresh).await {
+                Part::Read(read) => match self.cold_params(read, &params, txn).await {
                     Ok(cold) => {
                         let (sql, values) = read.form(cold);
                         let values: Vec<Option<&[u8]>> =
@@ -321,13 +330,12 @@ impl ReadPath {
     }
 
     /// The plan for one simple Query already prepared (with no declared parameters);
-    /// `at` and `fresh` as for [`ReadPath::cold_params`], `settings` the session's
-    /// (client_encoding, TimeZone), results in binary for a binary COPY.
+    /// `txn` as for [`ReadPath::cold_params`], `settings` the session's (client_encoding,
+    /// TimeZone), results in binary for a binary COPY.
     pub async fn plan(
         &self,
         prepared: &PreparedRead,
-        at: &HashMap<i64, i64>,
-        fresh: bool,
+        txn: TxnView<'_>,
         settings: Settings,
         binary_results: bool,
     ) -> Plan {
@@ -335,7 +343,7 @@ impl ReadPath {
             settings,
             ..BoundParams::none()
         };
-        match self.cold_params(prepared, &params, at, fresh).await {
+        match self.cold_params(prepared, &params, txn).await {
             Err(PlanError::Scan(ScanError::NotTiered(_))) => {
                 // Untiered meanwhile: the table is plain, the Query right as it is.
                 self.invalidate();

@@ -8,11 +8,11 @@ use std::sync::{Arc, PoisonError};
 
 use bytes::BytesMut;
 
-use super::path::{highest_param, jsonb, ReadPath, STATEMENT_CACHE_ENTRIES};
+use super::path::{all_known, highest_param, jsonb, ReadPath, TxnView, STATEMENT_CACHE_ENTRIES};
 use crate::cold::scan::{scan, ScanError, ScanLimits};
 use crate::error::fields;
 use crate::error::PlanError;
-use crate::session::reads::OwnCall;
+use crate::session::reads::{BroughtBack, OwnCall};
 use crate::sql::classify::{executed, prepared_body, ExecuteArg, Kind};
 use crate::sql::params::BoundParams;
 use crate::sql::predicates::{candidate_scan, pinned_keys, to_prune, ColumnPredicate};
@@ -232,11 +232,12 @@ impl ReadPath {
     /// `append`: keep the marks of statements planned before (rehydrations run ahead of
     /// several statements of one Query string).
     ///
-    /// The parameters of `coldwire.rehydrate`: the table, the generation planned for (from `at`, else the
-    /// current one, read again when `fresh`), every live cold row the statement may
-    /// touch (the union of its scans and of its table's keys in `candidates`, which the
-    /// capture check refused in an earlier attempt; one row per key), and the keys it may create
+    /// The parameters of `coldwire.rehydrate`: the table, the generation planned for (as
+    /// `txn` names it, else the current one), every live cold row the statement may touch
+    /// (the union of its scans and of its table's keys in `candidates`, which the capture
+    /// check refused in an earlier attempt; one row per key), and the keys it may create
     /// that it pins down (with the candidates), to claim where no segment holds them.
+    /// Scans whose keys the transaction brought back already are not made.
     ///
     /// # Errors
     /// The catalog or the cold store could not be read; more rows than
@@ -245,11 +246,11 @@ impl ReadPath {
         &self,
         write: &PreparedWrite,
         params: &BoundParams<'_>,
-        at: &HashMap<i64, i64>,
-        fresh: bool,
+        txn: TxnView<'_>,
         candidates: &HashMap<i64, Vec<serde_json::Value>>,
         append: bool,
     ) -> Result<Option<OwnCall>, PlanError> {
+        let TxnView { at, fresh, known } = txn;
         let executed = write.execute_params(params);
         let params = executed.as_ref().unwrap_or(params);
         let mark = mark_params(&write.statement, params.settings.utf8, append);
@@ -294,6 +295,7 @@ impl ReadPath {
             return Ok(write.marks.then(|| OwnCall {
                 sql: PLAN_WRITE_SQL.to_owned(),
                 params: mark.into(),
+                brought_back: None,
             }));
         }
         let too_many = || {
@@ -310,6 +312,9 @@ impl ReadPath {
         let mut batches = Vec::new();
         for scan_predicates in &scans {
             let predicates = to_prune(scan_predicates, &cold.columns, params);
+            if all_known(known, write.table_id, &cold, &predicates) {
+                continue;
+            }
             let found = match scan(
                 &self.store,
                 &cold,
@@ -365,9 +370,16 @@ impl ReadPath {
             Some(jsonb(&serde_json::Value::Array(absent))),
         ];
         params.extend(mark);
+        // Remembered only where reads can ask for them ([`ColdTable::asked_keys`]).
+        let brought_back = (!seen.is_empty() && cold.integer_key()).then(|| BroughtBack {
+            table: write.table_id,
+            keys: seen.into_iter().collect(),
+            confirmed: false,
+        });
         Ok(Some(OwnCall {
             sql: write.rehydrate_sql.clone(),
             params,
+            brought_back,
         }))
     }
 }
