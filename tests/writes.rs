@@ -1353,3 +1353,104 @@ async fn rows_a_transaction_brought_back_are_read_hot_until_it_may_undo_them() {
     assert_eq!(n_of(&c, 11, false).await, Some(-2));
     assert_eq!(skipped().await, s1);
 }
+
+#[tokio::test]
+async fn coldwire_prepares_its_own_statements_once_per_session() {
+    let Tiered {
+        proxy: _proxy,
+        c,
+        dir: _dir,
+        ..
+    } = tiered("writesown", &[]).await;
+    // coldwire's own statements prepared in this session (the client's upstream one).
+    let own = || async {
+        simple_rows(
+            &c,
+            "SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'coldwire%' ORDER BY name",
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap()))
+        .collect::<Vec<_>>()
+    };
+    let named = |all: &[(String, String)], what: &str| -> Vec<String> {
+        all.iter()
+            .filter(|(_, sql)| sql.contains(what))
+            .map(|(name, _)| name.clone())
+            .collect()
+    };
+    let update = |id: i64, n: i32| {
+        let c = &c;
+        async move {
+            c.execute("UPDATE events SET n = $2 WHERE id = $1", &[&id, &n])
+                .await
+        }
+    };
+
+    // Cold rows brought back by one prepared rehydration, bound again each time.
+    for id in [20, 21, 22] {
+        assert_eq!(update(id, -1).await.unwrap(), 1);
+    }
+    let first = named(&own().await, "rehydrate");
+    assert_eq!(first.len(), 1, "{:?}", own().await);
+    assert!(first[0].starts_with("coldwire_own_"), "{first:?}");
+    c.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(update(23, -1).await.unwrap(), 1);
+    c.batch_execute("COMMIT").await.unwrap();
+    c.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(update(24, -1).await.unwrap(), 1);
+    c.batch_execute("COMMIT").await.unwrap();
+    let all = own().await;
+    assert_eq!(named(&all, "rehydrate"), first);
+    assert_eq!(named(&all, "read_lock").len(), 1, "{all:?}");
+
+    // DEALLOCATE ALL frees them too: prepared again under new names.
+    c.batch_execute("DEALLOCATE ALL").await.unwrap();
+    assert!(own().await.is_empty());
+    assert_eq!(update(25, -1).await.unwrap(), 1);
+    let again = named(&own().await, "rehydrate");
+    assert_eq!(again.len(), 1);
+    assert_ne!(again, first);
+
+    // Freed where coldwire cannot see it (inside a function): the write is run again
+    // with the statement prepared anew, unseen by the client.
+    c.batch_execute(
+        "CREATE FUNCTION free_all() RETURNS void LANGUAGE plpgsql AS $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$",
+    )
+    .await
+    .unwrap();
+    c.batch_execute("SELECT free_all()").await.unwrap();
+    assert_eq!(update(26, -1).await.unwrap(), 1);
+    assert_eq!(update(27, -1).await.unwrap(), 1);
+    assert_eq!(named(&own().await, "rehydrate").len(), 1);
+    // In a transaction block it cannot be run again: the error says what was missing,
+    // and the next block works.
+    c.batch_execute("BEGIN; SELECT free_all()").await.unwrap();
+    let err = update(28, -1).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("26000"), "{err:?}");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    c.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(update(28, -1).await.unwrap(), 1);
+    c.batch_execute("COMMIT").await.unwrap();
+
+    let rows = simple_rows(
+        &c,
+        "SELECT id, n FROM events WHERE id BETWEEN 20 AND 29 ORDER BY id",
+    )
+    .await
+    .unwrap();
+    let got: Vec<(i64, i32)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r[0].as_deref().unwrap().parse().unwrap(),
+                r[1].as_deref().unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(i64, i32)> = (20..=29)
+        .map(|id| (id, if id == 29 { 29 } else { -1 }))
+        .collect();
+    assert_eq!(got, want);
+}

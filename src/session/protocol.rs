@@ -40,6 +40,10 @@ pub const UPSTREAM_INSPECTED: &[u8] = &[
     msg::PORTAL_SUSPENDED,
 ];
 
+/// SQLSTATE `26000` (invalid_sql_statement_name): a prepared statement that does not
+/// exist, as coldwire's own are after a DEALLOCATE it could not see.
+const UNDEFINED_STATEMENT: &str = "26000";
+
 /// What the relay does with a server frame.
 #[derive(Debug)]
 pub enum ServerAction {
@@ -257,8 +261,19 @@ fn own_response(
             own.rows.push(msg::data_row_values(frame)?);
             Ok(Some(ServerAction::Drop))
         }
+        msg::PARSE_COMPLETE => {
+            if let Some(parses) = own.parses.take() {
+                state.own_parse_answered(parses, true);
+            }
+            Ok(Some(ServerAction::Drop))
+        }
         msg::ERROR_RESPONSE => {
-            own.error = Some(msg::ErrorFields::decode(frame)?);
+            let error = msg::ErrorFields::decode(frame)?;
+            let gone = error.code == UNDEFINED_STATEMENT;
+            own.error = Some(error);
+            if gone {
+                state.forget_own_prepared();
+            }
             Ok(Some(ServerAction::Drop))
         }
         msg::READY_FOR_QUERY => {
@@ -311,6 +326,10 @@ fn held_back(
                 if let (msg::DATA_ROW, Some(rows)) = (tag, &mut own.brought_back) {
                     rows.answered(&msg::data_row_values(frame)?);
                 }
+                let parsed = own.parses.take_if(|_| tag == msg::PARSE_COMPLETE);
+                if let Some(parses) = parsed {
+                    state.own_parse_answered(parses, true);
+                }
                 return Ok(dropped);
             }
             OwnStep::DropLast => {
@@ -321,16 +340,40 @@ fn held_back(
                 if let Some(rows) = own.brought_back {
                     state.rows_brought_back(rows);
                 }
+                if let Some(parses) = own.parses {
+                    state.own_parse_answered(parses, false);
+                }
                 return Ok(dropped);
             }
             // After an error Postgres skips the rest of the group, own parts included.
             OwnStep::Done => {
+                // coldwire's own prepared statement was freed where coldwire could not see
+                // it (a DEALLOCATE inside a function): prepared again, and the group run
+                // again where it can be, as after a guard failure.
+                let own_gone = tag == msg::ERROR_RESPONSE
+                    && own.before == 0
+                    && msg::ErrorFields::decode(frame)?.code == UNDEFINED_STATEMENT;
                 let skipped: Vec<OwnPrefix> = group.own.drain(..).collect();
                 for own in skipped {
                     if let Some(id) = own.hot {
                         state.hot_form_answered(id, false);
                     }
+                    if let Some(parses) = own.parses {
+                        state.own_parse_answered(parses, false);
+                    }
                     state.hot_closes_skipped(own.closes);
+                }
+                if own_gone {
+                    state.forget_own_prepared();
+                    let group = state
+                        .answering_rewritten()
+                        .expect("the group answered above");
+                    if group.retry.is_some() && retry_possible && !streamed.load(Ordering::Relaxed)
+                    {
+                        group.retrying = true;
+                        state.retry_pending = true;
+                        return Ok(dropped);
+                    }
                 }
                 return held_back(state, tag, frame, streamed);
             }

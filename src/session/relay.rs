@@ -478,13 +478,14 @@ impl ClientDirection<'_, '_> {
             return Ok(known);
         }
         let (reply, result) = tokio::sync::oneshot::channel();
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .own_group_sent(reply);
-        self.write_now(&mut super::reads::read_lock_frames(&missing))
-            .await?;
+        let mut frames = {
+            let mut state = self.shared.locked();
+            let form = state.own_form(super::reads::READ_LOCK_SQL);
+            let parses = state.own_parsing(super::reads::READ_LOCK_SQL, &form);
+            state.own_group_sent(reply, parses);
+            super::reads::read_lock_frames(&missing, &form)
+        };
+        self.write_now(&mut frames).await?;
         match result.await {
             Ok(Ok(rows)) => {
                 let found = super::reads::read_lock_rows(&rows);
@@ -551,7 +552,7 @@ impl ClientDirection<'_, '_> {
             if state.phase != Phase::Idle || state.outstanding_syncs() != 0 {
                 return Ok(false);
             }
-            state.own_group_sent(reply);
+            state.own_group_sent(reply, None);
         }
         self.write_now(&mut super::reads::tiered_tables_frames())
             .await?;

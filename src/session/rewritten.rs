@@ -16,7 +16,8 @@ use bytes::BytesMut;
 
 use super::admin::Answer;
 use super::reads::{
-    own_frames, Part, Plan, PreparedRead, PreparedWrite, ReadPath, TxnView, OWN_COMPLETIONS,
+    own_frames, own_frames_as, OwnCall, Part, Plan, PreparedRead, PreparedWrite, ReadPath, TxnView,
+    OWN_COMPLETIONS,
 };
 use super::shared::Shared;
 use super::sql_prepared::{may_use_sql_prepared, sql_prepared, SqlPrepared};
@@ -340,11 +341,11 @@ pub async fn plan_query(
                 .rehydration(write, &params, txn, &candidates, false)
                 .await
             {
-                Ok(values) => {
-                    let mut out = values
-                        .as_ref()
-                        .map(super::reads::OwnCall::frames)
-                        .unwrap_or_default();
+                Ok(call) => {
+                    let (mut out, own) = match call.map(|call| own_call(call, shared)) {
+                        Some((frames, own)) => (frames, Some(own)),
+                        None => (BytesMut::new(), None),
+                    };
                     ext::execute_unnamed(
                         &mut out,
                         query_text(query).unwrap_or_default(),
@@ -352,18 +353,32 @@ pub async fn plan_query(
                         false,
                     );
                     out.extend_from_slice(&ext::empty(msg::SYNC));
-                    let own = values.map(|call| OwnPrefix {
-                        before: 0,
-                        left: OWN_COMPLETIONS,
-                        brought_back: call.brought_back,
-                        ..OwnPrefix::default()
-                    });
                     Plan::Run(out, own.into_iter().collect())
                 }
                 Err(e) => Plan::Fail(e.client_error()),
             }
         }
     }
+}
+
+/// The frames of coldwire's own `call` at the front of the client's group and the part
+/// of the group they are, the statement prepared once per session and bound after
+/// ([`SessionState::own_form`]).
+fn own_call(call: OwnCall, shared: &Shared<'_>) -> (BytesMut, OwnPrefix) {
+    let mut state = shared.locked();
+    let form = state.own_form(&call.sql);
+    let parses = state.own_parsing(&call.sql, &form);
+    let (frames, left) = own_frames_as(&form, &call.sql, &call.params);
+    (
+        frames,
+        OwnPrefix {
+            before: 0,
+            left,
+            brought_back: call.brought_back,
+            parses,
+            ..OwnPrefix::default()
+        },
+    )
 }
 
 /// What becomes of a Parse.
@@ -602,12 +617,12 @@ pub async fn bind(
                     hot: hot_parse,
                     closes: hot_closes,
                     brought_back: None,
+                    parses: None,
                 }),
             })
         }
         Prepared::Write(write) => {
-            let mut brought_back = None;
-            let mut out = match reads
+            let (mut out, own) = match reads
                 .rehydration(write, &params, txn, &candidates, false)
                 .await
             {
@@ -618,17 +633,20 @@ pub async fn bind(
                         own: None,
                     })
                 }
-                Ok(Some(call)) => {
-                    brought_back = call.brought_back.clone();
-                    call.frames()
-                }
+                Ok(Some(call)) => own_call(call, shared),
                 // Fails in protocol order, at coldwire's own Execute; the server then
                 // skips the client's messages until Sync, as after its own error.
                 Err(e) => {
                     let e = e.client_error();
-                    own_frames(
-                        &crate::sql::rewrite::refusal_sql(&e.code, &e.message, e.hint.as_deref()),
-                        &[],
+                    let sql =
+                        crate::sql::rewrite::refusal_sql(&e.code, &e.message, e.hint.as_deref());
+                    (
+                        own_frames(&sql, &[]),
+                        OwnPrefix {
+                            before: 0,
+                            left: OWN_COMPLETIONS,
+                            ..OwnPrefix::default()
+                        },
                     )
                 }
             };
@@ -636,12 +654,7 @@ pub async fn bind(
             Ok(BoundFrames {
                 notice: None,
                 frames: out,
-                own: Some(OwnPrefix {
-                    before: 0,
-                    left: OWN_COMPLETIONS,
-                    brought_back,
-                    ..OwnPrefix::default()
-                }),
+                own: Some(own),
             })
         }
     }

@@ -7,13 +7,19 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio::sync::oneshot;
 
-use super::reads::{BroughtBack, KnownHot, PreparedRead, PreparedWrite};
+use super::reads::{
+    own_statement_name, BroughtBack, KnownHot, OwnForm, PreparedRead, PreparedWrite,
+};
 use crate::sql::copy_to::{CopyEncoder, CopyOptions};
 use crate::wire::messages::ErrorFields;
 
 /// Most keys a transaction block's rehydrations are remembered for
 /// ([`SessionState::rows_brought_back`]).
 pub const MAX_BROUGHT_BACK: usize = 4096;
+
+/// Most own statements a session prepares ([`SessionState::own_form`]): one per tiered
+/// table's rehydration, `plan_write` and `read_lock`.
+pub const MAX_OWN_PREPARED: usize = 64;
 
 /// Where a session stands in the protocol. Transitions come from relayed messages only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +108,12 @@ pub struct SessionState {
     /// be a ROLLBACK TO SAVEPOINT; told to planners only when every message sent is
     /// answered ([`Self::known_hot`]).
     brought_back: KnownHot,
+    /// coldwire's own statements (rehydrations, `plan_write`, `read_lock`) prepared in the
+    /// session, by text: their number and whether Postgres has them yet
+    /// ([`Self::own_form`]).
+    own_prepared: HashMap<String, (u64, HotForm)>,
+    /// Own statements prepared so far (their numbers).
+    own_prepared_ids: u64,
     /// The group being sent, when coldwire put messages of its own into it before its
     /// Sync; it becomes the group's entry at the Sync.
     open_group: Option<RewrittenGroup>,
@@ -166,6 +178,8 @@ pub struct OwnGroup {
     pub rows: Vec<Vec<Option<Vec<u8>>>>,
     pub error: Option<ErrorFields>,
     reply: Option<oneshot::Sender<OwnResult>>,
+    /// The own prepared statement (text, number) its Parse prepares, until answered.
+    pub parses: Option<(String, u64)>,
 }
 
 impl OwnGroup {
@@ -271,6 +285,9 @@ pub struct OwnPrefix {
     /// The rows coldwire's rehydration brings back, remembered once it answered
     /// ([`SessionState::rows_brought_back`]).
     pub brought_back: Option<BroughtBack>,
+    /// The own prepared statement (text, number) its Parse prepares, until answered
+    /// ([`SessionState::own_parse_answered`]).
+    pub parses: Option<(String, u64)>,
 }
 
 /// A `COPY … TO STDOUT` being served from the rows of its rewritten query.
@@ -297,6 +314,8 @@ impl SessionState {
             open_group: None,
             txn_generations: HashMap::new(),
             brought_back: HashMap::new(),
+            own_prepared: HashMap::new(),
+            own_prepared_ids: 0,
             early_completions: 0,
             rewritten_statements: HashMap::new(),
             statement_ids: 0,
@@ -590,13 +609,75 @@ impl SessionState {
 
     /// coldwire's own statement went upstream as a group of its own (Sync included, its
     /// messages untracked); `reply` gets its result.
-    pub fn own_group_sent(&mut self, reply: oneshot::Sender<OwnResult>) {
+    pub fn own_group_sent(
+        &mut self,
+        reply: oneshot::Sender<OwnResult>,
+        parses: Option<(String, u64)>,
+    ) {
         self.quiet_since_sync = false;
         self.group_sent(Group::Own(OwnGroup {
             rows: Vec::new(),
             error: None,
             reply: Some(reply),
+            parses,
         }));
+    }
+
+    /// How to send coldwire's own statement `sql` now ([`OwnForm`]): bound by name once
+    /// Postgres has it; prepared under a new name the first time (the Parse then travels
+    /// with it: [`OwnForm::Parse`], to be answered by [`Self::own_parse_answered`]); parsed
+    /// and closed again while its Parse is on its way, while a DEALLOCATE or DISCARD the
+    /// client sent is, or beyond [`MAX_OWN_PREPARED`] statements.
+    pub fn own_form(&mut self, sql: &str) -> OwnForm {
+        if self
+            .pending
+            .iter()
+            .any(|p| matches!(p, Pending::Deallocate(..)))
+        {
+            return OwnForm::Once;
+        }
+        match self.own_prepared.get(sql) {
+            Some((id, HotForm::Ready)) => OwnForm::Bind(own_statement_name(*id)),
+            Some((_, HotForm::Sent)) => OwnForm::Once,
+            None if self.own_prepared.len() < MAX_OWN_PREPARED => {
+                self.own_prepared_ids += 1;
+                let id = self.own_prepared_ids;
+                self.own_prepared
+                    .insert(sql.to_owned(), (id, HotForm::Sent));
+                OwnForm::Parse(own_statement_name(id))
+            }
+            None => OwnForm::Once,
+        }
+    }
+
+    /// The number of the statement `form` prepares now, for [`Self::own_parse_answered`].
+    pub fn own_parsing(&self, sql: &str, form: &OwnForm) -> Option<(String, u64)> {
+        match form {
+            OwnForm::Parse(_) => self
+                .own_prepared
+                .get(sql)
+                .map(|(id, _)| (sql.to_owned(), *id)),
+            OwnForm::Bind(_) | OwnForm::Once => None,
+        }
+    }
+
+    /// The Parse of coldwire's own statement `sql` number `id` was answered: by its
+    /// ParseComplete (`parsed`), or not (an error before or at it; Postgres skipped to
+    /// Sync), when it is parsed again next time.
+    pub fn own_parse_answered(&mut self, (sql, id): (String, u64), parsed: bool) {
+        if self.own_prepared.get(&sql).is_some_and(|(i, _)| *i == id) {
+            if parsed {
+                self.own_prepared.insert(sql, (id, HotForm::Ready));
+            } else {
+                self.own_prepared.remove(&sql);
+            }
+        }
+    }
+
+    /// coldwire's own prepared statements may be gone (an error said a statement does
+    /// not exist: freed where coldwire could not see it): each is prepared again.
+    pub fn forget_own_prepared(&mut self) {
+        self.own_prepared.clear();
     }
 
     /// Whether upstream frames of every type must be held whole: coldwire's own
@@ -626,10 +707,16 @@ impl SessionState {
                 rows: std::mem::take(&mut own.rows),
                 error: own.error.take(),
                 reply: own.reply.take(),
+                parses: own.parses.take(),
             }),
             _ => None,
         };
         self.ready_for_query(status);
+        // A Parse not answered by its ParseComplete did not prepare the statement.
+        let mut own = own;
+        if let Some(parses) = own.as_mut().and_then(|o| o.parses.take()) {
+            self.own_parse_answered(parses, false);
+        }
         own
     }
 
@@ -687,6 +774,9 @@ impl SessionState {
     /// The server answered CommandComplete `DEALLOCATE`, `DEALLOCATE ALL` or `DISCARD
     /// ALL`: the names it freed may be parsed again, as other statements.
     pub fn deallocated(&mut self) {
+        // coldwire's own prepared statements may be among the freed: prepared again under
+        // new names.
+        self.own_prepared.clear();
         // Only a simple Query's DEALLOCATE left an entry, and its entries are all that is
         // pending when its answers arrive. One run otherwise (the extended protocol, a
         // string of statements coldwire sends as a group, a function) freed names coldwire

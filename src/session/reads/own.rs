@@ -77,15 +77,56 @@ pub fn own_frames(sql: &str, params: &[Option<BytesMut>]) -> BytesMut {
 /// The statement and portal name of coldwire's own statements in a session.
 pub const OWN_STATEMENT: &str = "coldwire_own";
 
+/// How coldwire's own statement runs: prepared once per session under a name of its own
+/// and bound at every run after (a rehydration's statement costs Postgres about 50 µs to
+/// parse and plan, more than its inserts), or parsed and closed again each time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnForm {
+    /// Postgres has it prepared under this name: bound only.
+    Bind(String),
+    /// Prepared now under this name, then bound.
+    Parse(String),
+    /// Parsed as [`OWN_STATEMENT`] and closed after ([`own_frames`]).
+    Once,
+}
+
+/// The upstream name of coldwire's own prepared statement number `id` (never reused in a
+/// session, so a statement parsed again never meets an old one of the same name).
+pub fn own_statement_name(id: u64) -> String {
+    format!("coldwire_own_{id}")
+}
+
+/// [`own_frames`] for `form`, and how many completions answer them. A prepared statement
+/// is bound to portal [`OWN_STATEMENT`], closed first (a leftover of an earlier failure)
+/// and after.
+pub fn own_frames_as(form: &OwnForm, sql: &str, params: &[Option<BytesMut>]) -> (BytesMut, u32) {
+    let name = match form {
+        OwnForm::Once => return (own_frames(sql, params), OWN_COMPLETIONS),
+        OwnForm::Bind(name) | OwnForm::Parse(name) => name,
+    };
+    let values: Vec<Option<&[u8]>> = params.iter().map(|p| p.as_deref()).collect();
+    let mut out = BytesMut::new();
+    let mut completions = 4;
+    ext::encode_close(&mut out, b'P', OWN_STATEMENT);
+    if matches!(form, OwnForm::Parse(_)) {
+        ext::encode_parse(&mut out, name, sql, &[]);
+        completions += 1;
+    }
+    ext::encode_bind(&mut out, OWN_STATEMENT, name, &values, true);
+    ext::encode_execute(&mut out, OWN_STATEMENT);
+    ext::encode_close(&mut out, b'P', OWN_STATEMENT);
+    (out, completions)
+}
+
+/// The statement of [`read_lock_frames`].
+pub const READ_LOCK_SQL: &str = "SELECT table_id, generation FROM coldwire.read_lock($1)";
+
 /// coldwire's own group that asks `coldwire.read_lock` for `tables` (DESIGN §6.4), as
-/// [`own_frames`] (it never touches the client's unnamed statement or portal), with its
-/// own Sync (sent only inside a transaction block, where a Sync ends nothing).
-pub fn read_lock_frames(tables: &[i64]) -> BytesMut {
+/// [`own_frames_as`] `form` (it never touches the client's unnamed statement or portal),
+/// with its own Sync (sent only inside a transaction block, where a Sync ends nothing).
+pub fn read_lock_frames(tables: &[i64], form: &OwnForm) -> BytesMut {
     let ids = int_array(tables, true);
-    let mut out = own_frames(
-        "SELECT table_id, generation FROM coldwire.read_lock($1)",
-        &[Some(ids)],
-    );
+    let (mut out, _) = own_frames_as(form, READ_LOCK_SQL, &[Some(ids)]);
     out.extend_from_slice(&ext::empty(msg::SYNC));
     out
 }
