@@ -1318,6 +1318,18 @@ async fn rows_a_transaction_brought_back_are_read_hot_until_it_may_undo_them() {
         .await
         .unwrap();
     assert_eq!(rows, vec![vec![Some("7".to_owned())]]);
+    // A write after a ROLLBACK TO in the same string brings its rows back after it, not
+    // ahead of the string, where the ROLLBACK TO would undo them.
+    let rows = simple_rows(
+        &c,
+        "ROLLBACK TO s; SELECT n FROM events WHERE id = 31 FOR UPDATE; UPDATE events SET n = -31 WHERE id = 32 RETURNING n",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![vec![Some("31".to_owned())], vec![Some("-31".to_owned())]]
+    );
 
     // ... and when it is still on its way while the read is sent (pipelined).
     c.batch_execute("SAVEPOINT s").await.unwrap();
@@ -1403,7 +1415,14 @@ async fn coldwire_prepares_its_own_statements_once_per_session() {
     c.batch_execute("COMMIT").await.unwrap();
     let all = own().await;
     assert_eq!(named(&all, "rehydrate"), first);
-    assert_eq!(named(&all, "read_lock").len(), 1, "{all:?}");
+    // read_lock runs as a group of its own, parsed each time.
+    assert!(named(&all, "read_lock").is_empty(), "{all:?}");
+    // A DEALLOCATE of one name frees none of coldwire's.
+    c.batch_execute("PREPARE mine AS SELECT 1; DEALLOCATE mine")
+        .await
+        .unwrap();
+    assert_eq!(update(24, -1).await.unwrap(), 1);
+    assert_eq!(named(&own().await, "rehydrate"), first);
 
     // DEALLOCATE ALL frees them too: prepared again under new names.
     c.batch_execute("DEALLOCATE ALL").await.unwrap();

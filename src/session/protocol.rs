@@ -44,6 +44,13 @@ pub const UPSTREAM_INSPECTED: &[u8] = &[
 /// exist, as coldwire's own are after a DEALLOCATE it could not see.
 const UNDEFINED_STATEMENT: &str = "26000";
 
+/// Whether an error of coldwire's own prepared statement says the statement itself is
+/// gone or unusable (it does not exist, its cached plan cannot be used, a name it uses
+/// no longer resolves), rather than its run failing: it is then prepared again.
+fn statement_broken(code: &str) -> bool {
+    code == UNDEFINED_STATEMENT || code == "0A000" || code.starts_with("42")
+}
+
 /// What the relay does with a server frame.
 #[derive(Debug)]
 pub enum ServerAction {
@@ -261,19 +268,8 @@ fn own_response(
             own.rows.push(msg::data_row_values(frame)?);
             Ok(Some(ServerAction::Drop))
         }
-        msg::PARSE_COMPLETE => {
-            if let Some(parses) = own.parses.take() {
-                state.own_parse_answered(parses, true);
-            }
-            Ok(Some(ServerAction::Drop))
-        }
         msg::ERROR_RESPONSE => {
-            let error = msg::ErrorFields::decode(frame)?;
-            let gone = error.code == UNDEFINED_STATEMENT;
-            own.error = Some(error);
-            if gone {
-                state.forget_own_prepared();
-            }
+            own.error = Some(msg::ErrorFields::decode(frame)?);
             Ok(Some(ServerAction::Drop))
         }
         msg::READY_FOR_QUERY => {
@@ -350,9 +346,12 @@ fn held_back(
                 // coldwire's own prepared statement was freed where coldwire could not see
                 // it (a DEALLOCATE inside a function): prepared again, and the group run
                 // again where it can be, as after a guard failure.
-                let own_gone = tag == msg::ERROR_RESPONSE
-                    && own.before == 0
-                    && msg::ErrorFields::decode(frame)?.code == UNDEFINED_STATEMENT;
+                let own_error = if tag == msg::ERROR_RESPONSE && own.before == 0 {
+                    Some(msg::ErrorFields::decode(frame)?.code)
+                } else {
+                    None
+                };
+                let own_gone = own_error.as_deref() == Some(UNDEFINED_STATEMENT);
                 let skipped: Vec<OwnPrefix> = group.own.drain(..).collect();
                 for own in skipped {
                     if let Some(id) = own.hot {
@@ -363,8 +362,10 @@ fn held_back(
                     }
                     state.hot_closes_skipped(own.closes);
                 }
-                if own_gone {
+                if own_error.as_deref().is_some_and(statement_broken) {
                     state.forget_own_prepared();
+                }
+                if own_gone {
                     let group = state
                         .answering_rewritten()
                         .expect("the group answered above");
@@ -573,7 +574,10 @@ fn track_server_frame(state: &mut SessionState, tag: u8, frame: &[u8]) -> Result
         msg::CLOSE_COMPLETE => state.close_completed(),
         msg::COMMAND_COMPLETE => {
             if frees_statements(frame) {
-                state.deallocated();
+                let tag = frame.get(5..).unwrap_or_default();
+                state.deallocated(
+                    tag.starts_with(b"DEALLOCATE ALL") || tag.starts_with(b"DISCARD ALL"),
+                );
             }
             state.command_completed(frame.get(5..).unwrap_or_default());
         }

@@ -206,7 +206,7 @@ fn a_pipeline_relays_everything_and_an_error_voids_only_its_own_group() {
 fn coldwires_own_group_is_consumed_and_its_rows_handed_back() {
     let mut state = SessionState::new(&[]);
     let (tx, mut rx) = oneshot::channel::<OwnResult>();
-    state.own_group_sent(tx, None);
+    state.own_group_sent(tx);
     run(
         &mut state,
         vec![
@@ -235,7 +235,7 @@ fn coldwires_own_group_is_consumed_and_its_rows_handed_back() {
 fn an_error_of_coldwires_own_group_is_handed_back_not_relayed() {
     let mut state = SessionState::new(&[]);
     let (tx, mut rx) = oneshot::channel::<OwnResult>();
-    state.own_group_sent(tx, None);
+    state.own_group_sent(tx);
     run(
         &mut state,
         vec![

@@ -272,6 +272,7 @@ async fn client_to_upstream(
                     at: &at,
                     fresh: false,
                     known: &known,
+                    quiet: c.quiet(boundary),
                 };
                 let mut bound = rewritten::bind(&frame, txn, shared).await?;
                 super::reads::after_plan().await;
@@ -377,15 +378,19 @@ impl ClientDirection<'_, '_> {
                         self.shared.locked().explain_notice = Some(notice);
                     }
                 }
-                let known = if attempt == 0 {
-                    self.known_hot(&read.table_ids(), boundary)
+                let (known, quiet) = if attempt == 0 {
+                    (
+                        self.known_hot(&read.table_ids(), boundary),
+                        self.quiet(boundary),
+                    )
                 } else {
-                    KnownHot::new()
+                    (KnownHot::new(), false)
                 };
                 let txn = TxnView {
                     at: &at,
                     fresh: attempt > 0,
                     known: &known,
+                    quiet,
                 };
                 rewritten::plan_query(&read, &query, txn, self.shared).await
             }
@@ -478,14 +483,12 @@ impl ClientDirection<'_, '_> {
             return Ok(known);
         }
         let (reply, result) = tokio::sync::oneshot::channel();
-        let mut frames = {
-            let mut state = self.shared.locked();
-            let form = state.own_form(super::reads::READ_LOCK_SQL);
-            let parses = state.own_parsing(super::reads::READ_LOCK_SQL, &form);
-            state.own_group_sent(reply, parses);
-            super::reads::read_lock_frames(&missing, &form)
-        };
-        self.write_now(&mut frames).await?;
+        // Parsed each time, never prepared: an error of a group of coldwire's own aborts
+        // the client's block without telling it, and a prepared statement can be freed
+        // unseen (a DEALLOCATE ALL inside a function).
+        self.shared.locked().own_group_sent(reply);
+        self.write_now(&mut super::reads::read_lock_frames(&missing))
+            .await?;
         match result.await {
             Ok(Ok(rows)) => {
                 let found = super::reads::read_lock_rows(&rows);
@@ -515,6 +518,12 @@ impl ClientDirection<'_, '_> {
         } else {
             KnownHot::new()
         }
+    }
+
+    /// Whether a statement sent at a `boundary` follows only answered messages
+    /// ([`SessionState::quiet`](super::state::SessionState::quiet)).
+    fn quiet(&self, boundary: bool) -> bool {
+        boundary && self.shared.locked().quiet()
     }
 
     /// A session on a database coldwire does not serve is relayed, and would read a
@@ -552,7 +561,7 @@ impl ClientDirection<'_, '_> {
             if state.phase != Phase::Idle || state.outstanding_syncs() != 0 {
                 return Ok(false);
             }
-            state.own_group_sent(reply, None);
+            state.own_group_sent(reply);
         }
         self.write_now(&mut super::reads::tiered_tables_frames())
             .await?;

@@ -41,7 +41,7 @@ impl ClientDirection<'_, '_> {
         let sent = self.send_retry(group, attempt).await;
         if !held.is_empty() {
             let (reply, _) = tokio::sync::oneshot::channel();
-            self.shared.locked().own_group_sent(reply, None);
+            self.shared.locked().own_group_sent(reply);
             self.write_now(&mut super::reads::table_lock_frames(&held, false))
                 .await?;
         }
@@ -77,7 +77,7 @@ impl ClientDirection<'_, '_> {
             return Ok(tables);
         }
         let (reply, result) = tokio::sync::oneshot::channel();
-        self.shared.locked().own_group_sent(reply, None);
+        self.shared.locked().own_group_sent(reply);
         self.write_now(&mut super::reads::table_lock_frames(&tables, true))
             .await?;
         match result.await {
@@ -104,6 +104,7 @@ impl ClientDirection<'_, '_> {
                         at: &HashMap::new(),
                         fresh: true,
                         known: &KnownHot::new(),
+                        quiet: false,
                     },
                     self.shared,
                 )

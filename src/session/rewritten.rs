@@ -342,7 +342,7 @@ pub async fn plan_query(
                 .await
             {
                 Ok(call) => {
-                    let (mut out, own) = match call.map(|call| own_call(call, shared)) {
+                    let (mut out, own) = match call.map(|call| own_call(call, txn.quiet, shared)) {
                         Some((frames, own)) => (frames, Some(own)),
                         None => (BytesMut::new(), None),
                     };
@@ -364,9 +364,9 @@ pub async fn plan_query(
 /// The frames of coldwire's own `call` at the front of the client's group and the part
 /// of the group they are, the statement prepared once per session and bound after
 /// ([`SessionState::own_form`]).
-fn own_call(call: OwnCall, shared: &Shared<'_>) -> (BytesMut, OwnPrefix) {
+fn own_call(call: OwnCall, quiet: bool, shared: &Shared<'_>) -> (BytesMut, OwnPrefix) {
     let mut state = shared.locked();
-    let form = state.own_form(&call.sql);
+    let form = state.own_form(&call.sql, quiet);
     let parses = state.own_parsing(&call.sql, &form);
     let (frames, left) = own_frames_as(&form, &call.sql, &call.params);
     (
@@ -633,7 +633,7 @@ pub async fn bind(
                         own: None,
                     })
                 }
-                Ok(Some(call)) => own_call(call, shared),
+                Ok(Some(call)) => own_call(call, txn.quiet, shared),
                 // Fails in protocol order, at coldwire's own Execute; the server then
                 // skips the client's messages until Sync, as after its own error.
                 Err(e) => {

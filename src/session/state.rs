@@ -18,7 +18,7 @@ use crate::wire::messages::ErrorFields;
 pub const MAX_BROUGHT_BACK: usize = 4096;
 
 /// Most own statements a session prepares ([`SessionState::own_form`]): one per tiered
-/// table's rehydration, `plan_write` and `read_lock`.
+/// table's rehydration, and `plan_write`.
 pub const MAX_OWN_PREPARED: usize = 64;
 
 /// Where a session stands in the protocol. Transitions come from relayed messages only.
@@ -108,8 +108,8 @@ pub struct SessionState {
     /// be a ROLLBACK TO SAVEPOINT; told to planners only when every message sent is
     /// answered ([`Self::known_hot`]).
     brought_back: KnownHot,
-    /// coldwire's own statements (rehydrations, `plan_write`, `read_lock`) prepared in the
-    /// session, by text: their number and whether Postgres has them yet
+    /// coldwire's own statements inside the client's groups (rehydrations, `plan_write`)
+    /// prepared in the session, by text: their number and whether Postgres has them yet
     /// ([`Self::own_form`]).
     own_prepared: HashMap<String, (u64, HotForm)>,
     /// Own statements prepared so far (their numbers).
@@ -178,8 +178,6 @@ pub struct OwnGroup {
     pub rows: Vec<Vec<Option<Vec<u8>>>>,
     pub error: Option<ErrorFields>,
     reply: Option<oneshot::Sender<OwnResult>>,
-    /// The own prepared statement (text, number) its Parse prepares, until answered.
-    pub parses: Option<(String, u64)>,
 }
 
 impl OwnGroup {
@@ -609,31 +607,30 @@ impl SessionState {
 
     /// coldwire's own statement went upstream as a group of its own (Sync included, its
     /// messages untracked); `reply` gets its result.
-    pub fn own_group_sent(
-        &mut self,
-        reply: oneshot::Sender<OwnResult>,
-        parses: Option<(String, u64)>,
-    ) {
+    pub fn own_group_sent(&mut self, reply: oneshot::Sender<OwnResult>) {
         self.quiet_since_sync = false;
         self.group_sent(Group::Own(OwnGroup {
             rows: Vec::new(),
             error: None,
             reply: Some(reply),
-            parses,
         }));
     }
 
-    /// How to send coldwire's own statement `sql` now ([`OwnForm`]): bound by name once
-    /// Postgres has it; prepared under a new name the first time (the Parse then travels
-    /// with it: [`OwnForm::Parse`], to be answered by [`Self::own_parse_answered`]); parsed
-    /// and closed again while its Parse is on its way, while a DEALLOCATE or DISCARD the
-    /// client sent is, or beyond [`MAX_OWN_PREPARED`] statements.
-    pub fn own_form(&mut self, sql: &str) -> OwnForm {
-        if self
-            .pending
-            .iter()
-            .any(|p| matches!(p, Pending::Deallocate(..)))
-        {
+    /// Whether every message sent upstream is answered (given the client sent nothing
+    /// since its last Sync).
+    pub fn quiet(&self) -> bool {
+        self.outstanding_syncs == 0 && self.pending.is_empty()
+    }
+
+    /// How to send coldwire's own statement `sql` now ([`OwnForm`]), `quiet` when nothing
+    /// sent before it is unanswered (so no DEALLOCATE or DISCARD the client sent, which
+    /// may free coldwire's statements too, is on its way): bound by name once Postgres
+    /// has it; prepared under a new name the first time (the Parse then travels with it:
+    /// [`OwnForm::Parse`], to be answered by [`Self::own_parse_answered`]); parsed and
+    /// closed again otherwise: while not quiet, while its Parse is on its way, or beyond
+    /// [`MAX_OWN_PREPARED`] statements.
+    pub fn own_form(&mut self, sql: &str, quiet: bool) -> OwnForm {
+        if !quiet {
             return OwnForm::Once;
         }
         match self.own_prepared.get(sql) {
@@ -707,16 +704,10 @@ impl SessionState {
                 rows: std::mem::take(&mut own.rows),
                 error: own.error.take(),
                 reply: own.reply.take(),
-                parses: own.parses.take(),
             }),
             _ => None,
         };
         self.ready_for_query(status);
-        // A Parse not answered by its ParseComplete did not prepare the statement.
-        let mut own = own;
-        if let Some(parses) = own.as_mut().and_then(|o| o.parses.take()) {
-            self.own_parse_answered(parses, false);
-        }
         own
     }
 
@@ -772,11 +763,15 @@ impl SessionState {
     }
 
     /// The server answered CommandComplete `DEALLOCATE`, `DEALLOCATE ALL` or `DISCARD
-    /// ALL`: the names it freed may be parsed again, as other statements.
-    pub fn deallocated(&mut self) {
-        // coldwire's own prepared statements may be among the freed: prepared again under
-        // new names.
-        self.own_prepared.clear();
+    /// ALL` (`all`: one of the last two): the names it freed may be parsed again, as
+    /// other statements.
+    pub fn deallocated(&mut self, all: bool) {
+        // coldwire's own prepared statements are freed by DEALLOCATE ALL and DISCARD ALL:
+        // prepared again under new names. (A DEALLOCATE of one of their names is met by
+        // its 26000.)
+        if all {
+            self.own_prepared.clear();
+        }
         // Only a simple Query's DEALLOCATE left an entry, and its entries are all that is
         // pending when its answers arrive. One run otherwise (the extended protocol, a
         // string of statements coldwire sends as a group, a function) freed names coldwire
@@ -869,10 +864,7 @@ impl SessionState {
     /// be sent, when every message sent before it is answered (so a ROLLBACK TO still on
     /// its way cannot undo them unseen).
     pub fn known_hot(&self, tables: &[i64]) -> KnownHot {
-        if self.phase != Phase::InTransaction
-            || self.outstanding_syncs > 0
-            || !self.pending.is_empty()
-        {
+        if self.phase != Phase::InTransaction || !self.quiet() {
             return KnownHot::new();
         }
         tables

@@ -17,8 +17,9 @@ pub enum Kind {
     /// COPY, either direction.
     Copy,
     /// Transaction control; `ends`: it ends the transaction it runs in (COMMIT, END,
-    /// ROLLBACK or ABORT but not ROLLBACK TO, PREPARE TRANSACTION, COMMIT/ROLLBACK
-    /// PREPARED).
+    /// ROLLBACK or ABORT, PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED) or the
+    /// subtransactions since a savepoint (ROLLBACK TO): work done before it may be gone
+    /// after it.
     Transaction { ends: bool },
     /// EXPLAIN; `analyze`: it runs the statement it explains.
     Explain { analyze: bool },
@@ -54,6 +55,7 @@ impl Kind {
                                 | TransactionStmtKind::TransStmtPrepare
                                 | TransactionStmtKind::TransStmtCommitPrepared
                                 | TransactionStmtKind::TransStmtRollbackPrepared
+                                | TransactionStmtKind::TransStmtRollbackTo
                         )
                     ),
                 }
@@ -315,14 +317,15 @@ mod tests {
             "PREPARE TRANSACTION 'x'",
             "ROLLBACK PREPARED 'x'",
             "COMMIT PREPARED 'x'",
+            "ROLLBACK TO SAVEPOINT a",
+            "rollback to a",
         ] {
             assert_eq!(kind(sql), Kind::Transaction { ends: true }, "{sql}");
         }
         for sql in [
             "BEGIN",
-            "ROLLBACK TO SAVEPOINT a",
-            "rollback to a",
             "SAVEPOINT a",
+            "RELEASE a",
             "/* commit */ START TRANSACTION",
         ] {
             assert_eq!(kind(sql), Kind::Transaction { ends: false }, "{sql}");

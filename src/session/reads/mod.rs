@@ -11,7 +11,6 @@ mod writes;
 pub use own::{
     own_frames, own_frames_as, own_statement_name, read_lock_frames, read_lock_rows,
     table_lock_frames, tiered_tables_frames, BroughtBack, OwnCall, OwnForm, OWN_COMPLETIONS,
-    READ_LOCK_SQL,
 };
 pub use path::{after_plan, KnownHot, PlanError, PreparedRead, ReadPath, TxnView};
 pub use query::{Part, Plan};

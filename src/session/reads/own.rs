@@ -118,15 +118,15 @@ pub fn own_frames_as(form: &OwnForm, sql: &str, params: &[Option<BytesMut>]) -> 
     (out, completions)
 }
 
-/// The statement of [`read_lock_frames`].
-pub const READ_LOCK_SQL: &str = "SELECT table_id, generation FROM coldwire.read_lock($1)";
-
 /// coldwire's own group that asks `coldwire.read_lock` for `tables` (DESIGN §6.4), as
-/// [`own_frames_as`] `form` (it never touches the client's unnamed statement or portal),
-/// with its own Sync (sent only inside a transaction block, where a Sync ends nothing).
-pub fn read_lock_frames(tables: &[i64], form: &OwnForm) -> BytesMut {
+/// [`own_frames`] (it never touches the client's unnamed statement or portal), with its
+/// own Sync (sent only inside a transaction block, where a Sync ends nothing).
+pub fn read_lock_frames(tables: &[i64]) -> BytesMut {
     let ids = int_array(tables, true);
-    let (mut out, _) = own_frames_as(form, READ_LOCK_SQL, &[Some(ids)]);
+    let mut out = own_frames(
+        "SELECT table_id, generation FROM coldwire.read_lock($1)",
+        &[Some(ids)],
+    );
     out.extend_from_slice(&ext::empty(msg::SYNC));
     out
 }

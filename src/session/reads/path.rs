@@ -257,6 +257,10 @@ pub struct TxnView<'a> {
     pub fresh: bool,
     /// Rows the transaction brought back into the heap itself.
     pub known: &'a KnownHot,
+    /// Nothing sent upstream is unanswered and nothing of the statement's group went
+    /// before it: coldwire's own statements may run prepared
+    /// ([`crate::session::state::SessionState::own_form`]).
+    pub quiet: bool,
 }
 
 /// Whether every cold row of table `id` the scan of `predicates` would keep has a key in
@@ -462,7 +466,9 @@ impl ReadPath {
         params: &BoundParams<'_>,
         txn: TxnView<'_>,
     ) -> Result<ColdParams, PlanError> {
-        let TxnView { at, fresh, known } = txn;
+        let TxnView {
+            at, fresh, known, ..
+        } = txn;
         let mut tables: HashMap<i64, Arc<ColdTable>> = HashMap::new();
         for id in prepared.table_ids() {
             let table = match at.get(&id) {

@@ -100,8 +100,8 @@ impl ReadPath {
         // statement before their write ends a transaction: an error of theirs (a finalize
         // that slipped in) then arrives before anything reached the client and the whole
         // string can be run again, and rows brought back early are rows Postgres would
-        // have had all along. After a COMMIT or ROLLBACK they go just before their write,
-        // in the transaction it runs in.
+        // have had all along. After a COMMIT, ROLLBACK or ROLLBACK TO SAVEPOINT (which
+        // would undo them) they go just before their write, in the transaction it runs in.
         let mut front = BytesMut::new();
         let mut out = BytesMut::new();
         let mut own = Vec::new();
@@ -114,6 +114,7 @@ impl ReadPath {
         let known = KnownHot::new();
         let txn = TxnView {
             known: &known,
+            quiet: false,
             ..txn
         };
         for part in parts {
@@ -361,7 +362,8 @@ impl ReadPath {
     }
 }
 
-/// Whether `sql` ends the transaction it runs in ([`Kind::Transaction`]).
+/// Whether `sql` ends the transaction it runs in or rolls back to a savepoint
+/// ([`Kind::Transaction`]): a rehydration moved ahead of it could be undone by it.
 fn ends_transaction(sql: &str) -> bool {
     kinds_of(sql).contains(&Kind::Transaction { ends: true })
 }
@@ -374,7 +376,8 @@ mod tests {
     fn comments_before_a_commit_do_not_hide_it() {
         assert!(ends_transaction("/* app */ COMMIT"));
         assert!(ends_transaction("-- c\nrollback"));
-        assert!(!ends_transaction("ROLLBACK TO SAVEPOINT a"));
+        assert!(ends_transaction("ROLLBACK TO SAVEPOINT a"));
+        assert!(!ends_transaction("SAVEPOINT a"));
         assert!(!ends_transaction("/* COMMIT */ SELECT 1"));
     }
 }

@@ -250,7 +250,9 @@ impl ReadPath {
         candidates: &HashMap<i64, Vec<serde_json::Value>>,
         append: bool,
     ) -> Result<Option<OwnCall>, PlanError> {
-        let TxnView { at, fresh, known } = txn;
+        let TxnView {
+            at, fresh, known, ..
+        } = txn;
         let executed = write.execute_params(params);
         let params = executed.as_ref().unwrap_or(params);
         let mark = mark_params(&write.statement, params.settings.utf8, append);
