@@ -29,7 +29,7 @@ pub use crate::catalog::segments::ColdTable;
 use crate::segment::file::{footer, SegmentFile, SegmentReadError};
 use crate::segment::memo::Memo;
 use crate::segment::page_cache;
-use crate::segment::prune::Predicate;
+use crate::segment::prune::{extend_keys, Predicate};
 use crate::store::ColdStore;
 use crate::values::ordered::{self, Cell};
 use crate::values::{arrow_schema, ColdColumn, ColdType, ScalarType};
@@ -262,19 +262,7 @@ impl ColdTable {
                 .iter()
                 .filter_map(asked_values)
                 .find_map(|(a, values)| (a == attnum).then_some(values))?;
-            if keys.len().checked_mul(values.len())? > ASKED_KEYS {
-                return None;
-            }
-            keys = keys
-                .iter()
-                .flat_map(|k| {
-                    values.iter().map(move |v| {
-                        let mut k = k.clone();
-                        k.extend_from_slice(v);
-                        k
-                    })
-                })
-                .collect();
+            keys = extend_keys(&keys, values, ASKED_KEYS, |k, v| k.extend_from_slice(v))?;
         }
         Some(keys)
     }

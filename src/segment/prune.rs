@@ -29,6 +29,30 @@ pub enum Predicate {
     Any(Vec<Vec<Predicate>>),
 }
 
+/// `keys` (partial keys) each extended by every one of `values` with `add`: the keys over
+/// one more key column. `None` when there would be more than `limit`.
+pub fn extend_keys<K: Clone, V>(
+    keys: &[K],
+    values: &[V],
+    limit: usize,
+    add: impl Fn(&mut K, &V),
+) -> Option<Vec<K>> {
+    if keys.len().checked_mul(values.len())? > limit {
+        return None;
+    }
+    Some(
+        keys.iter()
+            .flat_map(|k| {
+                values.iter().map(|v| {
+                    let mut k = k.clone();
+                    add(&mut k, v);
+                    k
+                })
+            })
+            .collect(),
+    )
+}
+
 /// At most how many values of integer column `attnum` satisfy every one of
 /// `predicates` (`u128::MAX`: unbounded), from their `=`, `IN` and range conjuncts.
 pub fn integer_values(predicates: &[Predicate], attnum: i16) -> u128 {

@@ -27,7 +27,7 @@ use pg_query::protobuf::{
 use pg_query::NodeRef;
 
 use super::params::{BoundParams, Constant};
-use crate::segment::prune::Predicate;
+use crate::segment::prune::{extend_keys, Predicate};
 use crate::segment::writer::SegmentColumn;
 use crate::values::literal::{temporal_literal, TemporalKind};
 use crate::values::numeric::{self, Scaled};
@@ -763,19 +763,9 @@ pub fn pinned_keys(
                 })
             })
             .collect::<Option<_>>()?;
-        if keys.len().checked_mul(values.len())? > limit {
-            return None;
-        }
-        keys = keys
-            .iter()
-            .flat_map(|k| {
-                values.iter().map(move |v| {
-                    let mut k = k.clone();
-                    k.insert(key.clone(), v.clone());
-                    k
-                })
-            })
-            .collect();
+        keys = extend_keys(&keys, &values, limit, |k, v| {
+            k.insert(key.clone(), v.clone());
+        })?;
     }
     Some(keys)
 }
