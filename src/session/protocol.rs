@@ -204,10 +204,8 @@ fn track_client_frame(tag: u8, frame: &[u8], state: &mut SessionState) -> Result
     Ok(())
 }
 
-/// Whether a CommandComplete frame's tag is `DEALLOCATE`, `DEALLOCATE ALL` or
-/// `DISCARD ALL`.
-fn frees_statements(frame: &[u8]) -> bool {
-    let tag = frame.get(5..).unwrap_or_default();
+/// Whether a CommandComplete's tag is `DEALLOCATE`, `DEALLOCATE ALL` or `DISCARD ALL`.
+fn frees_statements(tag: &[u8]) -> bool {
     tag.starts_with(b"DEALLOCATE") || tag.starts_with(b"DISCARD ALL")
 }
 
@@ -573,13 +571,13 @@ fn track_server_frame(state: &mut SessionState, tag: u8, frame: &[u8]) -> Result
         msg::PARSE_COMPLETE => state.parse_completed(),
         msg::CLOSE_COMPLETE => state.close_completed(),
         msg::COMMAND_COMPLETE => {
-            if frees_statements(frame) {
-                let tag = frame.get(5..).unwrap_or_default();
+            let tag = frame.get(5..).unwrap_or_default();
+            if frees_statements(tag) {
                 state.deallocated(
                     tag.starts_with(b"DEALLOCATE ALL") || tag.starts_with(b"DISCARD ALL"),
                 );
             }
-            state.command_completed(frame.get(5..).unwrap_or_default());
+            state.command_completed(tag);
         }
         _ => {}
     }

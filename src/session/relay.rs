@@ -267,12 +267,12 @@ async fn client_to_upstream(
                 let boundary = side.at_boundary(&streamed);
                 let tables = rewritten::bound_tables(&frame, shared);
                 let at = c.transaction_generations(&tables, boundary).await?;
-                let known = c.known_hot(&tables, boundary);
+                let (known, quiet) = c.known_hot(&tables, boundary);
                 let txn = TxnView {
                     at: &at,
                     fresh: false,
                     known: &known,
-                    quiet: c.quiet(boundary),
+                    quiet,
                 };
                 let mut bound = rewritten::bind(&frame, txn, shared).await?;
                 super::reads::after_plan().await;
@@ -379,10 +379,7 @@ impl ClientDirection<'_, '_> {
                     }
                 }
                 let (known, quiet) = if attempt == 0 {
-                    (
-                        self.known_hot(&read.table_ids(), boundary),
-                        self.quiet(boundary),
-                    )
+                    self.known_hot(&read.table_ids(), boundary)
                 } else {
                     (KnownHot::new(), false)
                 };
@@ -508,22 +505,17 @@ impl ClientDirection<'_, '_> {
         Ok(known)
     }
 
-    /// The rows of `tables` the client's transaction block brought back, for planning a
-    /// statement sent at a `boundary` (nothing of its group went upstream before it):
-    /// empty unless every message sent before is answered
-    /// ([`SessionState::known_hot`](super::state::SessionState::known_hot)).
-    fn known_hot(&self, tables: &[i64], boundary: bool) -> KnownHot {
-        if boundary {
-            self.shared.locked().known_hot(tables)
-        } else {
-            KnownHot::new()
+    /// For planning a statement sent at a `boundary` (nothing of its group went upstream
+    /// before it): the rows of `tables` the client's transaction block brought back, and
+    /// whether every message sent before it is answered — none of the first unless the
+    /// second ([`SessionState::known_hot`](super::state::SessionState::known_hot),
+    /// [`SessionState::quiet`](super::state::SessionState::quiet)).
+    fn known_hot(&self, tables: &[i64], boundary: bool) -> (KnownHot, bool) {
+        if !boundary {
+            return (KnownHot::new(), false);
         }
-    }
-
-    /// Whether a statement sent at a `boundary` follows only answered messages
-    /// ([`SessionState::quiet`](super::state::SessionState::quiet)).
-    fn quiet(&self, boundary: bool) -> bool {
-        boundary && self.shared.locked().quiet()
+        let state = self.shared.locked();
+        (state.known_hot(tables), state.quiet())
     }
 
     /// A session on a database coldwire does not serve is relayed, and would read a

@@ -16,8 +16,8 @@ use bytes::BytesMut;
 
 use super::admin::Answer;
 use super::reads::{
-    own_frames, own_frames_as, OwnCall, Part, Plan, PreparedRead, PreparedWrite, ReadPath, TxnView,
-    OWN_COMPLETIONS,
+    own_frames, own_frames_as, OwnCall, OwnForm, Part, Plan, PreparedRead, PreparedWrite, ReadPath,
+    TxnView, OWN_COMPLETIONS,
 };
 use super::shared::Shared;
 use super::sql_prepared::{may_use_sql_prepared, sql_prepared, SqlPrepared};
@@ -367,7 +367,10 @@ pub async fn plan_query(
 fn own_call(call: OwnCall, quiet: bool, shared: &Shared<'_>) -> (BytesMut, OwnPrefix) {
     let mut state = shared.locked();
     let form = state.own_form(&call.sql, quiet);
-    let parses = state.own_parsing(&call.sql, &form);
+    let parses = match form {
+        OwnForm::Parse(n) => Some((call.sql.clone(), n)),
+        OwnForm::Bind(_) | OwnForm::Once => None,
+    };
     let (frames, left) = own_frames_as(&form, &call.sql, &call.params);
     (
         frames,

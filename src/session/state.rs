@@ -7,9 +7,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio::sync::oneshot;
 
-use super::reads::{
-    own_statement_name, BroughtBack, KnownHot, OwnForm, PreparedRead, PreparedWrite,
-};
+use super::reads::{BroughtBack, KnownHot, OwnForm, PreparedRead, PreparedWrite};
 use crate::sql::copy_to::{CopyEncoder, CopyOptions};
 use crate::wire::messages::ErrorFields;
 
@@ -634,27 +632,16 @@ impl SessionState {
             return OwnForm::Once;
         }
         match self.own_prepared.get(sql) {
-            Some((id, HotForm::Ready)) => OwnForm::Bind(own_statement_name(*id)),
+            Some((id, HotForm::Ready)) => OwnForm::Bind(*id),
             Some((_, HotForm::Sent)) => OwnForm::Once,
             None if self.own_prepared.len() < MAX_OWN_PREPARED => {
                 self.own_prepared_ids += 1;
                 let id = self.own_prepared_ids;
                 self.own_prepared
                     .insert(sql.to_owned(), (id, HotForm::Sent));
-                OwnForm::Parse(own_statement_name(id))
+                OwnForm::Parse(id)
             }
             None => OwnForm::Once,
-        }
-    }
-
-    /// The number of the statement `form` prepares now, for [`Self::own_parse_answered`].
-    pub fn own_parsing(&self, sql: &str, form: &OwnForm) -> Option<(String, u64)> {
-        match form {
-            OwnForm::Parse(_) => self
-                .own_prepared
-                .get(sql)
-                .map(|(id, _)| (sql.to_owned(), *id)),
-            OwnForm::Bind(_) | OwnForm::Once => None,
         }
     }
 

@@ -82,10 +82,10 @@ pub const OWN_STATEMENT: &str = "coldwire_own";
 /// parse and plan, more than its inserts), or parsed and closed again each time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnForm {
-    /// Postgres has it prepared under this name: bound only.
-    Bind(String),
-    /// Prepared now under this name, then bound.
-    Parse(String),
+    /// Postgres has it prepared as number `n` ([`own_statement_name`]): bound only.
+    Bind(u64),
+    /// Prepared now as number `n`, then bound.
+    Parse(u64),
     /// Parsed as [`OWN_STATEMENT`] and closed after ([`own_frames`]).
     Once,
 }
@@ -102,17 +102,17 @@ pub fn own_statement_name(id: u64) -> String {
 pub fn own_frames_as(form: &OwnForm, sql: &str, params: &[Option<BytesMut>]) -> (BytesMut, u32) {
     let name = match form {
         OwnForm::Once => return (own_frames(sql, params), OWN_COMPLETIONS),
-        OwnForm::Bind(name) | OwnForm::Parse(name) => name,
+        OwnForm::Bind(n) | OwnForm::Parse(n) => own_statement_name(*n),
     };
     let values: Vec<Option<&[u8]>> = params.iter().map(|p| p.as_deref()).collect();
     let mut out = BytesMut::new();
     let mut completions = 4;
     ext::encode_close(&mut out, b'P', OWN_STATEMENT);
     if matches!(form, OwnForm::Parse(_)) {
-        ext::encode_parse(&mut out, name, sql, &[]);
+        ext::encode_parse(&mut out, &name, sql, &[]);
         completions += 1;
     }
-    ext::encode_bind(&mut out, OWN_STATEMENT, name, &values, true);
+    ext::encode_bind(&mut out, OWN_STATEMENT, &name, &values, true);
     ext::encode_execute(&mut out, OWN_STATEMENT);
     ext::encode_close(&mut out, b'P', OWN_STATEMENT);
     (out, completions)
