@@ -567,6 +567,70 @@ async fn long_reads_in_autocommit_never_surface_40001_while_flushes_finalize() {
     flushing.stop().await;
 }
 
+/// Cold writes that open their table in a transaction block, planned for longer than
+/// flushes take to finalize (the failpoint holds every plan 1.5 s while a writer keeps
+/// the table flushing): coldwire takes the table's lock in the write's own round trip,
+/// under a savepoint, so a flush that finalized meanwhile fails the rehydration's guard
+/// there. coldwire rolls back to its savepoint and runs the write again, and the client's
+/// block goes on as if nothing happened: no 40001, every update counted once, the block's
+/// later read sees it, and its COMMIT commits it.
+#[tokio::test]
+async fn cold_writes_opening_a_block_run_again_when_a_flush_finalizes_under_them() {
+    let db = create_db("blockwrites");
+    let mut flushing = Flushing::start(&db, 1500, 20).await;
+    let c = flushing.proxy.connect(&db).await;
+    let update = c
+        .prepare("UPDATE t SET v = v + 1 WHERE id = $1")
+        .await
+        .unwrap();
+    let read = c.prepare("SELECT v FROM t WHERE id = $1").await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut updated = Vec::new();
+    let mut id = 1i64;
+    while tokio::time::Instant::now() < deadline {
+        let fail = |e: tokio_postgres::Error| -> ! {
+            panic!("{e:?}\nproxy log:\n{}", flushing.proxy.log())
+        };
+        c.batch_execute("BEGIN").await.unwrap_or_else(|e| fail(e));
+        let n = c.execute(&update, &[&id]).await.unwrap_or_else(|e| fail(e));
+        assert_eq!(n, 1, "id {id}");
+        let v: i64 = c
+            .query_one(&read, &[&id])
+            .await
+            .unwrap_or_else(|e| fail(e))
+            .get(0);
+        assert_eq!(v, id * 3 + 1, "id {id} read back in its block");
+        c.batch_execute("COMMIT").await.unwrap_or_else(|e| fail(e));
+        updated.push(id);
+        id += 7;
+    }
+    assert!(updated.len() >= 3, "{} blocks", updated.len());
+    assert!(
+        flushing
+            .proxy
+            .log_contains("rolling back to coldwire's savepoint")
+            .await,
+        "a flush finalized under a write, which ran again:\n{}",
+        flushing.proxy.log()
+    );
+    let through: i64 = c
+        .query_one(
+            "SELECT count(*) FROM t WHERE id <= 2000 AND v = id * 3 + 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(through, updated.len() as i64, "each update counted once");
+    let all: i64 = c
+        .query_one("SELECT count(*) FROM t WHERE id <= 2000", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(all, 2000, "no row lost or doubled");
+    flushing.stop().await;
+}
+
 #[tokio::test]
 async fn lookups_read_only_the_pages_of_their_keys_and_find_every_row() {
     let db = create_db("extpages");

@@ -1369,7 +1369,7 @@ async fn rows_a_transaction_brought_back_are_read_hot_until_it_may_undo_them() {
 #[tokio::test]
 async fn coldwire_prepares_its_own_statements_once_per_session() {
     let Tiered {
-        proxy: _proxy,
+        proxy,
         c,
         dir: _dir,
         ..
@@ -1443,10 +1443,21 @@ async fn coldwire_prepares_its_own_statements_once_per_session() {
     assert_eq!(update(26, -1).await.unwrap(), 1);
     assert_eq!(update(27, -1).await.unwrap(), 1);
     assert_eq!(named(&own().await, "rehydrate").len(), 1);
-    // In a transaction block it cannot be run again: the error says what was missing,
-    // and the next block works.
+    // In a transaction block, the block's first write of the table runs coldwire's part
+    // under a savepoint: rolled back to, and the write run again, unseen.
     c.batch_execute("BEGIN; SELECT free_all()").await.unwrap();
-    let err = update(28, -1).await.unwrap_err();
+    assert_eq!(update(28, -1).await.unwrap(), 1);
+    assert!(
+        proxy
+            .log_contains("rolling back to coldwire's savepoint")
+            .await
+    );
+    // A later write of the table in the block has no savepoint around coldwire's part:
+    // it cannot be run again, the error says what was missing, and the next block works.
+    assert_eq!(update(27, -1).await.unwrap(), 1);
+    assert_eq!(named(&own().await, "rehydrate").len(), 1);
+    c.batch_execute("SELECT free_all()").await.unwrap();
+    let err = update(29, -1).await.unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("26000"), "{err:?}");
     c.batch_execute("ROLLBACK").await.unwrap();
     c.batch_execute("BEGIN").await.unwrap();

@@ -153,10 +153,14 @@ impl ClientSide {
                 let retry = self.group.finish(streamed.swap(false, Ordering::Relaxed));
                 retryable = retry.is_some();
                 match retry {
-                    Some(retry) => state.rewritten_group_sent(RewrittenGroup {
-                        retry: Some(retry),
-                        ..RewrittenGroup::default()
-                    }),
+                    Some(retry) => {
+                        let in_block = state.phase == Phase::InTransaction;
+                        state.rewritten_group_sent(RewrittenGroup {
+                            retry: Some(retry),
+                            in_block,
+                            ..RewrittenGroup::default()
+                        });
+                    }
                     None => state.sync_sent(),
                 }
             }
@@ -328,6 +332,9 @@ fn held_back(
             }
             OwnStep::DropLast => {
                 let own = group.own.pop_front().unwrap_or_default();
+                if let Some((table, generation)) = own.locks {
+                    state.txn_generations.insert(table, generation);
+                }
                 if let Some(id) = own.hot {
                     state.hot_form_answered(id, true);
                 }
@@ -350,6 +357,14 @@ fn held_back(
                     None
                 };
                 let own_gone = own_error.as_deref() == Some(UNDEFINED_STATEMENT);
+                // Inside a block, only a failure under coldwire's savepoint can be undone.
+                let in_savepoint = own.in_savepoint;
+                let guard_failed = in_savepoint
+                    && own_error.is_some()
+                    && matches!(
+                        conditions::retry(frame),
+                        Some(conditions::Retry::ColdTierChanged)
+                    );
                 let skipped: Vec<OwnPrefix> = group.own.drain(..).collect();
                 for own in skipped {
                     if let Some(id) = own.hot {
@@ -363,13 +378,17 @@ fn held_back(
                 if own_error.as_deref().is_some_and(statement_broken) {
                     state.forget_own_prepared();
                 }
-                if own_gone {
+                if own_gone || guard_failed {
                     let group = state
                         .answering_rewritten()
                         .expect("the group answered above");
-                    if group.retry.is_some() && retry_possible && !streamed.load(Ordering::Relaxed)
+                    if group.retry.is_some()
+                        && (!group.in_block || in_savepoint)
+                        && retry_possible
+                        && !streamed.load(Ordering::Relaxed)
                     {
                         group.retrying = true;
+                        group.rollback_to = group.in_block;
                         state.retry_pending = true;
                         return Ok(dropped);
                     }
@@ -413,7 +432,10 @@ fn held_back(
         }
         msg::NO_DATA if group.drop_no_data => Ok(dropped),
         msg::ERROR_RESPONSE
-            if group.retry.is_some() && retry_possible && !streamed.load(Ordering::Relaxed) =>
+            if group.retry.is_some()
+                && !group.in_block
+                && retry_possible
+                && !streamed.load(Ordering::Relaxed) =>
         {
             match conditions::retry(frame) {
                 Some(conditions::Retry::ColdTierChanged) => {}
@@ -606,7 +628,10 @@ impl GroupShape {
     /// Bind frame when coldwire rewrote it.
     pub fn on_frame(&mut self, tag: u8, frame: &[u8], rewritten_bind: bool, state: &SessionState) {
         if self.messages == 0 {
-            self.started_quiet = state.outstanding_syncs() == 0 && state.phase == Phase::Idle;
+            // Inside a block, only coldwire's own part under its savepoint is run again
+            // (`RewrittenGroup::in_block`).
+            self.started_quiet = state.outstanding_syncs() == 0
+                && matches!(state.phase, Phase::Idle | Phase::InTransaction);
         }
         self.messages += 1;
         if matches!(

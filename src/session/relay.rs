@@ -22,6 +22,7 @@ use super::{SessionContext, SessionError};
 use crate::catalog::registry::REGISTRY_TTL;
 use crate::metrics::BYTES_RELAYED_TOTAL;
 use crate::wire::cancel::CancelRegistration;
+use crate::wire::extended as ext;
 use crate::wire::messages as msg;
 use crate::wire::startup::CancelKey;
 use crate::wire::{FrameScanner, WireError};
@@ -266,20 +267,36 @@ async fn client_to_upstream(
             Some(Stop::Bind(frame)) => {
                 let boundary = side.at_boundary(&streamed);
                 let tables = rewritten::bound_tables(&frame, shared);
-                let at = c.transaction_generations(&tables, boundary).await?;
                 let (known, quiet) = c.known_hot(&tables, boundary);
+                let lock_here = quiet && c.lock_in_group(&frame, &tables);
+                // With `lock_here`, the write's own part takes the table's lock instead of
+                // a round trip of `coldwire.read_lock` first.
+                let at = c
+                    .transaction_generations(&tables, boundary && !lock_here)
+                    .await?;
                 let txn = TxnView {
                     at: &at,
                     fresh: false,
                     known: &known,
                     quiet,
+                    lock_here,
                 };
                 let mut bound = rewritten::bind(&frame, txn, shared).await?;
+                if bound.lock_first {
+                    let at = c.transaction_generations(&tables, boundary).await?;
+                    let txn = TxnView {
+                        at: &at,
+                        lock_here: false,
+                        ..txn
+                    };
+                    bound = rewritten::bind(&frame, txn, shared).await?;
+                }
                 super::reads::after_plan().await;
                 {
                     let mut state = shared.locked();
-                    if let Some(mut own) = bound.own.take() {
-                        own.before = side.group.take_completions();
+                    let mut before = side.group.take_completions();
+                    for mut own in bound.own.drain(..) {
+                        own.before = std::mem::take(&mut before);
                         state.own_messages_sent(own);
                     }
                     side.forwarded(&mut state, msg::BIND, &frame, true, &streamed)?;
@@ -388,6 +405,7 @@ impl ClientDirection<'_, '_> {
                     fresh: attempt > 0,
                     known: &known,
                     quiet,
+                    lock_here: false,
                 };
                 rewritten::plan_query(&read, &query, txn, self.shared).await
             }
@@ -429,6 +447,8 @@ impl ClientDirection<'_, '_> {
                         retrying: false,
                         copy,
                         own: own.into(),
+                        in_block: false,
+                        rollback_to: false,
                     });
                 }
                 super::reads::after_plan().await;
@@ -450,7 +470,7 @@ impl ClientDirection<'_, '_> {
     /// `coldwire.read_lock` as coldwire's own group where a group may start (`boundary`,
     /// nothing outstanding) inside a transaction block. Empty outside one: reads are then
     /// planned for the current generation and guarded.
-    async fn transaction_generations(
+    pub(super) async fn transaction_generations(
         &mut self,
         tables: &[i64],
         boundary: bool,
@@ -503,6 +523,26 @@ impl ClientDirection<'_, '_> {
             Err(_) => {}
         }
         Ok(known)
+    }
+
+    /// Whether the client's Bind `frame` of a write, sent inside a transaction block with
+    /// everything before it answered, is the block's first statement on its table
+    /// (`tables`, one): its rehydration then takes the table's lock and checks its
+    /// generation under a savepoint of coldwire's ([`TxnView::lock_here`]), in the
+    /// client's round trip, instead of `coldwire.read_lock` in one of its own.
+    fn lock_in_group(&self, frame: &[u8], tables: &[i64]) -> bool {
+        let state = self.shared.locked();
+        let [table] = tables else {
+            return false;
+        };
+        state.phase == Phase::InTransaction
+            && state.quiet()
+            && !state.txn_generations.contains_key(table)
+            && ext::Bind::decode(frame).is_ok_and(|b| {
+                state
+                    .rewritten_statement(b.statement)
+                    .is_some_and(|s| matches!(s.prepared, super::state::Prepared::Write(_)))
+            })
     }
 
     /// For planning a statement sent at a `boundary` (nothing of its group went upstream

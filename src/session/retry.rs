@@ -37,6 +37,9 @@ impl ClientDirection<'_, '_> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retry_pending = false;
+        if group.rollback_to {
+            self.roll_back_own_part().await?;
+        }
         let held = self.hold_tables(group.retry.as_ref()).await?;
         let sent = self.send_retry(group, attempt).await;
         if !held.is_empty() {
@@ -46,6 +49,20 @@ impl ClientDirection<'_, '_> {
                 .await?;
         }
         sent
+    }
+
+    /// Undoes coldwire's own part of a group that failed under its savepoint inside a
+    /// transaction block, as its own group: the block is then as it was before the group.
+    async fn roll_back_own_part(&mut self) -> Result<(), SessionError> {
+        tracing::info!("rolling back to coldwire's savepoint in the client's transaction block");
+        let (reply, result) = tokio::sync::oneshot::channel();
+        self.shared.locked().own_group_sent(reply);
+        self.write_now(&mut super::reads::rollback_frames()).await?;
+        if let Ok(Err(error)) = result.await {
+            // The retry then fails as the block does, and the client learns it there.
+            tracing::warn!(code = %error.code, message = %error.message, "rolling back to coldwire's savepoint failed");
+        }
+        Ok(())
     }
 
     /// Takes the session-level shared locks of the tables `retry` reads or writes, when
@@ -98,13 +115,23 @@ impl ClientDirection<'_, '_> {
                     .await
             }
             Some(Retry::Bind { bind, execute }) => {
+                // Inside a block (after the rollback to coldwire's savepoint), the tables
+                // are locked and their generations learnt first, as for any statement
+                // there: the retry cannot fail the same way, and is not run again.
+                let at = if group.in_block {
+                    let tables = rewritten::bound_tables(&bind, self.shared);
+                    self.transaction_generations(&tables, true).await?
+                } else {
+                    HashMap::new()
+                };
                 let bound = rewritten::bind(
                     &bind,
                     TxnView {
-                        at: &HashMap::new(),
+                        at: &at,
                         fresh: true,
                         known: &KnownHot::new(),
                         quiet: false,
+                        lock_here: false,
                     },
                     self.shared,
                 )
@@ -113,7 +140,8 @@ impl ClientDirection<'_, '_> {
                 let mut out = bound.frames;
                 out.extend_from_slice(&execute);
                 out.extend_from_slice(&ext::empty(msg::SYNC));
-                let retry = (attempt < MAX_READ_RETRIES).then_some(Retry::Bind { bind, execute });
+                let retry = (attempt < MAX_READ_RETRIES && !group.in_block)
+                    .then_some(Retry::Bind { bind, execute });
                 let bind_seen = group.drop_bind_complete || group.bind_completed;
                 {
                     let mut state = self
@@ -127,6 +155,7 @@ impl ClientDirection<'_, '_> {
                         attempt,
                         drop_bind_complete: bind_seen,
                         own,
+                        in_block: group.in_block,
                         ..RewrittenGroup::default()
                     });
                 }

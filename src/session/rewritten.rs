@@ -17,7 +17,7 @@ use bytes::BytesMut;
 use super::admin::Answer;
 use super::reads::{
     own_frames, own_frames_as, OwnCall, OwnForm, Part, Plan, PreparedRead, PreparedWrite, ReadPath,
-    TxnView, OWN_COMPLETIONS,
+    TxnView, OWN_COMPLETIONS, RELEASE_SQL, SAVEPOINT_SQL,
 };
 use super::shared::Shared;
 use super::sql_prepared::{may_use_sql_prepared, sql_prepared, SqlPrepared};
@@ -384,6 +384,43 @@ fn own_call(call: OwnCall, quiet: bool, shared: &Shared<'_>) -> (BytesMut, OwnPr
     )
 }
 
+/// The frames of a rehydration `call` that takes its table's lock, inside a transaction
+/// block whose snapshot coldwire has not asked for that table: under coldwire's
+/// savepoint, so that a failed guard (a flush finalized since coldwire planned) can be
+/// undone and the group run again instead of aborting the client's block. Appended to
+/// `out`; the parts they are, in order: the savepoint, the rehydration, the release
+/// (which, answered, says the block holds the lock and sees the generation checked).
+fn under_savepoint(
+    call: OwnCall,
+    quiet: bool,
+    out: &mut BytesMut,
+    shared: &Shared<'_>,
+) -> Vec<OwnPrefix> {
+    let locks = call.locks;
+    let statement = |sql: &str| OwnCall {
+        sql: sql.to_owned(),
+        params: Vec::new(),
+        brought_back: None,
+        locks: None,
+    };
+    let mut parts = Vec::with_capacity(3);
+    for (i, call) in [statement(SAVEPOINT_SQL), call, statement(RELEASE_SQL)]
+        .into_iter()
+        .enumerate()
+    {
+        // An error of the SAVEPOINT itself would leave no savepoint to roll back to: it
+        // is parsed each time, so that it cannot meet a statement freed unseen.
+        let (frames, mut own) = own_call(call, quiet && i > 0, shared);
+        out.unsplit(frames);
+        own.in_savepoint = i > 0;
+        if i == 2 {
+            own.locks = locks;
+        }
+        parts.push(own);
+    }
+    parts
+}
+
 /// What becomes of a Parse.
 pub enum ParseRewrite {
     /// Relayed unchanged.
@@ -516,8 +553,11 @@ pub struct BoundFrames {
     pub notice: Option<BytesMut>,
     /// coldwire's own messages at the front of `frames` (a write's rehydration; hot
     /// forms closed and parsed), which the client must not see: their completions and
-    /// the hot forms they parse and close (`before` is the caller's to set).
-    pub own: Option<OwnPrefix>,
+    /// the hot forms they parse and close (`before` of the first is the caller's to set).
+    pub own: Vec<OwnPrefix>,
+    /// Nothing was planned: the write's table is to be locked first (planned with
+    /// [`TxnView::lock_here`], it needed no rehydration, which would have taken it).
+    pub lock_first: bool,
 }
 
 /// The frames to send for the client's Bind `frame` of a statement coldwire prepared: for
@@ -535,7 +575,8 @@ pub async fn bind(
     let unchanged = || BoundFrames {
         notice: None,
         frames: BytesMut::from(frame),
-        own: None,
+        own: Vec::new(),
+        lock_first: false,
     };
     let bind = Bind::decode(frame)?;
     let (statement, settings, candidates) = {
@@ -614,28 +655,44 @@ pub async fn bind(
             Ok(BoundFrames {
                 notice: explain_notice(read, Some(&params), shared).await,
                 frames: out,
-                own: (own > 0).then_some(OwnPrefix {
-                    before: 0,
-                    left: own,
-                    hot: hot_parse,
-                    closes: hot_closes,
-                    brought_back: None,
-                    parses: None,
-                }),
+                own: (own > 0)
+                    .then_some(OwnPrefix {
+                        before: 0,
+                        left: own,
+                        hot: hot_parse,
+                        closes: hot_closes,
+                        ..OwnPrefix::default()
+                    })
+                    .into_iter()
+                    .collect(),
+                lock_first: false,
             })
         }
         Prepared::Write(write) => {
-            let (mut out, own) = match reads
+            let planned = reads
                 .rehydration(write, &params, txn, &candidates, false)
-                .await
-            {
-                Ok(None) => {
-                    return Ok(BoundFrames {
-                        notice: None,
-                        frames: BytesMut::from(frame),
-                        own: None,
-                    })
-                }
+                .await;
+            if txn.lock_here {
+                return Ok(match planned {
+                    Ok(Some(call)) if call.locks.is_some() => {
+                        let mut out = BytesMut::new();
+                        let own = under_savepoint(call, txn.quiet, &mut out, shared);
+                        out.extend_from_slice(frame);
+                        BoundFrames {
+                            notice: None,
+                            frames: out,
+                            own,
+                            lock_first: false,
+                        }
+                    }
+                    _ => BoundFrames {
+                        lock_first: true,
+                        ..unchanged()
+                    },
+                });
+            }
+            let (mut out, own) = match planned {
+                Ok(None) => return Ok(unchanged()),
                 Ok(Some(call)) => own_call(call, txn.quiet, shared),
                 // Fails in protocol order, at coldwire's own Execute; the server then
                 // skips the client's messages until Sync, as after its own error.
@@ -657,7 +714,8 @@ pub async fn bind(
             Ok(BoundFrames {
                 notice: None,
                 frames: out,
-                own: Some(own),
+                own: vec![own],
+                lock_first: false,
             })
         }
     }

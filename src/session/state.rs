@@ -262,6 +262,12 @@ pub struct RewrittenGroup {
     /// coldwire's own statements inside the group (the rehydration before each write),
     /// in order.
     pub own: VecDeque<OwnPrefix>,
+    /// The group was sent inside a transaction block: a failure is run again only when it
+    /// came from coldwire's own part under its savepoint ([`OwnPrefix::in_savepoint`]).
+    pub in_block: bool,
+    /// Its retry first rolls back to coldwire's savepoint (the failure left the block
+    /// aborted inside it).
+    pub rollback_to: bool,
 }
 
 /// Where coldwire's own messages sit among a group's: after `before` completions of the
@@ -284,6 +290,12 @@ pub struct OwnPrefix {
     /// The own prepared statement (text, number) its Parse prepares, until answered
     /// ([`SessionState::own_parse_answered`]).
     pub parses: Option<(String, u64)>,
+    /// It runs under coldwire's savepoint inside a transaction block: an error of its
+    /// guard is undone by rolling back to the savepoint, and the group runs again.
+    pub in_savepoint: bool,
+    /// Once answered, the block holds this table's lock and sees this generation (the
+    /// savepoint's release, after a rehydration that took the lock and checked it).
+    pub locks: Option<(i64, i64)>,
 }
 
 /// A `COPY … TO STDOUT` being served from the rows of its rewritten query.

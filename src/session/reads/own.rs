@@ -17,6 +17,9 @@ pub struct OwnCall {
     pub params: Vec<Option<BytesMut>>,
     /// For a rehydration: the rows it brings back.
     pub brought_back: Option<BroughtBack>,
+    /// For a rehydration: the table whose lock it takes shared, and the generation it
+    /// checks the table is at once it holds it (its guard).
+    pub locks: Option<(i64, i64)>,
 }
 
 /// The rows of one tiered table a rehydration brings back into the heap, by key (in
@@ -76,6 +79,22 @@ pub fn own_frames(sql: &str, params: &[Option<BytesMut>]) -> BytesMut {
 
 /// The statement and portal name of coldwire's own statements in a session.
 pub const OWN_STATEMENT: &str = "coldwire_own";
+
+/// The savepoint coldwire's own part of a client's group runs under inside a transaction
+/// block when it takes a table's lock itself (a rehydration whose guard may fail): rolled
+/// back to, and the group run again, when it does.
+pub const SAVEPOINT_SQL: &str = "SAVEPOINT coldwire_lock";
+/// Ends that savepoint once coldwire's part succeeded (its locks stay with the block).
+pub const RELEASE_SQL: &str = "RELEASE SAVEPOINT coldwire_lock";
+
+/// coldwire's own group, with its own Sync, that undoes its part of a group whose guard
+/// failed under [`SAVEPOINT_SQL`] and ends the savepoint: the block is as before the group.
+pub fn rollback_frames() -> BytesMut {
+    let mut out = own_frames("ROLLBACK TO SAVEPOINT coldwire_lock", &[]);
+    out.extend_from_slice(&own_frames(RELEASE_SQL, &[]));
+    out.extend_from_slice(&ext::empty(msg::SYNC));
+    out
+}
 
 /// How coldwire's own statement runs: prepared once per session under a name of its own
 /// and bound at every run after (a rehydration's statement costs Postgres about 50 µs to

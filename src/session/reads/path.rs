@@ -261,6 +261,11 @@ pub struct TxnView<'a> {
     /// before it: coldwire's own statements may run prepared
     /// ([`crate::session::state::SessionState::own_form`]).
     pub quiet: bool,
+    /// Inside a transaction block, the write's table is not locked yet and its
+    /// generation not learnt: a write is planned for the current generation only as a
+    /// rehydration (which takes the lock and checks the generation, under a savepoint of
+    /// coldwire's), anything else not at all (`None`: the caller locks first).
+    pub lock_here: bool,
 }
 
 /// Whether every cold row of table `id` the scan of `predicates` would keep has a key in

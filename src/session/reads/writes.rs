@@ -251,7 +251,11 @@ impl ReadPath {
         append: bool,
     ) -> Result<Option<OwnCall>, PlanError> {
         let TxnView {
-            at, fresh, known, ..
+            at,
+            fresh,
+            known,
+            lock_here,
+            ..
         } = txn;
         let executed = write.execute_params(params);
         let params = executed.as_ref().unwrap_or(params);
@@ -293,11 +297,16 @@ impl ReadPath {
             // keys that may be cold (a finalize that moved one meanwhile included: its
             // heap row's delete commits before the insert can proceed), and coldwire then
             // runs the statement again with those keys planned.
+            if lock_here {
+                // Not a call that takes the table's lock: the caller takes it first.
+                return Ok(None);
+            }
             metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "write").increment(1);
             return Ok(write.marks.then(|| OwnCall {
                 sql: PLAN_WRITE_SQL.to_owned(),
                 params: mark.into(),
                 brought_back: None,
+                locks: None,
             }));
         }
         let too_many = || {
@@ -382,6 +391,7 @@ impl ReadPath {
             sql: write.rehydrate_sql.clone(),
             params,
             brought_back,
+            locks: Some((write.table_id, cold.generation)),
         }))
     }
 }
