@@ -573,7 +573,8 @@ async fn long_reads_in_autocommit_never_surface_40001_while_flushes_finalize() {
 /// under a savepoint, so a flush that finalized meanwhile fails the rehydration's guard
 /// there. coldwire rolls back to its savepoint and runs the write again, and the client's
 /// block goes on as if nothing happened: no 40001, every update counted once, the block's
-/// later read sees it, and its COMMIT commits it.
+/// later read sees it, and its COMMIT commits it. Writes alternate between the extended
+/// protocol and simple Queries.
 #[tokio::test]
 async fn cold_writes_opening_a_block_run_again_when_a_flush_finalizes_under_them() {
     let db = create_db("blockwrites");
@@ -592,8 +593,15 @@ async fn cold_writes_opening_a_block_run_again_when_a_flush_finalizes_under_them
             panic!("{e:?}\nproxy log:\n{}", flushing.proxy.log())
         };
         c.batch_execute("BEGIN").await.unwrap_or_else(|e| fail(e));
-        let n = c.execute(&update, &[&id]).await.unwrap_or_else(|e| fail(e));
-        assert_eq!(n, 1, "id {id}");
+        // Every other block writes through a simple Query.
+        if updated.len() % 2 == 0 {
+            let n = c.execute(&update, &[&id]).await.unwrap_or_else(|e| fail(e));
+            assert_eq!(n, 1, "id {id}");
+        } else {
+            c.batch_execute(&format!("UPDATE t SET v = v + 1 WHERE id = {id}"))
+                .await
+                .unwrap_or_else(|e| fail(e));
+        }
         let v: i64 = c
             .query_one(&read, &[&id])
             .await
@@ -605,13 +613,19 @@ async fn cold_writes_opening_a_block_run_again_when_a_flush_finalizes_under_them
         id += 7;
     }
     assert!(updated.len() >= 3, "{} blocks", updated.len());
+    let log = flushing.proxy.log();
+    eprintln!(
+        "{} blocks, rolled back: {} Binds, {} Queries",
+        updated.len(),
+        log.matches("query=false").count(),
+        log.matches("query=true").count()
+    );
     assert!(
         flushing
             .proxy
             .log_contains("rolling back to coldwire's savepoint")
             .await,
-        "a flush finalized under a write, which ran again:\n{}",
-        flushing.proxy.log()
+        "a flush finalized under a write, which ran again:\n{log}"
     );
     let through: i64 = c
         .query_one(
@@ -628,6 +642,56 @@ async fn cold_writes_opening_a_block_run_again_when_a_flush_finalizes_under_them
         .unwrap()
         .get(0);
     assert_eq!(all, 2000, "no row lost or doubled");
+    flushing.stop().await;
+}
+
+/// The same as libpq sends it (Bind, Describe of the portal, Execute, Sync), for a write
+/// with RETURNING: when coldwire's part fails under its savepoint, Postgres skips the
+/// client's Describe too, and the write run again answers it: the client gets its
+/// BindComplete, RowDescription, row and completion once each, in order.
+#[tokio::test]
+async fn a_write_run_again_answers_the_describe_of_its_portal() {
+    let db = create_db("blockdescribe");
+    let mut flushing = Flushing::start(&db, 1500, 20).await;
+    let mut conn = RawConn::ready(flushing.proxy.addr, &db).await;
+    let mut prepare = raw::parse("upd", "UPDATE t SET v = v + 1 WHERE id = $1 RETURNING v");
+    prepare.extend(raw::sync());
+    conn.send(&prepare).await;
+    assert_eq!(tags(&conn.until_ready().await), "1Z");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut id = 3i64;
+    let mut blocks = 0;
+    while tokio::time::Instant::now() < deadline {
+        conn.send(&raw::query("BEGIN")).await;
+        assert_eq!(tags(&conn.until_ready().await), "CZ");
+        let mut group = raw::bind("upd", &[&id.to_string()]);
+        group.extend(raw::frame(b'D', b"P\0"));
+        group.extend(raw::execute());
+        group.extend(raw::sync());
+        conn.send(&group).await;
+        let msgs = conn.until_ready().await;
+        assert_eq!(
+            tags(&msgs),
+            "2TDCZ",
+            "id {id}: {msgs:?}\nproxy log:\n{}",
+            flushing.proxy.log()
+        );
+        let v = (id * 3 + 1).to_string();
+        assert!(msgs[2].body.ends_with(v.as_bytes()), "{msgs:?}");
+        conn.send(&raw::query("COMMIT")).await;
+        assert_eq!(tags(&conn.until_ready().await), "CZ");
+        blocks += 1;
+        id += 7;
+    }
+    assert!(blocks >= 3, "{blocks} blocks");
+    assert!(
+        flushing
+            .proxy
+            .log_contains("rolling back to coldwire's savepoint")
+            .await,
+        "a flush finalized under a write, which ran again:\n{}",
+        flushing.proxy.log()
+    );
     flushing.stop().await;
 }
 

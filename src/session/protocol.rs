@@ -606,6 +606,29 @@ fn track_server_frame(state: &mut SessionState, tag: u8, frame: &[u8]) -> Result
     Ok(())
 }
 
+/// Whether the client frames in `input` (what it sent after a Bind of `portal`) are a
+/// Describe of that portal at most, its Execute and a Sync: the whole of the group, of a
+/// shape that can be run again (`GroupShape`), is in.
+pub fn ends_simply(input: &[u8], portal: &str) -> bool {
+    let mut rest = input;
+    let mut next = || -> Option<(u8, &[u8])> {
+        let len = u32::from_be_bytes(rest.get(1..5)?.try_into().ok()?) as usize;
+        let frame = rest.get(..len.checked_add(1)?)?;
+        rest = &rest[frame.len()..];
+        Some((frame[0], frame))
+    };
+    let mut frame = next();
+    if let Some((msg::DESCRIBE, describe)) = frame {
+        if !matches!(ext::target(describe, msg::DESCRIBE), Ok(ext::Target::Portal(p)) if p == portal)
+        {
+            return false;
+        }
+        frame = next();
+    }
+    let executes = matches!(frame, Some((msg::EXECUTE, e)) if ext::execute_portal(e).is_ok_and(|p| p == portal));
+    executes && matches!(next(), Some((msg::SYNC, _)))
+}
+
 /// The shape of the extended-protocol group the client is sending, as far as retrying a
 /// guard failure goes: retried unseen only when the group started with nothing
 /// outstanding outside a transaction block and holds nothing but Parses, Describes, one
@@ -619,6 +642,8 @@ pub struct GroupShape {
     completions: u32,
     started_quiet: bool,
     bind: Option<(BytesMut, String)>,
+    /// A Describe of the Bind's portal between it and its Execute.
+    describe: Option<BytesMut>,
     execute: Option<BytesMut>,
     other: bool,
 }
@@ -642,7 +667,18 @@ impl GroupShape {
         }
         match tag {
             msg::PARSE if self.bind.is_none() => {}
-            msg::DESCRIBE => {}
+            msg::DESCRIBE if self.bind.is_none() => {}
+            // Skipped with the Bind when coldwire's part before it fails: sent again.
+            msg::DESCRIBE if self.describe.is_none() && self.execute.is_none() => {
+                let ours = self.bind.as_ref().is_some_and(|(_, portal)| {
+                    matches!(ext::target(frame, msg::DESCRIBE), Ok(ext::Target::Portal(p)) if p == portal)
+                });
+                if ours {
+                    self.describe = Some(BytesMut::from(frame));
+                } else {
+                    self.other = true;
+                }
+            }
             msg::BIND if rewritten_bind && self.bind.is_none() => match Bind::decode(frame) {
                 Ok(b) => self.bind = Some((BytesMut::from(frame), b.portal.to_owned())),
                 Err(_) => self.other = true,
@@ -669,7 +705,11 @@ impl GroupShape {
             (Some((bind, _)), Some(execute))
                 if shape.started_quiet && !shape.other && !streamed =>
             {
-                Some(Retry::Bind { bind, execute })
+                Some(Retry::Bind {
+                    bind,
+                    describe: shape.describe,
+                    execute,
+                })
             }
             _ => None,
         }

@@ -22,7 +22,6 @@ use super::{SessionContext, SessionError};
 use crate::catalog::registry::REGISTRY_TTL;
 use crate::metrics::BYTES_RELAYED_TOTAL;
 use crate::wire::cancel::CancelRegistration;
-use crate::wire::extended as ext;
 use crate::wire::messages as msg;
 use crate::wire::startup::CancelKey;
 use crate::wire::{FrameScanner, WireError};
@@ -268,7 +267,11 @@ async fn client_to_upstream(
                 let boundary = side.at_boundary(&streamed);
                 let tables = rewritten::bound_tables(&frame, shared);
                 let (known, quiet) = c.known_hot(&tables, boundary);
-                let lock_here = quiet && c.lock_in_group(&frame, &tables);
+                // The rest of the group is in, and can be sent again after a rollback.
+                let lock_here = quiet
+                    && rewritten::binds_write(&frame, shared)
+                        .is_some_and(|portal| protocol::ends_simply(&input, &portal))
+                    && c.lock_in_group(&tables);
                 // With `lock_here`, the write's own part takes the table's lock instead of
                 // a round trip of `coldwire.read_lock` first.
                 let at = c
@@ -371,6 +374,8 @@ impl ClientDirection<'_, '_> {
         boundary: bool,
     ) -> Result<(), SessionError> {
         let mut copy = None;
+        // Planned with `TxnView::lock_here`: coldwire's part runs under its savepoint.
+        let mut locked_here = false;
         let plan = match rewritten::prepare_query(&query, self.shared).await {
             Ok(None) => Plan::PassThrough,
             Ok(Some(read)) => {
@@ -381,8 +386,14 @@ impl ClientDirection<'_, '_> {
                 if attempt == 0 {
                     wait_until_answered(self.shared).await;
                 }
+                // A single write, sent again whole if its own part fails under the
+                // savepoint.
+                locked_here = attempt == 0
+                    && boundary
+                    && matches!(read, QueryRead::Write(_))
+                    && self.lock_in_group(&read.table_ids());
                 let at = self
-                    .transaction_generations(&read.table_ids(), boundary)
+                    .transaction_generations(&read.table_ids(), boundary && !locked_here)
                     .await?;
                 if let QueryRead::Copy(_, options) = &read {
                     copy = Some(CopyOut {
@@ -405,9 +416,23 @@ impl ClientDirection<'_, '_> {
                     fresh: attempt > 0,
                     known: &known,
                     quiet,
-                    lock_here: false,
+                    lock_here: locked_here,
                 };
-                rewritten::plan_query(&read, &query, txn, self.shared).await
+                match rewritten::plan_query(&read, &query, txn, self.shared).await {
+                    Plan::LockFirst => {
+                        locked_here = false;
+                        let at = self
+                            .transaction_generations(&read.table_ids(), boundary)
+                            .await?;
+                        let txn = TxnView {
+                            at: &at,
+                            lock_here: false,
+                            ..txn
+                        };
+                        rewritten::plan_query(&read, &query, txn, self.shared).await
+                    }
+                    plan => plan,
+                }
             }
             Err(error) => Plan::Fail(error),
         };
@@ -428,9 +453,11 @@ impl ClientDirection<'_, '_> {
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner);
                     // Retried transparently only outside a transaction block, where the
-                    // failed attempt left nothing behind, and while nothing else is
+                    // failed attempt left nothing behind, or where what it left is
+                    // coldwire's savepoint to roll back to, and while nothing else is
                     // outstanding.
-                    let retryable = state.phase == Phase::Idle
+                    let in_block = locked_here && state.phase == Phase::InTransaction;
+                    let retryable = (state.phase == Phase::Idle || in_block)
                         && state.outstanding_syncs() == 0
                         && attempt < MAX_READ_RETRIES;
                     state.forget_unnamed();
@@ -447,22 +474,36 @@ impl ClientDirection<'_, '_> {
                         retrying: false,
                         copy,
                         own: own.into(),
-                        in_block: false,
+                        in_block,
                         rollback_to: false,
                     });
                 }
                 super::reads::after_plan().await;
                 frames
             }
-            Plan::Fail(error) => {
-                let (_, status) = wait_until_answered(self.shared).await;
-                let mut out = error.encode();
-                out.extend_from_slice(&msg::encode_ready_for_query(status));
-                let mut client = self.shared.client_tx.lock().await;
-                return client.write_all(&out).await.map_err(SessionError::ClientIo);
+            // Never: planned again above without `lock_here`, which does not answer this.
+            Plan::LockFirst => {
+                let error = msg::ErrorFields {
+                    severity: msg::Severity::Error,
+                    code: "XX000".into(),
+                    message: "coldwire: the write could not be planned".into(),
+                    detail: None,
+                    hint: None,
+                };
+                return self.fail(error).await;
             }
+            Plan::Fail(error) => return self.fail(error).await,
         };
         self.write_now(&mut out).await
+    }
+
+    /// Answers a simple Query with coldwire's `error` once everything before it is.
+    async fn fail(&mut self, error: msg::ErrorFields) -> Result<(), SessionError> {
+        let (_, status) = wait_until_answered(self.shared).await;
+        let mut out = error.encode();
+        out.extend_from_slice(&msg::encode_ready_for_query(status));
+        let mut client = self.shared.client_tx.lock().await;
+        client.write_all(&out).await.map_err(SessionError::ClientIo)
     }
 
     /// The generations of `tables` the client's transaction block sees, for planning its
@@ -525,12 +566,13 @@ impl ClientDirection<'_, '_> {
         Ok(known)
     }
 
-    /// Whether the client's Bind `frame` of a write, sent inside a transaction block with
-    /// everything before it answered, is the block's first statement on its table
-    /// (`tables`, one): its rehydration then takes the table's lock and checks its
-    /// generation under a savepoint of coldwire's ([`TxnView::lock_here`]), in the
-    /// client's round trip, instead of `coldwire.read_lock` in one of its own.
-    fn lock_in_group(&self, frame: &[u8], tables: &[i64]) -> bool {
+    /// Whether a write of `tables` (one), sent inside a transaction block with everything
+    /// before it answered, is the block's first statement on its table: its rehydration
+    /// then takes the table's lock and checks its generation under a savepoint of
+    /// coldwire's ([`TxnView::lock_here`]), in the client's round trip, instead of
+    /// `coldwire.read_lock` in a round trip of its own. The caller checks that the
+    /// write's group can be sent again if that check fails.
+    fn lock_in_group(&self, tables: &[i64]) -> bool {
         let state = self.shared.locked();
         let [table] = tables else {
             return false;
@@ -538,11 +580,6 @@ impl ClientDirection<'_, '_> {
         state.phase == Phase::InTransaction
             && state.quiet()
             && !state.txn_generations.contains_key(table)
-            && ext::Bind::decode(frame).is_ok_and(|b| {
-                state
-                    .rewritten_statement(b.statement)
-                    .is_some_and(|s| matches!(s.prepared, super::state::Prepared::Write(_)))
-            })
     }
 
     /// For planning a statement sent at a `boundary` (nothing of its group went upstream

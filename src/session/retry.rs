@@ -38,6 +38,11 @@ impl ClientDirection<'_, '_> {
             .unwrap_or_else(PoisonError::into_inner)
             .retry_pending = false;
         if group.rollback_to {
+            let query = matches!(group.retry, Some(Retry::Query(_)));
+            tracing::info!(
+                query,
+                "rolling back to coldwire's savepoint in the client's transaction block"
+            );
             self.roll_back_own_part().await?;
         }
         let held = self.hold_tables(group.retry.as_ref()).await?;
@@ -54,7 +59,6 @@ impl ClientDirection<'_, '_> {
     /// Undoes coldwire's own part of a group that failed under its savepoint inside a
     /// transaction block, as its own group: the block is then as it was before the group.
     async fn roll_back_own_part(&mut self) -> Result<(), SessionError> {
-        tracing::info!("rolling back to coldwire's savepoint in the client's transaction block");
         let (reply, result) = tokio::sync::oneshot::channel();
         self.shared.locked().own_group_sent(reply);
         self.write_now(&mut super::reads::rollback_frames()).await?;
@@ -111,10 +115,20 @@ impl ClientDirection<'_, '_> {
     async fn send_retry(&mut self, group: RewrittenGroup, attempt: u8) -> Result<(), SessionError> {
         match group.retry {
             Some(Retry::Query(query)) => {
-                self.run_read(query, attempt, group.client_row_descriptions, false)
-                    .await
+                // Inside a block it asks for the tables' locks first (`boundary`).
+                self.run_read(
+                    query,
+                    attempt,
+                    group.client_row_descriptions,
+                    group.in_block,
+                )
+                .await
             }
-            Some(Retry::Bind { bind, execute }) => {
+            Some(Retry::Bind {
+                bind,
+                describe,
+                execute,
+            }) => {
                 // Inside a block (after the rollback to coldwire's savepoint), the tables
                 // are locked and their generations learnt first, as for any statement
                 // there: the retry cannot fail the same way, and is not run again.
@@ -137,12 +151,21 @@ impl ClientDirection<'_, '_> {
                 )
                 .await?;
                 let own = bound.own.into_iter().collect();
+                let bind_seen = group.drop_bind_complete || group.bind_completed;
                 let mut out = bound.frames;
+                // The Describe after the Bind was answered with it, or skipped with it
+                // (a failure of coldwire's part before the Bind): then sent again.
+                if let (Some(describe), false) = (&describe, bind_seen) {
+                    out.extend_from_slice(describe);
+                }
                 out.extend_from_slice(&execute);
                 out.extend_from_slice(&ext::empty(msg::SYNC));
-                let retry = (attempt < MAX_READ_RETRIES && !group.in_block)
-                    .then_some(Retry::Bind { bind, execute });
-                let bind_seen = group.drop_bind_complete || group.bind_completed;
+                let retry =
+                    (attempt < MAX_READ_RETRIES && !group.in_block).then_some(Retry::Bind {
+                        bind,
+                        describe,
+                        execute,
+                    });
                 {
                     let mut state = self
                         .shared

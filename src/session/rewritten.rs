@@ -337,21 +337,29 @@ pub async fn plan_query(
                 settings,
                 ..BoundParams::none()
             };
-            match reads
+            let planned = reads
                 .rehydration(write, &params, txn, &candidates, false)
-                .await
-            {
+                .await;
+            let text = query_text(query).unwrap_or_default();
+            if txn.lock_here {
+                return match planned {
+                    Ok(Some(call)) if call.locks.is_some() => {
+                        let mut out = BytesMut::new();
+                        let own = under_savepoint(call, txn.quiet, &mut out, shared);
+                        ext::execute_unnamed(&mut out, text, &[], false);
+                        out.extend_from_slice(&ext::empty(msg::SYNC));
+                        Plan::Run(out, own)
+                    }
+                    _ => Plan::LockFirst,
+                };
+            }
+            match planned {
                 Ok(call) => {
                     let (mut out, own) = match call.map(|call| own_call(call, txn.quiet, shared)) {
                         Some((frames, own)) => (frames, Some(own)),
                         None => (BytesMut::new(), None),
                     };
-                    ext::execute_unnamed(
-                        &mut out,
-                        query_text(query).unwrap_or_default(),
-                        &[],
-                        false,
-                    );
+                    ext::execute_unnamed(&mut out, text, &[], false);
                     out.extend_from_slice(&ext::empty(msg::SYNC));
                     Plan::Run(out, own.into_iter().collect())
                 }
@@ -543,6 +551,14 @@ pub fn bound_tables(frame: &[u8], shared: &Shared<'_>) -> Vec<i64> {
                 })
         })
         .unwrap_or_default()
+}
+
+/// The portal of the client's Bind `frame` when it binds a write coldwire prepared.
+pub fn binds_write(frame: &[u8], shared: &Shared<'_>) -> Option<String> {
+    let bind = Bind::decode(frame).ok()?;
+    let state = shared.locked();
+    let statement = state.rewritten_statement(bind.statement)?;
+    matches!(statement.prepared, Prepared::Write(_)).then(|| bind.portal.to_owned())
 }
 
 /// What to send for a client's Bind of a statement coldwire prepared.

@@ -231,8 +231,13 @@ pub fn hot_statement_name(id: u64) -> String {
 pub enum Retry {
     /// A simple Query (the client's frame).
     Query(BytesMut),
-    /// An extended-protocol execution: the client's Bind (re-planned) and Execute.
-    Bind { bind: BytesMut, execute: BytesMut },
+    /// An extended-protocol execution: the client's Bind (re-planned), the Describe of
+    /// its portal if one followed it, and Execute.
+    Bind {
+        bind: BytesMut,
+        describe: Option<BytesMut>,
+        execute: BytesMut,
+    },
 }
 
 /// A group of messages (up to a sync point) that runs a read coldwire rewrote.

@@ -30,6 +30,9 @@ pub enum Plan {
     Run(BytesMut, Vec<OwnPrefix>),
     /// Answer the client with this error (and ReadyForQuery).
     Fail(ErrorFields),
+    /// Nothing planned: the write's table is to be locked first (planned with
+    /// [`TxnView::lock_here`](super::TxnView::lock_here), it needed no rehydration).
+    LockFirst,
 }
 
 /// One statement of a simple Query string of several.
