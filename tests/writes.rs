@@ -1484,3 +1484,70 @@ async fn coldwire_prepares_its_own_statements_once_per_session() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// When coldwire's own `read_lock` fails inside a transaction block (here on the
+/// session's lock_timeout, while another session holds the table's lock as a finalize
+/// does), the block is aborted before the client's statement runs: the client gets that
+/// failure, with what coldwire was doing, instead of a bare 25P02 that says nothing of
+/// why. Only once: later statements of the block get Postgres's 25P02, and the next block
+/// works.
+#[tokio::test]
+async fn a_block_aborted_by_coldwires_own_statement_says_why() {
+    let Tiered {
+        proxy: _proxy,
+        c,
+        direct,
+        dir: _dir,
+        ..
+    } = tiered("writesownfail", &[]).await;
+    let id: i64 = direct
+        .query_one(
+            "SELECT id FROM coldwire.tables WHERE relid = 'events'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    direct
+        .execute(
+            "SELECT pg_advisory_lock($1, $2::int)",
+            &[&0x6377_0001i32, &(id as i32)],
+        )
+        .await
+        .unwrap();
+    c.batch_execute("SET lock_timeout = '200ms'; BEGIN")
+        .await
+        .unwrap();
+    let err = c
+        .query("SELECT n FROM events WHERE id = $1", &[&5i64])
+        .await
+        .unwrap_err();
+    let db = err.as_db_error().expect("a database error");
+    assert_eq!(db.code().code(), "55P03", "{db:?}");
+    assert!(
+        db.detail()
+            .is_some_and(|d| d.contains("coldwire.read_lock")),
+        "{db:?}"
+    );
+    let again = c
+        .query("SELECT n FROM events WHERE id = $1", &[&5i64])
+        .await
+        .unwrap_err();
+    assert_eq!(again.code().map(|c| c.code()), Some("25P02"), "{again:?}");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    direct
+        .execute(
+            "SELECT pg_advisory_unlock($1, $2::int)",
+            &[&0x6377_0001i32, &(id as i32)],
+        )
+        .await
+        .unwrap();
+    c.batch_execute("BEGIN").await.unwrap();
+    let n: i32 = c
+        .query_one("SELECT n FROM events WHERE id = $1", &[&5i64])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 5);
+    c.batch_execute("COMMIT").await.unwrap();
+}

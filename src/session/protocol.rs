@@ -245,6 +245,12 @@ pub fn on_server_frame(
     if let Some(rewritten) = msg::sasl_without_channel_binding(frame) {
         return Ok(ServerAction::Replace(rewritten));
     }
+    if tag == msg::ERROR_RESPONSE && state.own_failure.is_some() {
+        let code = msg::ErrorFields::decode(frame)?.code;
+        if let Some(cause) = state.block_failure(&code) {
+            return Ok(ServerAction::Replace(cause.encode()));
+        }
+    }
     track_server_frame(state, tag, frame)?;
     if completes(tag) {
         state.completion_passed();

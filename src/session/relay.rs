@@ -560,6 +560,10 @@ impl ClientDirection<'_, '_> {
             }
             Ok(Err(error)) => {
                 tracing::warn!(code = %error.code, message = %error.message, "coldwire.read_lock failed in the client's transaction");
+                let mut state = self.shared.locked();
+                if state.phase == Phase::FailedTransaction {
+                    state.own_failure = Some(error);
+                }
             }
             Err(_) => {}
         }

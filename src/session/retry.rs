@@ -63,8 +63,12 @@ impl ClientDirection<'_, '_> {
         self.shared.locked().own_group_sent(reply);
         self.write_now(&mut super::reads::rollback_frames()).await?;
         if let Ok(Err(error)) = result.await {
-            // The retry then fails as the block does, and the client learns it there.
+            // The retry then fails as the block does, and the client learns why there.
             tracing::warn!(code = %error.code, message = %error.message, "rolling back to coldwire's savepoint failed");
+            let mut state = self.shared.locked();
+            if state.phase == Phase::FailedTransaction {
+                state.own_failure = Some(error);
+            }
         }
         Ok(())
     }

@@ -98,6 +98,10 @@ pub struct SessionState {
     /// Generations of tiered tables as the client's current transaction block sees them
     /// (learnt by `coldwire.read_lock`), so its reads are planned for exactly those.
     pub txn_generations: HashMap<i64, i64>,
+    /// Why coldwire's own group aborted the client's transaction block (`read_lock`
+    /// failing, e.g. on lock_timeout): told to the client in place of the 25P02 its next
+    /// statement gets, which would not say why ([`SessionState::block_failure`]).
+    pub own_failure: Option<ErrorFields>,
     /// Rows the client's transaction block brought back into the heap (coldwire's
     /// rehydrations that answered they inserted every row they were given), by table:
     /// their cold versions are hidden from the block's statements, so reads and writes
@@ -326,6 +330,7 @@ impl SessionState {
             groups: VecDeque::new(),
             open_group: None,
             txn_generations: HashMap::new(),
+            own_failure: None,
             brought_back: HashMap::new(),
             own_prepared: HashMap::new(),
             own_prepared_ids: 0,
@@ -826,6 +831,9 @@ impl SessionState {
             self.txn_generations.clear();
             self.brought_back.clear();
         }
+        if self.phase == Phase::Idle {
+            self.own_failure = None;
+        }
         self.outstanding_syncs = self.outstanding_syncs.saturating_sub(1);
         self.groups.pop_front();
         // Everything up to the first sync point is answered or was skipped after an error.
@@ -834,6 +842,24 @@ impl SessionState {
                 break;
             }
         }
+    }
+
+    /// The error to give the client for an error Postgres sent it with `code`: the
+    /// failure of coldwire's own group that aborted the block, once, in place of the
+    /// first 25P02 ("current transaction is aborted") after it.
+    pub fn block_failure(&mut self, code: &str) -> Option<ErrorFields> {
+        if code != "25P02" {
+            return None;
+        }
+        let cause = self.own_failure.take()?;
+        Some(ErrorFields {
+            detail: Some(format!(
+                "coldwire's own statement for this transaction block (coldwire.read_lock before the block's first statement on a tiered table, or the rollback to its savepoint) failed, which aborted the block{}",
+                cause.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default()
+            )),
+            hint: Some("Roll the transaction block back and run it again.".into()),
+            ..cause
+        })
     }
 
     /// A rehydration of the client's transaction answered: its rows are remembered when
