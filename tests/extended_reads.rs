@@ -574,9 +574,10 @@ async fn long_reads_in_autocommit_never_surface_40001_while_flushes_finalize() {
 /// there. coldwire rolls back to its savepoint and runs the write again, and the client's
 /// block goes on as if nothing happened: no 40001, every update counted once, the block's
 /// later read sees it, and its COMMIT commits it. Writes alternate between the extended
-/// protocol and simple Queries.
+/// protocol and simple Queries; every other block opens the table with a read instead,
+/// whose generation coldwire's part checks under its savepoint the same way.
 #[tokio::test]
-async fn cold_writes_opening_a_block_run_again_when_a_flush_finalizes_under_them() {
+async fn statements_opening_a_block_run_again_when_a_flush_finalizes_under_them() {
     let db = create_db("blockwrites");
     let mut flushing = Flushing::start(&db, 1500, 20).await;
     let c = flushing.proxy.connect(&db).await;
@@ -593,8 +594,33 @@ async fn cold_writes_opening_a_block_run_again_when_a_flush_finalizes_under_them
             panic!("{e:?}\nproxy log:\n{}", flushing.proxy.log())
         };
         c.batch_execute("BEGIN").await.unwrap_or_else(|e| fail(e));
-        // Every other block writes through a simple Query.
-        if updated.len() % 2 == 0 {
+        // Blocks open the table with a read, then a write (in turn through the extended
+        // protocol and a simple Query), or with the write.
+        let mode = updated.len() % 4;
+        if mode == 2 {
+            let v: i64 = c
+                .query_one(&read, &[&id])
+                .await
+                .unwrap_or_else(|e| fail(e))
+                .get(0);
+            assert_eq!(v, id * 3, "id {id} read first in its block");
+        }
+        if mode == 3 {
+            let rows = c
+                .simple_query(&format!("SELECT v FROM t WHERE id = {id}"))
+                .await
+                .unwrap_or_else(|e| fail(e));
+            let v = rows.iter().find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            });
+            assert_eq!(
+                v,
+                Some((id * 3).to_string()),
+                "id {id} read first in its block"
+            );
+        }
+        if mode % 2 == 0 {
             let n = c.execute(&update, &[&id]).await.unwrap_or_else(|e| fail(e));
             assert_eq!(n, 1, "id {id}");
         } else {
@@ -615,10 +641,11 @@ async fn cold_writes_opening_a_block_run_again_when_a_flush_finalizes_under_them
     assert!(updated.len() >= 3, "{} blocks", updated.len());
     let log = flushing.proxy.log();
     eprintln!(
-        "{} blocks, rolled back: {} Binds, {} Queries",
+        "{} blocks, rolled back: {} Binds, {} Queries, {} reads",
         updated.len(),
         log.matches("query=false").count(),
-        log.matches("query=true").count()
+        log.matches("query=true").count(),
+        log.matches("write=false").count()
     );
     assert!(
         flushing

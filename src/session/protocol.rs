@@ -338,9 +338,7 @@ fn held_back(
             }
             OwnStep::DropLast => {
                 let own = group.own.pop_front().unwrap_or_default();
-                if let Some((table, generation)) = own.locks {
-                    state.txn_generations.insert(table, generation);
-                }
+                state.txn_generations.extend(own.locks.iter().copied());
                 if let Some(id) = own.hot {
                     state.hot_form_answered(id, true);
                 }
@@ -365,12 +363,9 @@ fn held_back(
                 let own_gone = own_error.as_deref() == Some(UNDEFINED_STATEMENT);
                 // Inside a block, only a failure under coldwire's savepoint can be undone.
                 let in_savepoint = own.in_savepoint;
-                let guard_failed = in_savepoint
-                    && own_error.is_some()
-                    && matches!(
-                        conditions::retry(frame),
-                        Some(conditions::Retry::ColdTierChanged)
-                    );
+                // A guard of coldwire's part (the rehydration's, or the check after
+                // `read_lock` of a read's tables) found another generation.
+                let guard_failed = in_savepoint && own_error.as_deref() == Some("40001");
                 let skipped: Vec<OwnPrefix> = group.own.drain(..).collect();
                 for own in skipped {
                     if let Some(id) = own.hot {

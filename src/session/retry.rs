@@ -38,9 +38,23 @@ impl ClientDirection<'_, '_> {
             .unwrap_or_else(PoisonError::into_inner)
             .retry_pending = false;
         if group.rollback_to {
-            let query = matches!(group.retry, Some(Retry::Query(_)));
+            let (query, write) = match &group.retry {
+                Some(Retry::Query(q)) => (
+                    true,
+                    !rewritten::query_text(q)
+                        .unwrap_or_default()
+                        .trim_start()
+                        .to_ascii_lowercase()
+                        .starts_with("select"),
+                ),
+                Some(Retry::Bind { bind, .. }) => {
+                    (false, rewritten::bound_kind(bind, self.shared).0)
+                }
+                None => (false, false),
+            };
             tracing::info!(
                 query,
+                write,
                 "rolling back to coldwire's savepoint in the client's transaction block"
             );
             self.roll_back_own_part().await?;

@@ -302,9 +302,10 @@ pub struct OwnPrefix {
     /// It runs under coldwire's savepoint inside a transaction block: an error of its
     /// guard is undone by rolling back to the savepoint, and the group runs again.
     pub in_savepoint: bool,
-    /// Once answered, the block holds this table's lock and sees this generation (the
-    /// savepoint's release, after a rehydration that took the lock and checked it).
-    pub locks: Option<(i64, i64)>,
+    /// Once answered, the block holds these tables' locks and sees these generations
+    /// (the savepoint's release, after coldwire's statement that took the locks and
+    /// checked them).
+    pub locks: Vec<(i64, i64)>,
 }
 
 /// A `COPY … TO STDOUT` being served from the rows of its rewritten query.
