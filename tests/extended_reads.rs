@@ -171,6 +171,37 @@ async fn prepared_statements_see_cold_rows_with_bind_values_and_survive_flushes(
     }
 }
 
+/// One group of a read (no message of coldwire's own) and then a cold write (coldwire's
+/// rehydration ahead of it): the client gets each of its completions once, in order, and
+/// none of coldwire's.
+#[tokio::test]
+async fn a_group_of_a_read_then_a_cold_write_keeps_protocol_order() {
+    let db = create_db("extmixed");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, c, _direct) = flushed_events(&db, &store, &[]).await;
+    let mut conn = RawConn::ready(proxy.addr, &db).await;
+    let mut group = raw::parse("", "SELECT kind FROM events WHERE id = $1");
+    group.extend(raw::bind("", &["6"]));
+    group.extend(raw::execute());
+    group.extend(raw::parse(
+        "",
+        "UPDATE events SET kind = 'mixed' WHERE id = $1",
+    ));
+    group.extend(raw::bind("", &["5"]));
+    group.extend(raw::execute());
+    group.extend(raw::sync());
+    conn.send(&group).await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "12DC12CZ", "{msgs:?}");
+    let kind: String = c
+        .query_one("SELECT kind FROM events WHERE id = 5", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kind, "mixed");
+}
+
 #[tokio::test]
 async fn unnamed_statements_pipelines_and_refusals_keep_protocol_order() {
     let db = create_db("extraw");

@@ -608,8 +608,9 @@ fn track_server_frame(state: &mut SessionState, tag: u8, frame: &[u8]) -> Result
 }
 
 /// Whether the client frames in `input` (what it sent after a Bind of `portal`) are a
-/// Describe of that portal at most, its Execute and a Sync: the whole of the group, of a
-/// shape that can be run again (`GroupShape`), is in.
+/// Describe of that portal at most, its Execute and a Sync, and nothing after: the whole
+/// of the group, of a shape that can be run again (`GroupShape`), is in, and nothing the
+/// client sent after it rules that out yet.
 pub fn ends_simply(input: &[u8], portal: &str) -> bool {
     let mut rest = input;
     let mut next = || -> Option<(u8, &[u8])> {
@@ -627,7 +628,8 @@ pub fn ends_simply(input: &[u8], portal: &str) -> bool {
         frame = next();
     }
     let executes = matches!(frame, Some((msg::EXECUTE, e)) if ext::execute_portal(e).is_ok_and(|p| p == portal));
-    executes && matches!(next(), Some((msg::SYNC, _)))
+    // Nothing after the Sync yet: a frame the client sends after it rules the retry out.
+    executes && matches!(next(), Some((msg::SYNC, _))) && next().is_none()
 }
 
 /// The shape of the extended-protocol group the client is sending, as far as retrying a
@@ -674,12 +676,13 @@ impl GroupShape {
                 let ours = self.bind.as_ref().is_some_and(|(_, portal)| {
                     matches!(ext::target(frame, msg::DESCRIBE), Ok(ext::Target::Portal(p)) if p == portal)
                 });
+                // Other Describes pass as they always did (answered before any failure
+                // that can be retried, or skipped with it and not sent again).
                 if ours {
                     self.describe = Some(BytesMut::from(frame));
-                } else {
-                    self.other = true;
                 }
             }
+            msg::DESCRIBE => {}
             msg::BIND if rewritten_bind && self.bind.is_none() => match Bind::decode(frame) {
                 Ok(b) => self.bind = Some((BytesMut::from(frame), b.portal.to_owned())),
                 Err(_) => self.other = true,

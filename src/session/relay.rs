@@ -224,7 +224,9 @@ async fn client_to_upstream(
                     ClientAction::Stop(stop) => Ok(Some(stop)),
                 }
             })?;
-        c.send(&mut out, ends_retryable).await?;
+        // A frame the client sent after the group (the one stopped at) rules its retry
+        // out: it is recorded already, and would otherwise go upstream first.
+        c.send(&mut out, ends_retryable && stop.is_none()).await?;
         match stop {
             Some(Stop::Admin(answer)) => {
                 answer_admin(answer, &mut side.admin, shared).await?;
@@ -245,7 +247,10 @@ async fn client_to_upstream(
                 side.sent_since_sync = false;
                 streamed.store(false, Ordering::Relaxed);
                 side.group.reset();
-                c.run_read(query, 0, 0, boundary).await?;
+                // Nothing sent after it yet: it may lock its tables under coldwire's
+                // savepoint, and be run again.
+                let alone = input.is_empty();
+                c.run_read(query, 0, 0, boundary, alone).await?;
                 continue;
             }
             Some(Stop::Prepare(frame)) => {
@@ -317,7 +322,13 @@ async fn client_to_upstream(
                 super::reads::after_plan().await;
                 {
                     let mut state = shared.locked();
-                    let mut before = side.group.take_completions();
+                    // Taken only when coldwire puts messages of its own in the group: they
+                    // are answered after every completion of the client's before them.
+                    let mut before = if bound.own.is_empty() {
+                        0
+                    } else {
+                        side.group.take_completions()
+                    };
                     for mut own in bound.own.drain(..) {
                         own.before = std::mem::take(&mut before);
                         state.own_messages_sent(own);
@@ -392,6 +403,7 @@ impl ClientDirection<'_, '_> {
         attempt: u8,
         skip_row_descriptions: u32,
         boundary: bool,
+        alone: bool,
     ) -> Result<(), SessionError> {
         let mut copy = None;
         // Planned with `TxnView::lock_here`: coldwire's part runs under its savepoint.
@@ -413,7 +425,9 @@ impl ClientDirection<'_, '_> {
                 // its savepoint: a write's rehydration takes its table's lock; a read is
                 // planned for the current generations, which coldwire's part checks.
                 let opened = match &read {
-                    QueryRead::Write(_) | QueryRead::Select(_) if attempt == 0 && boundary => {
+                    QueryRead::Write(_) | QueryRead::Select(_)
+                        if attempt == 0 && boundary && alone =>
+                    {
                         self.opened_here(&read.table_ids(), matches!(read, QueryRead::Write(_)))
                     }
                     _ => Vec::new(),

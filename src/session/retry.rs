@@ -139,6 +139,7 @@ impl ClientDirection<'_, '_> {
                     attempt,
                     group.client_row_descriptions,
                     group.in_block,
+                    false,
                 )
                 .await
             }
