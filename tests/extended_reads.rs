@@ -605,10 +605,10 @@ async fn long_reads_in_autocommit_never_surface_40001_while_flushes_finalize() {
 /// there. coldwire rolls back to its savepoint and runs the write again, and the client's
 /// block goes on as if nothing happened: no 40001, every update counted once, the block's
 /// later read sees it, and its COMMIT commits it. Writes alternate between the extended
-/// protocol and simple Queries; every other block opens the table with a read instead,
-/// whose generation coldwire's part checks under its savepoint the same way.
+/// protocol and simple Queries; one block in four reads the row first (which asks
+/// `coldwire.read_lock` first, so the write after it needs no savepoint).
 #[tokio::test]
-async fn statements_opening_a_block_run_again_when_a_flush_finalizes_under_them() {
+async fn cold_writes_opening_a_block_run_again_when_a_flush_finalizes_under_them() {
     let db = create_db("blockwrites");
     let mut flushing = Flushing::start(&db, 1500, 20).await;
     let c = flushing.proxy.connect(&db).await;
@@ -625,17 +625,9 @@ async fn statements_opening_a_block_run_again_when_a_flush_finalizes_under_them(
             panic!("{e:?}\nproxy log:\n{}", flushing.proxy.log())
         };
         c.batch_execute("BEGIN").await.unwrap_or_else(|e| fail(e));
-        // Blocks open the table with a read, then a write (in turn through the extended
-        // protocol and a simple Query), or with the write.
+        // Blocks open the table with the write (in turn through the extended protocol
+        // and a simple Query), one in four with a read first.
         let mode = updated.len() % 4;
-        if mode == 2 {
-            let v: i64 = c
-                .query_one(&read, &[&id])
-                .await
-                .unwrap_or_else(|e| fail(e))
-                .get(0);
-            assert_eq!(v, id * 3, "id {id} read first in its block");
-        }
         if mode == 3 {
             let rows = c
                 .simple_query(&format!("SELECT v FROM t WHERE id = {id}"))
@@ -672,7 +664,7 @@ async fn statements_opening_a_block_run_again_when_a_flush_finalizes_under_them(
     assert!(updated.len() >= 3, "{} blocks", updated.len());
     let log = flushing.proxy.log();
     eprintln!(
-        "{} blocks, rolled back: {} Binds, {} Queries, {} reads",
+        "{} blocks, rolled back: {} Binds, {} Queries, {} reads (none expected)",
         updated.len(),
         log.matches("query=false").count(),
         log.matches("query=true").count(),

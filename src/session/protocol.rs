@@ -363,8 +363,8 @@ fn held_back(
                 let own_gone = own_error.as_deref() == Some(UNDEFINED_STATEMENT);
                 // Inside a block, only a failure under coldwire's savepoint can be undone.
                 let in_savepoint = own.in_savepoint;
-                // A guard of coldwire's part (the rehydration's, or the check after
-                // `read_lock` of a read's tables) found another generation.
+                // The guard of coldwire's part (the rehydration's) found another
+                // generation.
                 let guard_failed = in_savepoint && own_error.as_deref() == Some("40001");
                 let skipped: Vec<OwnPrefix> = group.own.drain(..).collect();
                 for own in skipped {

@@ -272,29 +272,17 @@ async fn client_to_upstream(
                 let boundary = side.at_boundary(&streamed);
                 let tables = rewritten::bound_tables(&frame, shared);
                 let (known, quiet) = c.known_hot(&tables, boundary);
-                // Tables to lock in the group's own round trip, under coldwire's savepoint:
-                // only where the rest of the group is in, and can be sent again after a
-                // rollback.
+                // A write's rehydration takes its table's lock under coldwire's savepoint,
+                // in the group's own round trip: only where the rest of the group is in,
+                // and can be sent again after a rollback.
                 let (write, portal) = rewritten::bound_kind(&frame, shared);
-                let opened = if quiet && protocol::ends_simply(&input, &portal) {
-                    c.opened_here(&tables, write)
-                } else {
-                    Vec::new()
-                };
-                // A write's rehydration takes its table's lock itself; a read is planned
-                // for the current generations, which coldwire's part checks.
-                let lock_here = write && !opened.is_empty();
-                let lock_read = if write || opened.is_empty() {
-                    None
-                } else {
-                    rewritten::read_path(shared)
-                        .current_generations(&opened)
-                        .await
-                };
-                let mut at = c
-                    .transaction_generations(&tables, boundary && !lock_here && lock_read.is_none())
+                let lock_here = write
+                    && quiet
+                    && protocol::ends_simply(&input, &portal)
+                    && c.lock_in_group(&tables);
+                let at = c
+                    .transaction_generations(&tables, boundary && !lock_here)
                     .await?;
-                at.extend(lock_read.iter().flatten().copied());
                 let txn = TxnView {
                     at: &at,
                     fresh: false,
@@ -311,13 +299,6 @@ async fn client_to_upstream(
                         ..txn
                     };
                     bound = rewritten::bind(&frame, txn, shared).await?;
-                }
-                if let Some(lock) = &lock_read {
-                    let (mut frames, mut parts) = rewritten::lock_for_read(lock, quiet, shared);
-                    frames.unsplit(std::mem::take(&mut bound.frames));
-                    bound.frames = frames;
-                    parts.append(&mut bound.own);
-                    bound.own = parts;
                 }
                 super::reads::after_plan().await;
                 {
@@ -408,9 +389,6 @@ impl ClientDirection<'_, '_> {
         let mut copy = None;
         // Planned with `TxnView::lock_here`: coldwire's part runs under its savepoint.
         let mut locked_here = false;
-        // A read planned for these (table, generation) pairs, which coldwire's part
-        // under its savepoint locks and checks.
-        let mut lock_read = None;
         let plan = match rewritten::prepare_query(&query, self.shared).await {
             Ok(None) => Plan::PassThrough,
             Ok(Some(read)) => {
@@ -421,30 +399,16 @@ impl ClientDirection<'_, '_> {
                 if attempt == 0 {
                     wait_until_answered(self.shared).await;
                 }
-                // A single write or read, sent again whole if coldwire's part fails under
-                // its savepoint: a write's rehydration takes its table's lock; a read is
-                // planned for the current generations, which coldwire's part checks.
-                let opened = match &read {
-                    QueryRead::Write(_) | QueryRead::Select(_)
-                        if attempt == 0 && boundary && alone =>
-                    {
-                        self.opened_here(&read.table_ids(), matches!(read, QueryRead::Write(_)))
-                    }
-                    _ => Vec::new(),
-                };
-                locked_here = matches!(read, QueryRead::Write(_)) && !opened.is_empty();
-                if matches!(read, QueryRead::Select(_)) && !opened.is_empty() {
-                    lock_read = rewritten::read_path(self.shared)
-                        .current_generations(&opened)
-                        .await;
-                }
-                let mut at = self
-                    .transaction_generations(
-                        &read.table_ids(),
-                        boundary && !locked_here && lock_read.is_none(),
-                    )
+                // A single write, sent again whole if its own part fails under the
+                // savepoint.
+                locked_here = attempt == 0
+                    && boundary
+                    && alone
+                    && matches!(read, QueryRead::Write(_))
+                    && self.lock_in_group(&read.table_ids());
+                let at = self
+                    .transaction_generations(&read.table_ids(), boundary && !locked_here)
                     .await?;
-                at.extend(lock_read.iter().flatten().copied());
                 if let QueryRead::Copy(_, options) = &read {
                     copy = Some(CopyOut {
                         options: options.clone(),
@@ -495,16 +459,7 @@ impl ClientDirection<'_, '_> {
                     .query_sent(rewritten::query_text(&query));
                 query
             }
-            Plan::Run(mut frames, mut own) => {
-                if let Some(lock) = &lock_read {
-                    let (mut lock_frames, mut parts) =
-                        rewritten::lock_for_read(lock, true, self.shared);
-                    lock_frames.unsplit(frames);
-                    frames = lock_frames;
-                    parts.append(&mut own);
-                    own = parts;
-                    locked_here = true;
-                }
+            Plan::Run(frames, own) => {
                 {
                     let mut state = self
                         .shared
@@ -643,32 +598,6 @@ impl ClientDirection<'_, '_> {
         state.phase == Phase::InTransaction
             && state.quiet()
             && !state.txn_generations.contains_key(table)
-    }
-
-    /// The tables of a statement (`tables`; a `write` or a read) sent inside a transaction
-    /// block with everything before it answered that the block has not locked yet: those
-    /// to lock in the statement's own round trip, under coldwire's savepoint, instead of
-    /// `coldwire.read_lock`'s round trip first. None for a write of several tables.
-    fn opened_here(&self, tables: &[i64], write: bool) -> Vec<i64> {
-        if write {
-            return if self.lock_in_group(tables) {
-                tables.to_vec()
-            } else {
-                Vec::new()
-            };
-        }
-        let state = self.shared.locked();
-        if state.phase != Phase::InTransaction || !state.quiet() {
-            return Vec::new();
-        }
-        let mut opened: Vec<i64> = tables
-            .iter()
-            .copied()
-            .filter(|t| !state.txn_generations.contains_key(t))
-            .collect();
-        opened.sort_unstable();
-        opened.dedup();
-        opened
     }
 
     /// For planning a statement sent at a `boundary` (nothing of its group went upstream

@@ -429,43 +429,6 @@ fn under_savepoint(
     parts
 }
 
-/// For a read that is its transaction block's first statement on the tables of `lock`
-/// (planned for the generations given there, the current ones): coldwire's part ahead of
-/// it that takes their locks and checks those generations (`coldwire.read_lock`, whose
-/// answer must be those generations, else the guard raises 40001), under coldwire's
-/// savepoint, in the read's own round trip ([`under_savepoint`]). The frames, and the
-/// parts they are.
-pub fn lock_for_read(
-    lock: &[(i64, i64)],
-    quiet: bool,
-    shared: &Shared<'_>,
-) -> (BytesMut, Vec<OwnPrefix>) {
-    let (ids, generations): (Vec<i64>, Vec<i64>) = lock.iter().copied().unzip();
-    let call = OwnCall {
-        sql: READ_LOCK_CHECK_SQL.to_owned(),
-        params: vec![
-            Some(super::reads::int8_array(&ids)),
-            Some(super::reads::int8_array(&generations)),
-        ],
-        brought_back: None,
-        locks: None,
-    };
-    let mut out = BytesMut::new();
-    let mut parts = under_savepoint(call, quiet, &mut out, shared);
-    if let Some(release) = parts.last_mut() {
-        release.locks = lock.to_vec();
-    }
-    (out, parts)
-}
-
-/// `coldwire.read_lock` of tables `$1` (int8[]), checked against the generations `$2`
-/// planned for (int8[], in the same order): a table at another generation makes
-/// `coldwire.guard` raise 40001.
-const READ_LOCK_CHECK_SQL: &str = "SELECT pg_catalog.count(CASE WHEN r.generation = p.g THEN NULL \
-     ELSE coldwire.guard(r.table_id, '{\"refusal\": {\"code\": \"40001\", \"message\": \"coldwire: the cold tier changed as the statement started\", \"hint\": \"Retry the statement.\"}}'::jsonb, NULL) END) \
-     FROM coldwire.read_lock($1) r \
-     JOIN ROWS FROM (pg_catalog.unnest($1::int8[]), pg_catalog.unnest($2::int8[])) AS p(id, g) ON p.id = r.table_id";
-
 /// What becomes of a Parse.
 pub enum ParseRewrite {
     /// Relayed unchanged.

@@ -9,7 +9,7 @@ mod query;
 mod writes;
 
 pub use own::{
-    int8_array, own_frames, own_frames_as, own_statement_name, read_lock_frames, read_lock_rows,
+    own_frames, own_frames_as, own_statement_name, read_lock_frames, read_lock_rows,
     rollback_frames, table_lock_frames, tiered_tables_frames, BroughtBack, OwnCall, OwnForm,
     OWN_COMPLETIONS, RELEASE_SQL, SAVEPOINT_SQL,
 };

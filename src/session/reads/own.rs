@@ -208,11 +208,6 @@ pub fn table_lock_frames(tables: &[i64], hold: bool) -> BytesMut {
     out
 }
 
-/// `values` as a one-dimensional int8 array in binary format.
-pub fn int8_array(values: &[i64]) -> BytesMut {
-    int_array(values, true)
-}
-
 /// `values` as a one-dimensional array in binary format: of int8 (`wide`) or of int4
 /// (each value truncated to 32 bits).
 fn int_array(values: &[i64], wide: bool) -> BytesMut {

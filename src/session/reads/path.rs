@@ -838,21 +838,6 @@ pub(super) fn jsonb(value: &serde_json::Value) -> BytesMut {
 
 /// The `after_read_plan` failpoint (tests widen the window between planning a read and
 /// running it, so that flushes finalize in between and the guard fires).
-impl ReadPath {
-    /// The current generation of each of `tables` (as [`Self::cold_params`] plans for),
-    /// `None` when one cannot be read.
-    pub async fn current_generations(&self, tables: &[i64]) -> Option<Vec<(i64, i64)>> {
-        let mut out = Vec::with_capacity(tables.len());
-        for id in tables {
-            out.push((
-                *id,
-                self.catalog.cold_table(*id, false).await.ok()?.generation,
-            ));
-        }
-        Some(out)
-    }
-}
-
 pub async fn after_plan() {
     crate::failpoint::hit("after_read_plan").await;
 }
