@@ -270,12 +270,15 @@ async fn client_to_upstream(
             }
             Some(Stop::Bind(frame)) => {
                 let boundary = side.at_boundary(&streamed);
-                let tables = rewritten::bound_tables(&frame, shared);
+                let rewritten::Bound {
+                    tables,
+                    write,
+                    portal,
+                } = rewritten::bound(&frame, shared);
                 let (known, quiet) = c.known_hot(&tables, boundary);
                 // A write's rehydration takes its table's lock under coldwire's savepoint,
                 // in the group's own round trip: only where the rest of the group is in,
                 // and can be sent again after a rollback.
-                let (write, portal) = rewritten::bound_kind(&frame, shared);
                 let lock_here = write
                     && quiet
                     && protocol::ends_simply(&input, &portal)

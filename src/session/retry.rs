@@ -38,23 +38,9 @@ impl ClientDirection<'_, '_> {
             .unwrap_or_else(PoisonError::into_inner)
             .retry_pending = false;
         if group.rollback_to {
-            let (query, write) = match &group.retry {
-                Some(Retry::Query(q)) => (
-                    true,
-                    !rewritten::query_text(q)
-                        .unwrap_or_default()
-                        .trim_start()
-                        .to_ascii_lowercase()
-                        .starts_with("select"),
-                ),
-                Some(Retry::Bind { bind, .. }) => {
-                    (false, rewritten::bound_kind(bind, self.shared).0)
-                }
-                None => (false, false),
-            };
+            let query = matches!(group.retry, Some(Retry::Query(_)));
             tracing::info!(
                 query,
-                write,
                 "rolling back to coldwire's savepoint in the client's transaction block"
             );
             self.roll_back_own_part().await?;
@@ -107,7 +93,7 @@ impl ClientDirection<'_, '_> {
                 Ok(Some(read)) => read.table_ids(),
                 _ => Vec::new(),
             },
-            Some(Retry::Bind { bind, .. }) => rewritten::bound_tables(bind, self.shared),
+            Some(Retry::Bind { bind, .. }) => rewritten::bound(bind, self.shared).tables,
             None => Vec::new(),
         };
         tables.sort_unstable();
@@ -152,7 +138,7 @@ impl ClientDirection<'_, '_> {
                 // are locked and their generations learnt first, as for any statement
                 // there: the retry cannot fail the same way, and is not run again.
                 let at = if group.in_block {
-                    let tables = rewritten::bound_tables(&bind, self.shared);
+                    let tables = rewritten::bound(&bind, self.shared).tables;
                     self.transaction_generations(&tables, true).await?
                 } else {
                     HashMap::new()

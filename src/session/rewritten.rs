@@ -537,33 +537,38 @@ pub fn parse_to_send(
     Ok(out)
 }
 
-/// The tables the client's Bind `frame` reads, if it binds a rewritten statement.
-pub fn bound_tables(frame: &[u8], shared: &Shared<'_>) -> Vec<i64> {
-    let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-    Bind::decode(frame)
-        .ok()
-        .and_then(|b| {
-            state
-                .rewritten_statement(b.statement)
-                .map(|s| match &s.prepared {
-                    Prepared::Read(read) => read.table_ids(),
-                    Prepared::Write(write) => vec![write.table_id],
-                })
-        })
-        .unwrap_or_default()
+/// What the client's Bind `frame` binds, looked up once: the tables of the rewritten
+/// statement it binds (none for a statement coldwire did not rewrite, or a malformed
+/// Bind), whether that statement is a write, and the portal.
+pub struct Bound {
+    pub tables: Vec<i64>,
+    pub write: bool,
+    pub portal: String,
 }
 
-/// Whether the client's Bind `frame` (of a statement coldwire prepared) binds a write,
-/// and the portal it binds.
-pub fn bound_kind(frame: &[u8], shared: &Shared<'_>) -> (bool, String) {
+/// [`Bound`] for the client's Bind `frame`.
+pub fn bound(frame: &[u8], shared: &Shared<'_>) -> Bound {
     let Ok(bind) = Bind::decode(frame) else {
-        return (false, String::new());
+        return Bound {
+            tables: Vec::new(),
+            write: false,
+            portal: String::new(),
+        };
     };
     let state = shared.locked();
-    let write = state
+    let (tables, write) = match state
         .rewritten_statement(bind.statement)
-        .is_some_and(|s| matches!(s.prepared, Prepared::Write(_)));
-    (write, bind.portal.to_owned())
+        .map(|s| &s.prepared)
+    {
+        Some(Prepared::Read(read)) => (read.table_ids(), false),
+        Some(Prepared::Write(write)) => (vec![write.table_id], true),
+        None => (Vec::new(), false),
+    };
+    Bound {
+        tables,
+        write,
+        portal: bind.portal.to_owned(),
+    }
 }
 
 /// What to send for a client's Bind of a statement coldwire prepared.

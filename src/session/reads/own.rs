@@ -80,20 +80,24 @@ pub fn own_frames(sql: &str, params: &[Option<BytesMut>]) -> BytesMut {
 /// The statement and portal name of coldwire's own statements in a session.
 pub const OWN_STATEMENT: &str = "coldwire_own";
 
+/// The name of coldwire's savepoint (below), one literal for the statements built on it.
+macro_rules! savepoint_name {
+    () => {
+        "coldwire_internal_lock_savepoint"
+    };
+}
+
 /// The savepoint coldwire's own part of a client's group runs under inside a transaction
 /// block when it takes a table's lock itself (a rehydration whose guard may fail): rolled
 /// back to, and the group run again, when it does.
-pub const SAVEPOINT_SQL: &str = "SAVEPOINT coldwire_internal_lock_savepoint";
+pub const SAVEPOINT_SQL: &str = concat!("SAVEPOINT ", savepoint_name!());
 /// Ends that savepoint once coldwire's part succeeded (its locks stay with the block).
-pub const RELEASE_SQL: &str = "RELEASE SAVEPOINT coldwire_internal_lock_savepoint";
+pub const RELEASE_SQL: &str = concat!("RELEASE SAVEPOINT ", savepoint_name!());
 
 /// coldwire's own group, with its own Sync, that undoes its part of a group whose guard
 /// failed under [`SAVEPOINT_SQL`] and ends the savepoint: the block is as before the group.
 pub fn rollback_frames() -> BytesMut {
-    let mut out = own_frames(
-        "ROLLBACK TO SAVEPOINT coldwire_internal_lock_savepoint",
-        &[],
-    );
+    let mut out = own_frames(concat!("ROLLBACK TO SAVEPOINT ", savepoint_name!()), &[]);
     out.extend_from_slice(&own_frames(RELEASE_SQL, &[]));
     out.extend_from_slice(&ext::empty(msg::SYNC));
     out
