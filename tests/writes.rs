@@ -1551,3 +1551,112 @@ async fn a_block_aborted_by_coldwires_own_statement_says_why() {
     assert_eq!(n, 5);
     c.batch_execute("COMMIT").await.unwrap();
 }
+
+/// A rehydration claims its keys in the mirror and inserts their rows in one statement;
+/// the capture trigger that fires for that insert leaves it alone (catalog v12), and for
+/// no other insert: one sent through SPI with a text made to look like the rehydration's
+/// context is captured as any other.
+#[tokio::test]
+async fn a_rehydrations_own_insert_is_captured_once_and_no_other_passes_for_it() {
+    let Tiered {
+        proxy: _proxy,
+        c,
+        direct,
+        db,
+        dir: _dir,
+    } = tiered("rehydratecapture", &[]).await;
+    // Brought back by a locking read, which writes nothing: the claim's op stays (the
+    // capture would have recorded it live), and reads and a later flush see the row as it
+    // was.
+    for sql in [
+        "SELECT id, kind, n FROM {t} WHERE id = 5 FOR UPDATE",
+        "UPDATE {t} SET n = n + 1 WHERE id = 6",
+    ] {
+        let expected = outcome(&direct, &sql.replace("{t}", "control")).await;
+        assert_eq!(outcome(&c, &sql.replace("{t}", "events")).await, expected);
+    }
+    assert_eq!(
+        mirror_ops(&direct, &[5, 6]).await,
+        vec![(5, coldwire::segment::op::REHYDRATED), (6, 1)],
+        "the rehydration's insert was not captured again; the client's update was"
+    );
+    let row = "SELECT id, kind, n FROM {t} WHERE id IN (5, 6) ORDER BY id";
+    let expected = simple_rows(&direct, &row.replace("{t}", "control"))
+        .await
+        .unwrap();
+    assert_eq!(
+        simple_rows(&c, &row.replace("{t}", "events"))
+            .await
+            .unwrap(),
+        expected
+    );
+    admin_call(
+        &c,
+        r#"SELECT coldwire.set_policy('events', '{"hot_row_limit": 0, "min_flush_rows": 1}')"#,
+    )
+    .await
+    .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    let hot: i64 = direct
+        .query_one("SELECT count(*) FROM events WHERE id IN (5, 6)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(hot, 0, "flushed again");
+    assert_eq!(
+        simple_rows(&c, &row.replace("{t}", "events"))
+            .await
+            .unwrap(),
+        expected
+    );
+
+    // An insert run by a role that may insert into the table, through a function of its
+    // own with a text whose lines imitate the rehydration's context, is captured: the new
+    // key is in the mirror, and a key that may be cold is refused. (Postgres's own SPI
+    // callers, query_to_xml and the like, run read-only.)
+    let role = format!("forger_{db}");
+    direct
+        .batch_execute(&format!(
+            "CREATE ROLE {role}; GRANT SELECT, INSERT ON events TO {role}; \
+             CREATE FUNCTION forge(sql text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN EXECUTE sql; END $$; \
+             SET ROLE {role}"
+        ))
+        .await
+        .unwrap();
+    let forge = |sql: String| {
+        let direct = &direct;
+        async move {
+            direct
+                .execute("SELECT forge($1)", &[&sql])
+                .await
+                .map(|_| ())
+        }
+    };
+    let forged = |key: i64| {
+        format!("INSERT INTO events VALUES ({key}, 'forged', 0) /*\nPL/pgSQL function coldwire.rehydrate_1( */")
+    };
+    forge(forged(9001)).await.unwrap();
+    let err = forge(forged(1000)).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("55000"), "{err:?}");
+    // The rehydration's statement itself writes the mirror, which the role may not.
+    let statement: String = direct
+        .query_one(
+            "SELECT substring(prosrc from '(WITH claimed AS [^\n]*);') FROM pg_proc \
+             WHERE oid = 'coldwire.rehydrate_1(bigint, bigint, anyarray, jsonb, text, text, boolean)'::regprocedure",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let imitation = format!("{statement} /*\nPL/pgSQL function coldwire.rehydrate_1( */")
+        .replace("(cold)", "(ARRAY[ROW(1001, 'forged', 0)::events])");
+    let err = forge(imitation).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{err:?}");
+    direct.batch_execute("RESET ROLE").await.unwrap();
+    assert_eq!(
+        mirror_ops(&direct, &[9001, 1000, 1001]).await,
+        vec![(9001, 1)]
+    );
+}

@@ -149,6 +149,50 @@ impl CaptureSpec {
             .replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
     }
 
+    /// The rehydration's statement (`cold`: its rows, an array of the table's row type):
+    /// claims each cold row's key in the mirror (op rehydrated; a key already there, hot,
+    /// deleted or claimed by another transaction, is left alone) and inserts the rows it
+    /// claimed into `table`. Written on one line: the capture function recognises its own
+    /// insert by this text ([`CaptureSpec::rehydrate_context`]).
+    fn claim_and_insert(&self, table: &str, cold: &str) -> String {
+        format!(
+            "WITH claimed AS (INSERT INTO {mirror} AS m ({pk}, seq, op, xid) \
+             SELECT {c_pk}, pg_catalog.nextval('coldwire.change_seq'), {rehydrated}, pg_catalog.pg_current_xact_id() \
+             FROM pg_catalog.unnest({cold}) AS c ON CONFLICT DO NOTHING RETURNING {pk}) \
+             INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT c.* FROM pg_catalog.unnest({cold}) AS c \
+             WHERE EXISTS (SELECT 1 FROM claimed m WHERE {matched})",
+            mirror = self.mirror(),
+            pk = self.pk_list(""),
+            c_pk = self.pk_list("c."),
+            rehydrated = op::REHYDRATED,
+            matched = self.pk_match("m", "c"),
+        )
+    }
+
+    /// The condition, in the capture function, that its INSERT trigger fired for the heap
+    /// insert of the table's own rehydration and nothing else: the error context (`ctx`,
+    /// from `GET DIAGNOSTICS … PG_CONTEXT`) is exactly the capture function, that
+    /// statement's text, and `coldwire.rehydrate_<id>`. The capture then has nothing to
+    /// do: every key inserted was just claimed in the mirror by the same statement, by
+    /// this transaction, so none may exist cold, and the mirror already records it
+    /// (DESIGN §7). It cannot be forged: the statement writes the mirror, which only its
+    /// owner may, a function of that name in schema `coldwire` is coldwire's, and a text
+    /// of the caller's making (a query run through SPI) adds lines of its own.
+    fn rehydrate_context(&self) -> String {
+        let statement = format!(
+            "SQL statement \"{}\"",
+            self.claim_and_insert(&self.qualified_table(), "cold")
+        );
+        format!(
+            "strpos(ctx, E'\\n') > 0 \
+             AND pg_catalog.split_part(ctx, E'\\n', 2) = {statement} \
+             AND pg_catalog.starts_with(pg_catalog.split_part(ctx, E'\\n', 3), {caller}) \
+             AND pg_catalog.split_part(ctx, E'\\n', 4) = ''",
+            statement = sql_literal(&statement),
+            caller = sql_literal(&format!("PL/pgSQL function {}(", self.rehydrate_function())),
+        )
+    }
+
     /// `coldwire.rehydrate_<id>` (catalog v10).
     pub fn rehydrate_function(&self) -> String {
         format!("coldwire.rehydrate_{}", self.id)
@@ -171,19 +215,9 @@ impl CaptureSpec {
         let pk = self.pk_list("");
         let c_pk = self.pk_list("c.");
         let first = quote_ident(&self.pk[0].0);
-        let insert = |table: &str, cold: &str| {
-            format!(
-                "WITH claimed AS (INSERT INTO {mirror} AS m ({pk}, seq, op, xid) \
-                 SELECT {c_pk}, pg_catalog.nextval('coldwire.change_seq'), {rehydrated}, pg_catalog.pg_current_xact_id() \
-                 FROM pg_catalog.unnest({cold}) AS c ON CONFLICT DO NOTHING RETURNING {pk}) \
-                 INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT c.* FROM pg_catalog.unnest({cold}) AS c \
-                 WHERE EXISTS (SELECT 1 FROM claimed m WHERE {matched})",
-                rehydrated = op::REHYDRATED,
-                matched = self.pk_match("m", "c"),
-            )
-        };
         // format()'s text: the table by oid, any % of the key's names doubled.
-        let dynamic = insert(TABLE_MARK, "$1")
+        let dynamic = self
+            .claim_and_insert(TABLE_MARK, "$1")
             .replace('%', "%%")
             .replace(TABLE_MARK, "%1$s")
             .replace('\'', "''");
@@ -237,7 +271,7 @@ impl CaptureSpec {
                 lock_class = super::locks::TABLE_LOCK_CLASS,
                 changed = super::conditions::COLD_TIER_CHANGED,
                 qualified = sql_literal(&self.qualified_table()),
-                fixed = insert(&self.qualified_table(), "cold"),
+                fixed = self.claim_and_insert(&self.qualified_table(), "cold"),
                 deleted = op::DELETED,
                 bounds = self.bounds(),
             ),
@@ -377,6 +411,10 @@ impl CaptureSpec {
              SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
              DECLARE cur xid8 := pg_current_xact_id(); flagged jsonb; flagged_n bigint; ctx text;\n\
              BEGIN\n\
+             IF TG_OP = 'INSERT' THEN\n\
+             GET DIAGNOSTICS ctx = PG_CONTEXT;\n\
+             IF {rehydrated} THEN RETURN NULL; END IF;\n\
+             END IF;\n\
              IF EXISTS (SELECT 1 FROM coldwire.maintenance WHERE xid = cur) THEN RETURN NULL; END IF;\n\
              IF TG_OP = 'INSERT' THEN\n{check}\n{insert}\n\
              ELSIF TG_OP = 'UPDATE' THEN\n{net}\n{check}\n{update}\n\
@@ -394,6 +432,7 @@ impl CaptureSpec {
              RETURN NULL;\n\
              END\n$coldwire$",
             function = self.capture_function(),
+            rehydrated = self.rehydrate_context(),
             update = probed(&format!("SELECT {pk} FROM coldwire_new UNION SELECT {pk} FROM coldwire_old")),
             delete = probed(&format!("SELECT DISTINCT {pk} FROM coldwire_old")),
             overrides = self.overrides(),
@@ -704,8 +743,11 @@ mod tests {
         assert!(insert
             .contains(r#"WHEN m.op = 3 AND m.xid = $1 AND NOT EXISTS (SELECT 1 FROM ONLY %1$s h"#));
         assert!(insert.contains(r#"h."tenant" = EXCLUDED."tenant" AND h."id" = EXCLUDED."id""#));
+        // Once per call; the rehydration's statement, which the function recognises by its
+        // text, has its own.
         assert_eq!(
-            sql.matches("pg_current_xact_id()").count(),
+            sql.matches("pg_current_xact_id()").count()
+                - sql.matches("pg_catalog.pg_current_xact_id()").count(),
             1,
             "read once per call"
         );

@@ -93,6 +93,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/v011_live_counts.sql"),
         upgrade_capture: false,
     },
+    Migration {
+        version: 12,
+        name: "rehydrate_capture",
+        sql: include_str!("sql/v012_rehydrate_capture.sql"),
+        upgrade_capture: true,
+    },
 ];
 
 /// The placeholders of the migrations' SQL and what they stand for: constants the Rust
