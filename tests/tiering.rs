@@ -105,8 +105,8 @@ async fn tier_table_seeds_the_mirror_and_capture_follows_every_write() {
         .collect();
     assert_eq!(
         enabled,
-        vec!["A"; 4],
-        "four capture triggers, enabled always"
+        vec!["A"; 5],
+        "four statement capture triggers and the keys trigger, enabled always"
     );
     assert_eq!(mirror(&direct, id).await.len(), 500);
     assert!(mirror(&direct, id).await.values().all(|op| *op == 1));

@@ -95,7 +95,7 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 12,
-        name: "rehydrate_capture",
+        name: "capture_work",
         sql: include_str!("sql/v012_rehydrate_capture.sql"),
         upgrade_capture: true,
     },
