@@ -1662,9 +1662,10 @@ async fn a_rehydrations_own_insert_is_captured_once_and_no_other_passes_for_it()
 }
 
 /// An UPDATE that moves a key onto one that may be cold is refused by the capture check
-/// however the key moved (catalog v12 runs the check only for statements whose rows'
-/// keys changed, as the row trigger `coldwire_capture_keys` reports), and through coldwire
-/// it then fails as on a plain table; UPDATEs that keep their keys skip the check.
+/// however the key moved (catalog v12 runs the check in the row trigger
+/// `coldwire_capture_keys`, for rows whose key changed, instead of on every UPDATE), with
+/// every such key of the statement named, and through coldwire it then fails as on a
+/// plain table; UPDATEs that keep their keys are captured as before.
 #[tokio::test]
 async fn keys_moved_by_any_form_of_update_are_checked_against_the_cold_tier() {
     let Tiered {
@@ -1682,7 +1683,12 @@ async fn keys_moved_by_any_form_of_update_are_checked_against_the_cold_tier() {
              CREATE FUNCTION shift() RETURNS trigger LANGUAGE plpgsql AS
                  $$ BEGIN NEW.id := NEW.id - 1000; RETURN NEW; END $$;
              CREATE TRIGGER shift BEFORE UPDATE ON events FOR EACH ROW
-                 WHEN (NEW.kind = 'shift') EXECUTE FUNCTION shift();",
+                 WHEN (NEW.kind = 'shift') EXECUTE FUNCTION shift();
+             CREATE TEMP TABLE b (id bigint, x int);
+             INSERT INTO b VALUES (1967, 0), (1968, 0);
+             CREATE FUNCTION meddle() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN PERFORM set_config('coldwire.keys_moved_1', '', true); RETURN NULL; END $$;
+             CREATE TRIGGER meddle AFTER UPDATE ON b FOR EACH ROW EXECUTE FUNCTION meddle();",
         )
         .await
         .unwrap();
@@ -1694,11 +1700,24 @@ async fn keys_moved_by_any_form_of_update_are_checked_against_the_cold_tier() {
          WHEN MATCHED THEN UPDATE SET id = 998",
         // Moved by a trigger, not by the SET list.
         "UPDATE events SET kind = 'shift' WHERE id = 1953",
-        // The setting the row trigger sets, cleared by hand first: it is set again.
-        "SELECT set_config('coldwire.keys_moved_1', '', false); UPDATE events SET id = 997 WHERE id = 1954",
+        // Row events of another table queued between the moved rows' own, in one query.
+        "WITH u AS (UPDATE b SET x = x + 1 RETURNING id) UPDATE events e SET id = e.id - 950 FROM u WHERE e.id = u.id",
     ] {
         let err = direct.batch_execute(sql).await.unwrap_err();
         assert_eq!(err.code().map(|c| c.code()), Some("55000"), "{sql}: {err:?}");
+    }
+    // Every key of the statement that may be cold is named, for coldwire to bring back at
+    // once.
+    let err = direct
+        .batch_execute("UPDATE events SET id = id - 1000 WHERE id BETWEEN 1960 AND 1962")
+        .await
+        .unwrap_err();
+    let detail = err
+        .as_db_error()
+        .and_then(|e| e.detail())
+        .unwrap_or_default();
+    for key in [960, 961, 962] {
+        assert!(detail.contains(&format!(r#"{{"id": {key}}}"#)), "{detail}");
     }
     // Keys kept, or moved beyond the cold tier: written and captured.
     direct

@@ -24,9 +24,10 @@ pub const TRIGGERS: [&str; 4] = [
     "coldwire_capture_truncate",
 ];
 
-/// The row-level trigger that tells the UPDATE capture a statement moved a key: an
-/// UPDATE whose rows all keep their keys creates none, so its capture skips the check of
-/// keys that may be cold (a query of about 11 µs on every UPDATE of a tiered table).
+/// The row-level trigger that checks the keys an UPDATE moved against the cold tier
+/// ([`CaptureSpec::keys_trigger`]): an UPDATE whose rows all keep their keys writes only
+/// keys already in the mirror, so the statement-level capture no longer checks every
+/// UPDATE (a query of about 11 µs on each).
 pub const KEYS_TRIGGER: &str = "coldwire_capture_keys";
 
 impl CaptureSpec {
@@ -112,23 +113,20 @@ impl CaptureSpec {
             // ENABLE ALWAYS: logical-replication apply is captured too.
             sql.push(format!("ALTER TABLE {table} ENABLE ALWAYS TRIGGER {name}"));
         }
-        sql.extend(self.keys_trigger());
+        sql.push(self.keys_trigger());
         sql
     }
 
-    /// `coldwire.keys_moved_<id>`: the transaction-local setting [`KEYS_TRIGGER`] sets to
-    /// `on` for the UPDATE capture, which resets it. Setting it by hand only makes the
-    /// capture check more.
-    fn keys_moved_setting(&self) -> String {
-        format!("coldwire.keys_moved_{}", self.id)
-    }
-
-    /// [`KEYS_TRIGGER`], made again (idempotent): after every UPDATE of a row whose key
-    /// changed, however it changed (its SET list, an ON CONFLICT or MERGE action, a
-    /// cascade), the capture function at row level, which only sets
-    /// [`Self::keys_moved_setting`]. Rows that keep their keys fail its WHEN and queue
-    /// nothing.
-    fn keys_trigger(&self) -> Vec<String> {
+    /// [`KEYS_TRIGGER`], created if the table has none: after every UPDATE of a row whose
+    /// key changed, however it changed (its SET list, an ON CONFLICT or MERGE action, a
+    /// BEFORE trigger), the capture function at row level, which checks that row's new key
+    /// against the cold tier and, if it may be cold, raises the check's error for every
+    /// key of the statement that may be (from the trigger's transition table, so that
+    /// coldwire brings them all back at once). Rows that keep their keys fail its WHEN and
+    /// queue nothing. Nothing a client can set decides whether the check runs. Created
+    /// only where missing: an upgrade then takes no lock on a table that has it (a change
+    /// of its definition would have to drop it first).
+    fn keys_trigger(&self) -> String {
         let table = self.qualified_table();
         let moved: Vec<String> = self
             .pk
@@ -138,16 +136,18 @@ impl CaptureSpec {
                 format!("OLD.{n} IS DISTINCT FROM NEW.{n}")
             })
             .collect();
-        vec![
-            format!("DROP TRIGGER IF EXISTS {KEYS_TRIGGER} ON {table}"),
-            format!(
-                "CREATE TRIGGER {KEYS_TRIGGER} AFTER UPDATE ON {table} FOR EACH ROW WHEN ({}) \
-                 EXECUTE FUNCTION {}()",
-                moved.join(" OR "),
-                self.capture_function()
-            ),
-            format!("ALTER TABLE {table} ENABLE ALWAYS TRIGGER {KEYS_TRIGGER}"),
-        ]
+        format!(
+            "DO $coldwire$ BEGIN \
+             IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger \
+                            WHERE tgrelid = {literal}::pg_catalog.regclass AND tgname = '{KEYS_TRIGGER}') THEN \
+             CREATE TRIGGER {KEYS_TRIGGER} AFTER UPDATE ON {table} REFERENCING NEW TABLE AS coldwire_new \
+             FOR EACH ROW WHEN ({moved}) EXECUTE FUNCTION {function}(); \
+             ALTER TABLE {table} ENABLE ALWAYS TRIGGER {KEYS_TRIGGER}; \
+             END IF; END $coldwire$",
+            literal = sql_literal(&table),
+            moved = moved.join(" OR "),
+            function = self.capture_function(),
+        )
     }
 
     /// The statement that records every row the table holds as live, leaving keys the
@@ -333,7 +333,7 @@ impl CaptureSpec {
         sql.extend(self.read_and_override_objects());
         sql.extend(self.bounds_objects());
         sql.extend(self.rehydrate_function_sql());
-        sql.extend(self.keys_trigger());
+        sql.push(self.keys_trigger());
         // Bounds unknown (NULLs) where segments exist from before them.
         sql.push(format!(
             "INSERT INTO {bounds} (lo, hi) SELECT NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM {bounds}) \
@@ -454,7 +454,8 @@ impl CaptureSpec {
              DECLARE cur xid8 := pg_current_xact_id(); flagged jsonb; flagged_n bigint; ctx text;\n\
              BEGIN\n\
              IF TG_LEVEL = 'ROW' THEN\n\
-             PERFORM pg_catalog.set_config({moved}, 'on', true);\n\
+             IF EXISTS (SELECT 1 FROM {bounds} b WHERE b.lo IS NULL OR NEW.{first} BETWEEN b.lo AND b.hi) \
+                AND NOT EXISTS (SELECT 1 FROM {mirror} m WHERE {new_probe}) THEN\n{check}\nEND IF;\n\
              RETURN NULL;\n\
              END IF;\n\
              IF TG_OP = 'INSERT' THEN\n\
@@ -463,9 +464,7 @@ impl CaptureSpec {
              END IF;\n\
              IF EXISTS (SELECT 1 FROM coldwire.maintenance WHERE xid = cur) THEN RETURN NULL; END IF;\n\
              IF TG_OP = 'INSERT' THEN\n{check}\n{insert}\n\
-             ELSIF TG_OP = 'UPDATE' THEN\n{net}\n\
-             IF pg_catalog.current_setting({moved}, true) = 'on' THEN\n\
-             PERFORM pg_catalog.set_config({moved}, '', true);\n{check}\nEND IF;\n{update}\n\
+             ELSIF TG_OP = 'UPDATE' THEN\n{net}\n{update}\n\
              ELSIF TG_OP = 'DELETE' THEN\n{net}\n{delete}\n\
              ELSE\n\
              DELETE FROM {mirror};\n\
@@ -481,7 +480,8 @@ impl CaptureSpec {
              END\n$coldwire$",
             function = self.capture_function(),
             rehydrated = self.rehydrate_context(),
-            moved = sql_literal(&self.keys_moved_setting()),
+            first = quote_ident(&self.pk[0].0),
+            new_probe = self.pk_match("m", "NEW"),
             update = probed(&format!("SELECT {pk} FROM coldwire_new UNION SELECT {pk} FROM coldwire_old")),
             delete = probed(&format!("SELECT DISTINCT {pk} FROM coldwire_old")),
             overrides = self.overrides(),
@@ -679,10 +679,10 @@ mod tests {
             assert!(sql.contains(event), "{event}");
         }
         assert_eq!(sql.matches("FOR EACH STATEMENT").count(), 4);
-        // And the row trigger that says a key moved, for rows whose key changed only.
+        // And the row trigger that checks moved keys, for rows whose key changed only.
         assert_eq!(sql.matches("FOR EACH ROW").count(), 1);
         assert!(sql.contains(
-            r#"AFTER UPDATE ON "app"."Odd ""name""" FOR EACH ROW WHEN (OLD."tenant" IS DISTINCT FROM NEW."tenant" OR OLD."id" IS DISTINCT FROM NEW."id")"#
+            r#"AFTER UPDATE ON "app"."Odd ""name""" REFERENCING NEW TABLE AS coldwire_new FOR EACH ROW WHEN (OLD."tenant" IS DISTINCT FROM NEW."tenant" OR OLD."id" IS DISTINCT FROM NEW."id")"#
         ));
         assert_eq!(sql.matches("ENABLE ALWAYS TRIGGER").count(), 5);
         assert!(sql.contains("SECURITY DEFINER SET search_path = pg_catalog, pg_temp"));
@@ -710,8 +710,17 @@ mod tests {
         let sql = spec().capture_function_sql();
         let branches: Vec<&str> = sql.split("ELSIF TG_OP").collect();
         let check = "FROM coldwire_new k, coldwire.bounds_7 b";
-        assert!(branches[0].contains(check), "INSERT");
-        assert!(branches[1].starts_with(" = 'UPDATE'") && branches[1].contains(check));
+        // The row level (the keys trigger: rows whose key an UPDATE moved) and INSERT
+        // check; a statement's UPDATE and DELETE create no key the row level did not see.
+        let (row, statement) = branches[0].split_once("IF TG_OP = 'INSERT'").unwrap();
+        assert!(
+            row.contains("IF TG_LEVEL = 'ROW'") && row.contains(check),
+            "row level"
+        );
+        assert!(row.contains(r#"NEW."tenant" BETWEEN b.lo AND b.hi"#));
+        assert!(row.contains(r#"m."tenant" = NEW."tenant" AND m."id" = NEW."id""#));
+        assert!(statement.contains(check), "INSERT");
+        assert!(branches[1].starts_with(" = 'UPDATE'") && !branches[1].contains(check));
         assert!(!branches[2].contains(check), "DELETE creates no key");
         assert!(
             sql.contains(r#"k."tenant" BETWEEN b.lo AND b.hi"#),

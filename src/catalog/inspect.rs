@@ -154,8 +154,7 @@ pub async fn table_facts(client: &Client, table: &TableRef) -> Result<TableFacts
             .query(
                 "SELECT format('%I', tgname) FROM pg_trigger WHERE tgrelid = $1 AND NOT tgisinternal \
                  AND (tgtype & 1) = 1 \
-                 AND NOT (tgname = $2 AND tgfoid IN (SELECT p.oid FROM pg_proc p \
-                     JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'coldwire')) \
+                 AND NOT (tgname = $2 AND tgfoid::regprocedure::text LIKE 'coldwire.capture\\_%') \
                  ORDER BY 1",
                 &[&oid, &super::capture::KEYS_TRIGGER],
             )

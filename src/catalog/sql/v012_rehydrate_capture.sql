@@ -10,6 +10,7 @@
 --
 -- Every UPDATE's capture also checked whether the keys it wrote may exist cold, about
 -- 11 µs, which only an UPDATE that changes a key needs. The upgrade adds a row-level
--- trigger, coldwire_capture_keys, that fires only for rows whose key changed and tells the
--- statement's capture so through a transaction-local setting; the check runs only then.
+-- trigger, coldwire_capture_keys, that fires only for rows whose key changed and runs the
+-- check there; the statement's capture no longer checks. It is created where missing,
+-- which locks each tiered table (SHARE ROW EXCLUSIVE) for the moment that takes.
 SELECT 1;
