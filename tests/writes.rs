@@ -281,6 +281,19 @@ async fn unbounded_writes_rehydrate_within_the_cap_or_fail_clearly() {
     assert_eq!(n as i64, expected);
 }
 
+/// Sets `events`' policy to keep no row hot and flushes it, waiting.
+async fn flush_all(c: &tokio_postgres::Client) {
+    admin_call(
+        c,
+        r#"SELECT coldwire.set_policy('events', '{"hot_row_limit": 0, "min_flush_rows": 1}')"#,
+    )
+    .await
+    .unwrap();
+    admin_call(c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+}
+
 /// Rows of coldwire.m_<id> for `keys`, as (key, op).
 async fn mirror_ops(direct: &tokio_postgres::Client, keys: &[i64]) -> Vec<(i64, i16)> {
     direct
@@ -356,15 +369,7 @@ async fn inserts_whose_keys_coldwire_cannot_see_are_checked_by_capture() {
         .unwrap();
     // Keys inside the cold range that no segment holds (2001..=3000 once 3001.. is
     // flushed): checked, found absent, claimed, written.
-    admin_call(
-        &c,
-        r#"SELECT coldwire.set_policy('events', '{"hot_row_limit": 0, "min_flush_rows": 1}')"#,
-    )
-    .await
-    .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    flush_all(&c).await;
     let hi: i64 = direct
         .query_one("SELECT hi FROM coldwire.bounds_1", &[])
         .await
@@ -1105,15 +1110,7 @@ async fn lookups_served_from_the_page_cache_still_see_writes_and_flushes() {
     assert_eq!(lookup(8).await, vec![]);
     // Flushed again, the newer versions come from a new segment, and the cached older
     // ones are overridden.
-    admin_call(
-        &c,
-        r#"SELECT coldwire.set_policy('events', '{"hot_row_limit": 0, "min_flush_rows": 1}')"#,
-    )
-    .await
-    .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    flush_all(&c).await;
     assert_eq!(lookup(7).await, vec![(7, "k3".to_owned(), Some(-7))]);
     assert_eq!(lookup(8).await, vec![]);
     assert_eq!(lookup(7).await, vec![(7, "k3".to_owned(), Some(-7))]);
@@ -1590,15 +1587,7 @@ async fn a_rehydrations_own_insert_is_captured_once_and_no_other_passes_for_it()
             .unwrap(),
         expected
     );
-    admin_call(
-        &c,
-        r#"SELECT coldwire.set_policy('events', '{"hot_row_limit": 0, "min_flush_rows": 1}')"#,
-    )
-    .await
-    .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    flush_all(&c).await;
     let hot: i64 = direct
         .query_one("SELECT count(*) FROM events WHERE id IN (5, 6)", &[])
         .await
