@@ -110,7 +110,9 @@ impl CaptureSpec {
             sql.push(format!(
                 "CREATE TRIGGER {name} AFTER {event} ON {table} {referencing} FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
             ));
-            // ENABLE ALWAYS: logical-replication apply is captured too.
+            // ENABLE ALWAYS: the triggers fire whatever session_replication_role says.
+            // (Logical-replication apply fires row triggers only, never these: a table
+            // that receives logical replication is not supported; README.)
             sql.push(format!("ALTER TABLE {table} ENABLE ALWAYS TRIGGER {name}"));
         }
         sql.push(self.keys_trigger());
