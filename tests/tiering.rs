@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{cluster, connect_direct, create_db, psql_admin, Proxy};
+use common::{cluster, connect_direct, connect_url, create_db, psql_admin, PrivateCluster, Proxy};
 use serde_json::{json, Value};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
@@ -485,6 +485,133 @@ async fn tables_that_cannot_be_tiered_are_refused_with_every_offender_named() {
         .unwrap()
         .get(0);
     assert_eq!(triggers, 0);
+}
+
+/// Tables that take part in logical replication are neither tiered nor flushed. On a
+/// subscriber, apply fires row triggers only, never the statement triggers that capture
+/// writes: a replicated insert of a cold key would duplicate it, a replicated update or
+/// delete of a cold row would miss it. On a publisher, subscribers would receive each
+/// flush as deletes and each rehydration as inserts. tier_table refuses such a table, and
+/// a table tiered before it joined a publication or subscription is not flushed (its job
+/// fails saying why) until it leaves. Publisher and subscriber are two databases of one
+/// cluster with `wal_level = logical`, the slot made beforehand (a subscription cannot
+/// create one on its own cluster while its own transaction runs).
+#[tokio::test]
+async fn tables_in_logical_replication_are_neither_tiered_nor_flushed() {
+    let pg = PrivateCluster::start_with("logical", &[("wal_level", "logical")]);
+    let setup = connect_url(&pg.url("postgres")).await;
+    for db in ["origin", "replica"] {
+        setup
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .unwrap();
+    }
+    const TABLES: &str = "CREATE TABLE feed(id bigint PRIMARY KEY, v text);
+         CREATE TABLE later(id bigint PRIMARY KEY, v text);
+         INSERT INTO later SELECT g, 'r' FROM generate_series(1, 20) g;";
+    let origin = connect_url(&pg.url("origin")).await;
+    origin
+        .batch_execute(&format!("{TABLES} CREATE PUBLICATION pub FOR TABLE feed;"))
+        .await
+        .unwrap();
+    origin
+        .batch_execute("SELECT pg_create_logical_replication_slot('sub', 'pgoutput')")
+        .await
+        .unwrap();
+    let replica = connect_url(&pg.url("replica")).await;
+    replica.batch_execute(TABLES).await.unwrap();
+    let subscribe = format!(
+        "CREATE SUBSCRIPTION sub CONNECTION 'host=127.0.0.1 port={} dbname=origin user=postgres' \
+         PUBLICATION pub WITH (create_slot = false, slot_name = 'sub', copy_data = false)",
+        pg.port()
+    );
+    replica.batch_execute(&subscribe).await.unwrap();
+
+    let store = tempfile::tempdir().unwrap();
+    let store_url = format!("file://{}", store.path().display());
+    let proxy = Proxy::start_with_upstream(
+        &pg.url("postgres"),
+        &[
+            "--service-url",
+            &pg.url("replica"),
+            "--cold-store",
+            &store_url,
+        ],
+    )
+    .await;
+    let sides = [
+        (
+            proxy.connect("origin").await,
+            "publication pub publishes it",
+        ),
+        (
+            proxy.connect("replica").await,
+            "subscription sub replicates into it",
+        ),
+    ];
+    for (c, reason) in &sides {
+        let e = admin(c, "SELECT coldwire.tier_table('feed')")
+            .await
+            .unwrap_err();
+        let db_err = e.as_db_error().expect("a Postgres error");
+        assert_eq!(
+            db_err.code(),
+            &SqlState::FEATURE_NOT_SUPPORTED,
+            "{db_err:?}"
+        );
+        let detail = db_err.detail().unwrap_or_default();
+        assert!(detail.contains(reason), "{reason:?} not in {detail:?}");
+        // Tiered first, then added to the publication and subscription below.
+        admin(
+            c,
+            r#"SELECT coldwire.tier_table('later', '{"hot_row_limit": 0, "min_flush_rows": 1, "auto_flush": false}')"#,
+        )
+        .await
+        .unwrap();
+    }
+    origin
+        .batch_execute("ALTER PUBLICATION pub ADD TABLE later")
+        .await
+        .unwrap();
+    replica
+        .batch_execute("ALTER SUBSCRIPTION sub REFRESH PUBLICATION WITH (copy_data = false)")
+        .await
+        .unwrap();
+    let flush = "SELECT coldwire.flush_table('later', wait => true)";
+    let flushed = [
+        "publication pub publishes it",
+        "logical replication writes into it (subscription sub)",
+    ];
+    for ((c, _), error) in sides.iter().zip(flushed) {
+        let job = admin(c, flush).await.unwrap();
+        assert_eq!(job["state"], "failed", "{job}");
+        assert!(
+            job["error"].as_str().unwrap_or_default().contains(error),
+            "{error:?} not in {job}"
+        );
+        let counts = c
+            .query_one(
+                "SELECT (SELECT count(*) FROM later), (SELECT count(*) FROM coldwire.segments)",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!((counts.get::<_, i64>(0), counts.get::<_, i64>(1)), (20, 0));
+    }
+    // Out of the publication and the subscription again, the table flushes.
+    origin
+        .batch_execute("ALTER PUBLICATION pub DROP TABLE later")
+        .await
+        .unwrap();
+    replica
+        .batch_execute("ALTER SUBSCRIPTION sub REFRESH PUBLICATION")
+        .await
+        .unwrap();
+    for (c, _) in &sides {
+        let job = admin(c, flush).await.unwrap();
+        assert_eq!(job["state"], "completed", "{job}");
+        assert_eq!(job["rows_done"], 20, "{job}");
+    }
 }
 
 #[tokio::test]

@@ -111,8 +111,8 @@ impl CaptureSpec {
                 "CREATE TRIGGER {name} AFTER {event} ON {table} {referencing} FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
             ));
             // ENABLE ALWAYS: the triggers fire whatever session_replication_role says.
-            // (Logical-replication apply fires row triggers only, never these: a table
-            // that receives logical replication is not supported; README.)
+            // (Logical-replication apply fires row triggers only, never these: tier_table
+            // and the flush refuse a table in logical replication; catalog/inspect.rs.)
             sql.push(format!("ALTER TABLE {table} ENABLE ALWAYS TRIGGER {name}"));
         }
         sql.push(self.keys_trigger());

@@ -40,6 +40,10 @@ pub(super) struct Tiered {
     /// All columns by attnum.
     pub columns: Vec<SegmentColumn>,
     pub pk: Vec<String>,
+    /// Subscriptions replicating into the table, and publications publishing it, if any
+    /// were added after it was tiered (tier_table refuses either).
+    pub subscriptions: Option<String>,
+    pub publications: Option<String>,
 }
 
 impl Tiered {
@@ -64,6 +68,21 @@ impl Tiered {
         ))
     }
 
+    /// Refuses to flush a table that takes part in logical replication. Apply fires no
+    /// statement trigger, so a subscription's writes pass the capture and would miss cold
+    /// rows; a publication would send the flush's removal of rows to its subscribers as
+    /// deletes. A flush that resumes its prune finishes first, as with the age column.
+    pub(super) fn check_no_logical_replication(&self) -> Result<(), FlushError> {
+        let refuse = |why: String| Err(FlushError::Table(self.id, why));
+        if let Some(names) = &self.subscriptions {
+            return refuse(format!("logical replication writes into it (subscription {names}), and its apply passes coldwire's statement-level capture unseen; remove the table from the publication or untier it (coldwire.untier_table)"));
+        }
+        if let Some(names) = &self.publications {
+            return refuse(format!("publication {names} publishes it, so its subscribers would receive the flush as deletes; remove the table from the publication or untier it (coldwire.untier_table)"));
+        }
+        Ok(())
+    }
+
     pub(super) fn pk_list(&self, prefix: &str) -> String {
         column_list(self.pk.iter().map(String::as_str), prefix)
     }
@@ -78,7 +97,11 @@ impl Tiered {
 pub(super) async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
     let row = client
         .query_opt(
-            "SELECT format('%I.%I', n.nspname, c.relname), t.storage_prefix, t.policy, t.columns, t.pk_attnums \
+            "SELECT format('%I.%I', n.nspname, c.relname), t.storage_prefix, t.policy, t.columns, t.pk_attnums, \
+             (SELECT string_agg(format('%I', s.subname), ', ' ORDER BY s.subname) FROM pg_catalog.pg_subscription_rel r \
+              JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid WHERE r.srrelid = t.relid), \
+             (SELECT string_agg(format('%I', p.pubname), ', ' ORDER BY p.pubname) FROM pg_catalog.pg_publication_tables p \
+              WHERE p.schemaname = n.nspname AND p.tablename = c.relname) \
              FROM coldwire.tables t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE t.id = $1 AND t.state = 'active'",
             &[&table_id],
@@ -113,5 +136,7 @@ pub(super) async fn load(client: &Client, table_id: i64) -> Result<Tiered, Flush
         policy,
         columns,
         pk,
+        subscriptions: row.get(5),
+        publications: row.get(6),
     })
 }

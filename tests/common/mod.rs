@@ -315,6 +315,11 @@ pub struct PrivateCluster {
 impl PrivateCluster {
     /// initdb and start a cluster under the test directory prefix (swept if left behind).
     pub fn start(hint: &str) -> PrivateCluster {
+        Self::start_with(hint, &[])
+    }
+
+    /// Like [`PrivateCluster::start`], with postgresql.conf settings added.
+    pub fn start_with(hint: &str, settings: &[(&str, &str)]) -> PrivateCluster {
         let root = std::env::temp_dir().join(format!(
             "coldwire-test-{}-{}-{hint}",
             std::process::id(),
@@ -323,6 +328,10 @@ impl PrivateCluster {
         let opts = ClusterOptions {
             root,
             die_with_parent: true,
+            settings: settings
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             ..ClusterOptions::default()
         };
         let (started_tx, started_rx) = std::sync::mpsc::channel();
@@ -348,6 +357,11 @@ impl PrivateCluster {
             .expect("cluster thread")
             .expect("start a private cluster");
         PrivateCluster { port, restarts }
+    }
+
+    /// The port Postgres listens on (loopback).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// A URL for `database` as superuser `postgres`.
