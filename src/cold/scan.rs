@@ -655,6 +655,11 @@ impl Versions<'_> {
                 )
             })
             .collect();
+        // Nothing kept (a lookup whose key a page's bloom filter or stats let through but
+        // that is not there): no column to filter.
+        if mask.true_count() == 0 {
+            return Ok(());
+        }
         let columns: Vec<usize> = (0..width).collect();
         if let Some(kept_seqs) = &mut self.seqs {
             let seqs = arrow::compute::filter(seqs, &mask)?;

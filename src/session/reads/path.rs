@@ -492,6 +492,16 @@ impl ReadPath {
                 out.push((None, planned(cold.generation)));
                 continue;
             }
+            // No segment's stats admit the conditions (a hot key above the cold range, a
+            // table with nothing cold): no cold row, and nothing for the scan to set up.
+            if r.aggregate.is_none() && !cold.segments.iter().any(|s| s.may_match(&predicates)) {
+                if !cold.segments.is_empty() {
+                    metrics::counter!(crate::metrics::COLD_SEGMENTS_PRUNED_TOTAL)
+                        .increment(cold.segments.len() as u64);
+                }
+                out.push((None, planned(cold.generation)));
+                continue;
+            }
             let mut filters = None;
             if let Some(plan) = &r.aggregate {
                 // Partials when every conjunct is exact with these values, the session
