@@ -1633,7 +1633,7 @@ async fn a_rehydrations_own_insert_is_captured_once_and_no_other_passes_for_it()
     let statement: String = direct
         .query_one(
             "SELECT substring(prosrc from '(WITH claimed AS [^\n]*);') FROM pg_proc \
-             WHERE oid = 'coldwire.rehydrate_1(bigint, bigint, anyarray, jsonb, text, text, boolean)'::regprocedure",
+             WHERE oid = 'coldwire.rehydrate_1(bigint, bigint, anyarray, text, text, text, boolean, bytea)'::regprocedure",
             &[],
         )
         .await
@@ -1643,6 +1643,28 @@ async fn a_rehydrations_own_insert_is_captured_once_and_no_other_passes_for_it()
         .replace("(cold)", "(ARRAY[ROW(1001, 'forged', 0)::events])");
     let err = forge(imitation).await.unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{err:?}");
+    // Nor can it call the rehydration itself with rows or absent keys of its own making
+    // (catalog v13): it cannot read the database's secret, and a call without coldwire's
+    // MAC of what it passes is refused, so cold key 1000 is neither replaced nor hidden.
+    let err = direct
+        .query_one("SELECT key FROM coldwire.secret", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{err:?}");
+    let call =
+        "SELECT coldwire.rehydrate_1(1, (SELECT generation FROM coldwire.tables WHERE id = 1), \
+                ARRAY[ROW(1000, 'forged', 0)::events], $1, NULL, 'forged', false, $2)";
+    for absent in ["[]", r#"[{"id": 1000}]"#] {
+        for mac in [None, Some(vec![0u8; 32])] {
+            let err = direct.query_one(call, &[&absent, &mac]).await.unwrap_err();
+            let db_err = err.as_db_error().expect("a Postgres error");
+            assert_eq!(db_err.code().code(), "42501", "{db_err:?}");
+            assert!(
+                db_err.message().contains("not sent by coldwire"),
+                "{db_err:?}"
+            );
+        }
+    }
     direct.batch_execute("RESET ROLE").await.unwrap();
     assert_eq!(
         mirror_ops(&direct, &[9001, 1000, 1001]).await,

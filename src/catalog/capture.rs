@@ -264,14 +264,18 @@ impl CaptureSpec {
             .replace('%', "%%")
             .replace(TABLE_MARK, "%1$s")
             .replace('\'', "''");
-        let signature = format!("{function}(bigint, bigint, anyarray, jsonb, text, text, boolean)");
+        let signature = format!("{function}({REHYDRATE_ARGS})");
         vec![
             format!(
-                "CREATE OR REPLACE FUNCTION {function}(table_id bigint, planned bigint, cold anyarray, absent jsonb, \
-                 digest text, statement text, append boolean) \
+                "CREATE OR REPLACE FUNCTION {function}(table_id bigint, planned bigint, cold anyarray, absent text, \
+                 digest text, statement text, append boolean, mac bytea) \
                  RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
                  DECLARE rel oid; found_generation bigint; n bigint := 0;\n\
                  BEGIN\n\
+                 IF mac IS NULL OR mac IS DISTINCT FROM {signed} THEN\n\
+                 RAISE EXCEPTION 'permission denied to bring rows of coldwire table {id} back into the heap: they were not sent by coldwire' \
+                     USING ERRCODE = '42501', HINT = 'coldwire brings cold rows back itself, for the writes sent through it.';\n\
+                 END IF;\n\
                  PERFORM pg_catalog.set_config('{planned}', \
                      CASE WHEN append THEN COALESCE(pg_catalog.current_setting('{planned}', true) || ' ', '') ELSE '' END \
                      || COALESCE(digest, pg_catalog.md5(statement)), true);\n\
@@ -301,16 +305,17 @@ impl CaptureSpec {
                  END IF;\n\
                  GET DIAGNOSTICS n = ROW_COUNT;\n\
                  END IF;\n\
-                 IF absent IS NOT NULL AND pg_catalog.jsonb_array_length(absent) > 0 THEN\n\
+                 IF absent IS NOT NULL AND pg_catalog.jsonb_array_length(absent::pg_catalog.jsonb) > 0 THEN\n\
                  INSERT INTO {mirror} ({pk}, seq, op, xid) \
                  SELECT {c_pk}, pg_catalog.nextval('coldwire.change_seq'), {deleted}, pg_catalog.pg_current_xact_id() \
-                 FROM pg_catalog.jsonb_populate_recordset(NULL::{mirror}, absent) AS c, {bounds} b \
+                 FROM pg_catalog.jsonb_populate_recordset(NULL::{mirror}, absent::pg_catalog.jsonb) AS c, {bounds} b \
                  WHERE b.lo IS NULL OR c.{first} BETWEEN b.lo AND b.hi ON CONFLICT DO NOTHING;\n\
                  END IF;\n\
                  RETURN n;\n\
                  END\n$coldwire$",
                 planned = PLANNED_SETTING,
                 id = self.id,
+                signed = rehydration_mac_sql(self.id),
                 lock_class = super::locks::TABLE_LOCK_CLASS,
                 changed = super::conditions::COLD_TIER_CHANGED,
                 qualified = sql_literal(&self.qualified_table()),
@@ -334,6 +339,12 @@ impl CaptureSpec {
         ];
         sql.extend(self.read_and_override_objects());
         sql.extend(self.bounds_objects());
+        // Catalog v13 gave the function a signature (a MAC of what it is sent): the
+        // unsigned one must not stay callable beside it.
+        sql.push(format!(
+            "DROP FUNCTION IF EXISTS {}({UNSIGNED_REHYDRATE_ARGS})",
+            self.rehydrate_function()
+        ));
         sql.extend(self.rehydrate_function_sql());
         sql.push(self.keys_trigger());
         // Bounds unknown (NULLs) where segments exist from before them.
@@ -568,6 +579,49 @@ pub const HOT_ONLY_SETTING: &str = "coldwire.hot_only_writes";
 /// (`coldwire.plan_write`, catalog v7).
 pub const PLANNED_SETTING: &str = "coldwire.planned";
 
+/// The argument types of `coldwire.rehydrate_<id>` (catalog v13): the table, the
+/// generation planned for, the cold rows, the absent keys (a jsonb array, as text), the
+/// statement's mark (digest, text, append), and the MAC of what it brings back.
+pub const REHYDRATE_ARGS: &str = "bigint, bigint, anyarray, text, text, text, boolean, bytea";
+/// Its argument types before catalog v13, without the MAC.
+const UNSIGNED_REHYDRATE_ARGS: &str = "bigint, bigint, anyarray, jsonb, text, text, boolean";
+
+/// The MAC `coldwire.rehydrate_<id>` requires, as SQL over its arguments: SHA-256 of the
+/// database's secret (`coldwire.secret`, which only the catalog's owner reads) followed by
+/// the digest of [`rehydration_message`]. The rows arrive decoded, so the digest covers
+/// Postgres's own binary form of them (`array_send`), which is the form coldwire sent
+/// (DESIGN §3: a rehydration brings back only what coldwire read from the cold tier).
+fn rehydration_mac_sql(id: i64) -> String {
+    format!(
+        "pg_catalog.sha256((SELECT s.key FROM coldwire.secret s) || pg_catalog.sha256(\
+         pg_catalog.int8send({id}::bigint) || pg_catalog.int8send(planned) \
+         || pg_catalog.sha256(COALESCE(pg_catalog.array_send(cold), ''::bytea)) \
+         || pg_catalog.sha256(pg_catalog.convert_to(COALESCE(absent, ''), 'UTF8'))))"
+    )
+}
+
+/// The MAC of a rehydration of table `id` planned for generation `planned`, bringing back
+/// `cold` (the binary array coldwire sends) and claiming `absent` (the text it sends), under
+/// the database's `secret`: what [`rehydration_mac_sql`] computes in Postgres.
+pub fn rehydration_mac(
+    secret: &[u8],
+    id: i64,
+    planned: i64,
+    cold: &[u8],
+    absent: &[u8],
+) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut message = Sha256::new();
+    message.update(id.to_be_bytes());
+    message.update(planned.to_be_bytes());
+    message.update(Sha256::digest(cold));
+    message.update(Sha256::digest(absent));
+    let mut mac = Sha256::new();
+    mac.update(secret);
+    mac.update(message.finalize());
+    mac.finalize().into()
+}
+
 /// The part of the capture function that refuses an UPDATE or DELETE (a MERGE's or an
 /// upsert's included) coldwire did not plan (DESIGN §7.1): one that runs inside
 /// Postgres (the trigger's context has more than its own line: a function, procedure, DO
@@ -600,9 +654,8 @@ fn unplanned_write_check() -> String {
 pub fn drop_capture_objects(id: i64) -> Vec<String> {
     vec![
         format!("DROP FUNCTION IF EXISTS coldwire.capture_{id}()"),
-        format!(
-            "DROP FUNCTION IF EXISTS coldwire.rehydrate_{id}(bigint, bigint, anyarray, jsonb, text, text, boolean)"
-        ),
+        format!("DROP FUNCTION IF EXISTS coldwire.rehydrate_{id}({REHYDRATE_ARGS})"),
+        format!("DROP FUNCTION IF EXISTS coldwire.rehydrate_{id}({UNSIGNED_REHYDRATE_ARGS})"),
         format!("DROP TABLE IF EXISTS coldwire.m_{id}"),
         format!("DROP TABLE IF EXISTS coldwire.overrides_{id}"),
         format!("DROP TABLE IF EXISTS coldwire.bounds_{id}"),

@@ -55,8 +55,6 @@ pub struct TableFacts {
     pub row_triggers: Vec<String>,
     /// Subscriptions that replicate into the table (its rows in `pg_subscription_rel`).
     pub subscriptions: Vec<String>,
-    /// Publications that publish the table's changes (`FOR ALL TABLES` and schema ones too).
-    pub publications: Vec<String>,
     /// coldwire's id, if the table is tiered already.
     pub tiered_id: Option<i64>,
 }
@@ -74,11 +72,6 @@ const BYTE_EQUAL_KEY_TYPES: [u32; 13] = [
 /// granted to PUBLIC).
 const SUBSCRIPTIONS: &str = "SELECT format('%I', s.subname) FROM pg_catalog.pg_subscription_rel r \
      JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid WHERE r.srrelid = $1 ORDER BY 1";
-
-/// The names of the publications publishing schema `$1`'s table `$2`, sorted. A flush
-/// would publish its rows' removal as deletes and a rehydration their return as inserts.
-const PUBLICATIONS: &str = "SELECT format('%I', pubname) FROM pg_catalog.pg_publication_tables \
-     WHERE schemaname = $1 AND tablename = $2 ORDER BY 1";
 
 /// Reads the facts about `table`, resolved like a regclass literal under the service
 /// connection's search_path (schema-qualify names to be independent of it).
@@ -177,16 +170,14 @@ pub async fn table_facts(client: &Client, table: &TableRef) -> Result<TableFacts
             .await?,
     );
     let subscriptions = strings(client.query(SUBSCRIPTIONS, &[&oid]).await?);
-    let (schema, name): (String, String) = (row.get(1), row.get(2));
-    let publications = strings(client.query(PUBLICATIONS, &[&schema, &name]).await?);
     let tiered_id = client
         .query_opt("SELECT id FROM coldwire.tables WHERE relid = $1", &[&oid])
         .await?
         .map(|r| r.get::<_, i64>(0));
     Ok(TableFacts {
         oid,
-        schema,
-        name,
+        schema: row.get(1),
+        name: row.get(2),
         relkind: row.get(3),
         owner: row.get(4),
         row_security: row.get(5),
@@ -200,7 +191,6 @@ pub async fn table_facts(client: &Client, table: &TableRef) -> Result<TableFacts
         other_unique,
         row_triggers,
         subscriptions,
-        publications,
         tiered_id,
     })
 }
@@ -303,11 +293,6 @@ impl TableFacts {
                 "subscription {s} replicates into it, and logical-replication apply passes coldwire's statement-level capture unseen"
             ));
         }
-        for p in &self.publications {
-            reasons.push(format!(
-                "publication {p} publishes it: its subscribers would receive each flush as deletes and each rehydration as inserts"
-            ));
-        }
         reasons
     }
 }
@@ -367,7 +352,6 @@ mod tests {
             other_unique: vec![],
             row_triggers: vec![],
             subscriptions: vec![],
-            publications: vec![],
             tiered_id: None,
         }
     }
@@ -389,7 +373,6 @@ mod tests {
         t.other_unique.push("events_body_key".into());
         t.row_triggers.push("audit".into());
         t.subscriptions.push("from_primary".into());
-        t.publications.push("everything".into());
         t.pk_deferrable = true;
         let reasons = t.refusals().join("\n");
         for needle in [
@@ -400,7 +383,6 @@ mod tests {
             "events_body_key",
             "row trigger audit",
             "subscription from_primary replicates into it",
-            "publication everything publishes it",
             "primary key is DEFERRABLE",
         ] {
             assert!(reasons.contains(needle), "missing {needle:?} in\n{reasons}");

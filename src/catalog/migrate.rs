@@ -99,6 +99,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/v012_rehydrate_capture.sql"),
         upgrade_capture: true,
     },
+    Migration {
+        version: 13,
+        name: "signed_rehydration",
+        sql: include_str!("sql/v013_signed_rehydration.sql"),
+        upgrade_capture: true,
+    },
 ];
 
 /// The placeholders of the migrations' SQL and what they stand for: constants the Rust

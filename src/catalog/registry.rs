@@ -1,6 +1,7 @@
 //! The registry: which tables are tiered and which views read them, as sessions see them
 //! (DESIGN §6.1), read from the catalog in one place.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::Client;
@@ -64,6 +65,9 @@ pub struct Registry {
     /// Lower-case names, for the cheap test of every statement.
     pub names: Vec<String>,
     pub version: u64,
+    /// The database's secret (`coldwire.secret`, catalog v13), with which coldwire signs
+    /// the rows it brings back (`catalog::capture::rehydration_mac`).
+    pub secret: Option<Arc<[u8]>>,
 }
 
 impl Registry {
@@ -94,6 +98,17 @@ impl Registry {
     pub fn by_id(&self, id: i64) -> Option<&Tiered> {
         self.tables.iter().find(|t| t.table.table_id == id)
     }
+}
+
+/// The database's secret (catalog v13), readable by the catalog's owner only.
+///
+/// # Errors
+/// The catalog could not be read.
+pub async fn secret(client: &Client) -> Result<Option<Arc<[u8]>>, tokio_postgres::Error> {
+    Ok(client
+        .query_opt("SELECT key FROM coldwire.secret", &[])
+        .await?
+        .map(|row| Arc::from(row.get::<_, Vec<u8>>(0))))
 }
 
 /// The tiered tables and the views over them, as the catalog has them now.

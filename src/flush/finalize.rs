@@ -255,6 +255,7 @@ async fn check_table(
         )
         .await?
         .get(0);
+    super::table::check_not_subscribed(tx, table.id).await?;
     if !same {
         return Err(FlushError::Table(
             table.id,

@@ -38,7 +38,7 @@ pub async fn run(
         return Ok(outcome);
     }
     table.check_age_column()?;
-    table.check_no_logical_replication()?;
+    super::table::check_not_subscribed(client, table.id).await?;
     // 1. The selection, recorded in the job so a retry selects the same rows.
     let Some((selection, total)) = cutoff(client, job, &table).await? else {
         finalize_empty(client, job).await?;

@@ -40,10 +40,6 @@ pub(super) struct Tiered {
     /// All columns by attnum.
     pub columns: Vec<SegmentColumn>,
     pub pk: Vec<String>,
-    /// Subscriptions replicating into the table, and publications publishing it, if any
-    /// were added after it was tiered (tier_table refuses either).
-    pub subscriptions: Option<String>,
-    pub publications: Option<String>,
 }
 
 impl Tiered {
@@ -68,21 +64,6 @@ impl Tiered {
         ))
     }
 
-    /// Refuses to flush a table that takes part in logical replication. Apply fires no
-    /// statement trigger, so a subscription's writes pass the capture and would miss cold
-    /// rows; a publication would send the flush's removal of rows to its subscribers as
-    /// deletes. A flush that resumes its prune finishes first, as with the age column.
-    pub(super) fn check_no_logical_replication(&self) -> Result<(), FlushError> {
-        let refuse = |why: String| Err(FlushError::Table(self.id, why));
-        if let Some(names) = &self.subscriptions {
-            return refuse(format!("logical replication writes into it (subscription {names}), and its apply passes coldwire's statement-level capture unseen; remove the table from the publication or untier it (coldwire.untier_table)"));
-        }
-        if let Some(names) = &self.publications {
-            return refuse(format!("publication {names} publishes it, so its subscribers would receive the flush as deletes; remove the table from the publication or untier it (coldwire.untier_table)"));
-        }
-        Ok(())
-    }
-
     pub(super) fn pk_list(&self, prefix: &str) -> String {
         column_list(self.pk.iter().map(String::as_str), prefix)
     }
@@ -93,15 +74,38 @@ impl Tiered {
     }
 }
 
+/// Refuses to flush table `id` when logical replication writes into it (a subscription
+/// added after it was tiered: tier_table refuses such a table). Apply fires no statement
+/// trigger, so a subscription's writes pass the capture and may miss cold rows. The flush
+/// checks before it selects rows (a prune being resumed finishes first, as with the age
+/// column) and again in the finalize, for a subscription added meanwhile.
+pub(super) async fn check_not_subscribed(
+    client: &impl tokio_postgres::GenericClient,
+    id: i64,
+) -> Result<(), FlushError> {
+    let names: Option<String> = client
+        .query_one(
+            "SELECT string_agg(format('%I', s.subname), ', ' ORDER BY s.subname) \
+             FROM pg_catalog.pg_subscription_rel r JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid \
+             WHERE r.srrelid = (SELECT t.relid FROM coldwire.tables t WHERE t.id = $1)",
+            &[&id],
+        )
+        .await?
+        .get(0);
+    match names {
+        None => Ok(()),
+        Some(names) => Err(FlushError::Table(
+            id,
+            format!("logical replication writes into it (subscription {names}), and its apply passes coldwire's statement-level capture unseen, so replicated writes may already have missed its cold rows; take the table out of the subscription, untier it (coldwire.untier_table) and sync it again"),
+        )),
+    }
+}
+
 /// Reads the table's catalog row and current name.
 pub(super) async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
     let row = client
         .query_opt(
-            "SELECT format('%I.%I', n.nspname, c.relname), t.storage_prefix, t.policy, t.columns, t.pk_attnums, \
-             (SELECT string_agg(format('%I', s.subname), ', ' ORDER BY s.subname) FROM pg_catalog.pg_subscription_rel r \
-              JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid WHERE r.srrelid = t.relid), \
-             (SELECT string_agg(format('%I', p.pubname), ', ' ORDER BY p.pubname) FROM pg_catalog.pg_publication_tables p \
-              WHERE p.schemaname = n.nspname AND p.tablename = c.relname) \
+            "SELECT format('%I.%I', n.nspname, c.relname), t.storage_prefix, t.policy, t.columns, t.pk_attnums \
              FROM coldwire.tables t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE t.id = $1 AND t.state = 'active'",
             &[&table_id],
@@ -136,7 +140,5 @@ pub(super) async fn load(client: &Client, table_id: i64) -> Result<Tiered, Flush
         policy,
         columns,
         pk,
-        subscriptions: row.get(5),
-        publications: row.get(6),
     })
 }

@@ -131,13 +131,15 @@ impl CatalogCache {
             }
         }
         let (tables, views) = registry::read(client).await?;
+        let secret = registry::secret(client).await?;
         let mut slot = self
             .registry
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         let previous = slot.as_ref().map(|(_, _, r)| r.clone());
         let same = previous.as_ref().is_some_and(|p| {
-            p.views == views
+            p.secret == secret
+                && p.views == views
                 && p.tables.len() == tables.len()
                 && p.tables
                     .iter()
@@ -155,6 +157,7 @@ impl CatalogCache {
                 tables,
                 views,
                 version: previous.map_or(1, |p| p.version + 1),
+                secret,
             }),
         };
         *slot = Some((Instant::now(), ddl, registry.clone()));

@@ -8,7 +8,7 @@ use std::sync::{Arc, PoisonError};
 
 use bytes::BytesMut;
 
-use super::path::{all_known, highest_param, jsonb, ReadPath, TxnView, STATEMENT_CACHE_ENTRIES};
+use super::path::{all_known, highest_param, ReadPath, TxnView, STATEMENT_CACHE_ENTRIES};
 use crate::cold::scan::{scan, ScanError, ScanLimits};
 use crate::error::fields;
 use crate::error::PlanError;
@@ -208,7 +208,7 @@ impl ReadPath {
                     pk: w.table.pk.clone(),
                     row_type: tiered.row_type,
                     rehydrate_sql: format!(
-                        "SELECT coldwire.{function}($1::int8, $2::int8, $3::{qualified}[], $4::jsonb, $5::text, $6::text, $7::bool)",
+                        "SELECT coldwire.{function}($1::int8, $2::int8, $3::{qualified}[], $4::text, $5::text, $6::text, $7::bool, $8::bytea)",
                         function = if tiered.own_rehydrate {
                             format!("rehydrate_{}", w.table.table_id)
                         } else {
@@ -374,13 +374,37 @@ impl ReadPath {
         metrics::counter!(crate::metrics::ROUTES_TOTAL, "route" => "write").increment(1);
         metrics::counter!(crate::metrics::ROWS_REHYDRATED_TOTAL).increment(seen.len() as u64);
         tracing::debug!(table = %write.table_name, rows = seen.len(), "cold rows to rehydrate");
+        let absent = serde_json::Value::Array(absent).to_string();
+        if !absent.is_ascii() && !params.settings.utf8 {
+            // The function checks the MAC over the keys as the server reads them.
+            return Err(PlanError::Encoding);
+        }
+        // Signed with the database's secret: the function brings back only what coldwire
+        // sends (catalog v13). No secret read: no MAC, and the function refuses.
+        let mac = self
+            .catalog
+            .registry()
+            .await?
+            .secret
+            .as_ref()
+            .map(|secret| {
+                let mac = crate::catalog::capture::rehydration_mac(
+                    secret,
+                    write.table_id,
+                    cold.generation,
+                    &array,
+                    absent.as_bytes(),
+                );
+                BytesMut::from(&mac[..])
+            });
         let mut params = vec![
             Some(BytesMut::from(&write.table_id.to_be_bytes()[..])),
             Some(BytesMut::from(&cold.generation.to_be_bytes()[..])),
             Some(array),
-            Some(jsonb(&serde_json::Value::Array(absent))),
+            Some(BytesMut::from(absent.as_bytes())),
         ];
         params.extend(mark);
+        params.push(mac);
         // Remembered only where reads can ask for them ([`ColdTable::asked_keys`]).
         let brought_back = (!seen.is_empty() && cold.integer_key()).then(|| BroughtBack {
             table: write.table_id,
