@@ -468,6 +468,7 @@ async fn tables_that_cannot_be_tiered_are_refused_with_every_offender_named() {
     refused("secret", "row-level security").await;
     refused("parted", "partitioned").await;
     refused("deferred", "primary key is DEFERRABLE").await;
+    refused("coldwire.secret", "one of coldwire's own catalog tables").await;
 
     let e = admin(&c, "SELECT coldwire.tier_table('missing')")
         .await

@@ -1670,6 +1670,39 @@ async fn a_rehydrations_own_insert_is_captured_once_and_no_other_passes_for_it()
         mirror_ops(&direct, &[9001, 1000, 1001]).await,
         vec![(9001, 1)]
     );
+
+    // What signing relies on is put back by the flush executor's reconcile: an unsigned
+    // function beside the signed one (as a proxy of an older build makes when it follows
+    // a rename) is dropped, and a deleted secret is made anew. Cold writes then go on.
+    direct
+        .batch_execute(
+            "CREATE FUNCTION coldwire.rehydrate_1(bigint, bigint, anyarray, jsonb, text, text, boolean) \
+             RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'; \
+             DELETE FROM coldwire.secret;",
+        )
+        .await
+        .unwrap();
+    let repaired = "SELECT (SELECT count(*) FROM pg_proc WHERE proname = 'rehydrate_1') = 1 \
+                    AND EXISTS (SELECT 1 FROM coldwire.secret)";
+    let mut ok = false;
+    for _ in 0..100 {
+        ok = direct.query_one(repaired, &[]).await.unwrap().get(0);
+        if ok {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        ok,
+        "the unsigned function and the missing secret were not repaired"
+    );
+    // The proxy reads the new secret with its registry (at most a second old).
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let n = c
+        .execute("UPDATE events SET n = n + 1 WHERE id = 1002", &[])
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
 }
 
 /// An UPDATE that moves a key onto one that may be cold is refused by the capture check

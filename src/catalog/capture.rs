@@ -270,19 +270,20 @@ impl CaptureSpec {
                 "CREATE OR REPLACE FUNCTION {function}(table_id bigint, planned bigint, cold anyarray, absent text, \
                  digest text, statement text, append boolean, mac bytea) \
                  RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
-                 DECLARE rel oid; found_generation bigint; n bigint := 0;\n\
+                 DECLARE rel oid; k bytea; found_generation bigint; n bigint := 0;\n\
                  BEGIN\n\
-                 IF mac IS NULL OR mac IS DISTINCT FROM {signed} THEN\n\
+                 SELECT x.relid, (SELECT s.key FROM coldwire.secret s) INTO rel, k \
+                 FROM coldwire.tables x WHERE x.id = {id} AND x.state = 'active';\n\
+                 IF NOT FOUND THEN\n\
+                 RAISE EXCEPTION 'coldwire: table % is not tiered', {id} USING ERRCODE = '55000';\n\
+                 END IF;\n\
+                 IF mac IS NULL OR k IS NULL OR mac IS DISTINCT FROM {signed} THEN\n\
                  RAISE EXCEPTION 'permission denied to bring rows of coldwire table {id} back into the heap: they were not sent by coldwire' \
                      USING ERRCODE = '42501', HINT = 'coldwire brings cold rows back itself, for the writes sent through it.';\n\
                  END IF;\n\
                  PERFORM pg_catalog.set_config('{planned}', \
                      CASE WHEN append THEN COALESCE(pg_catalog.current_setting('{planned}', true) || ' ', '') ELSE '' END \
                      || COALESCE(digest, pg_catalog.md5(statement)), true);\n\
-                 SELECT x.relid INTO rel FROM coldwire.tables x WHERE x.id = {id} AND x.state = 'active';\n\
-                 IF NOT FOUND THEN\n\
-                 RAISE EXCEPTION 'coldwire: table % is not tiered', {id} USING ERRCODE = '55000';\n\
-                 END IF;\n\
                  IF NOT pg_catalog.has_table_privilege(session_user, rel, 'INSERT') \
                     AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r \
                                     WHERE pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER') \
@@ -587,13 +588,15 @@ pub const REHYDRATE_ARGS: &str = "bigint, bigint, anyarray, text, text, text, bo
 const UNSIGNED_REHYDRATE_ARGS: &str = "bigint, bigint, anyarray, jsonb, text, text, boolean";
 
 /// The MAC `coldwire.rehydrate_<id>` requires, as SQL over its arguments: SHA-256 of the
-/// database's secret (`coldwire.secret`, which only the catalog's owner reads) followed by
-/// the digest of [`rehydration_message`]. The rows arrive decoded, so the digest covers
+/// database's secret (`coldwire.secret`, which only the catalog's owner reads; read into
+/// `k` with the table's row, so the check is a simple expression plpgsql evaluates without
+/// starting the executor) followed by the digest of the table, the generation, the rows
+/// and the absent keys, as [`rehydration_mac`] computes it. The rows arrive decoded, so the digest covers
 /// Postgres's own binary form of them (`array_send`), which is the form coldwire sent
 /// (DESIGN §3: a rehydration brings back only what coldwire read from the cold tier).
 fn rehydration_mac_sql(id: i64) -> String {
     format!(
-        "pg_catalog.sha256((SELECT s.key FROM coldwire.secret s) || pg_catalog.sha256(\
+        "pg_catalog.sha256(k || pg_catalog.sha256(\
          pg_catalog.int8send({id}::bigint) || pg_catalog.int8send(planned) \
          || pg_catalog.sha256(COALESCE(pg_catalog.array_send(cold), ''::bytea)) \
          || pg_catalog.sha256(pg_catalog.convert_to(COALESCE(absent, ''), 'UTF8'))))"

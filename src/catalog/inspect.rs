@@ -222,6 +222,9 @@ impl TableFacts {
     /// Every reason the table cannot be tiered, each naming its offender; empty if none.
     pub fn refusals(&self) -> Vec<String> {
         let mut reasons = Vec::new();
+        if self.schema == "coldwire" {
+            reasons.push("it is one of coldwire's own catalog tables".to_owned());
+        }
         match self.relkind.as_str() {
             "r" => {}
             "p" => reasons.push("it is a partitioned table (not supported yet)".to_owned()),
@@ -374,6 +377,7 @@ mod tests {
         t.row_triggers.push("audit".into());
         t.subscriptions.push("from_primary".into());
         t.pk_deferrable = true;
+        t.schema = "coldwire".into();
         let reasons = t.refusals().join("\n");
         for needle in [
             "\"Amount\" has type numeric, whose equality is not byte equality",
@@ -384,6 +388,7 @@ mod tests {
             "row trigger audit",
             "subscription from_primary replicates into it",
             "primary key is DEFERRABLE",
+            "coldwire's own catalog tables",
         ] {
             assert!(reasons.contains(needle), "missing {needle:?} in\n{reasons}");
         }

@@ -57,6 +57,46 @@ const CHANGED: &str = "SELECT t.id, c.oid IS NOT NULL, n.nspname::text, c.relnam
 /// an array of the one value's text), and whether the column has a default.
 const ADDED: &str = "SELECT t.id, a.attnum, a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod),         a.atttypid, a.atttypmod,         CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END,         EXISTS (SELECT 1 FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum)      FROM coldwire.tables t      JOIN pg_catalog.pg_attribute a ON a.attrelid = t.relid AND a.attnum > 0 AND NOT a.attisdropped      WHERE t.state = 'active' AND ($1::bigint IS NULL OR t.id = $1)        AND NOT t.columns @> pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object('attnum', a.attnum))      ORDER BY t.id, a.attnum";
 
+/// Puts back what signed rehydrations (catalog v13) rely on, where something undid it: a
+/// secret, if its row was deleted (rehydrations are refused meanwhile), and no unsigned
+/// rehydrate function in schema `coldwire` (a proxy of an older build that is still
+/// running makes one again when it follows a rename; dropped here within one
+/// [`RECONCILE_INTERVAL`]).
+///
+/// # Errors
+/// Catalog failures.
+pub async fn repair_signing(client: &Client) -> Result<(), tokio_postgres::Error> {
+    let made = client
+        .execute(
+            "INSERT INTO coldwire.secret (key) SELECT pg_catalog.sha256(pg_catalog.convert_to(\
+             pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text \
+             || pg_catalog.gen_random_uuid()::text, 'UTF8')) \
+             WHERE NOT EXISTS (SELECT 1 FROM coldwire.secret) ON CONFLICT DO NOTHING",
+            &[],
+        )
+        .await?;
+    if made > 0 {
+        tracing::warn!("coldwire.secret was empty: a new secret was made");
+    }
+    let unsigned = client
+        .query(
+            "SELECT p.oid::pg_catalog.regprocedure::text FROM pg_catalog.pg_proc p \
+             WHERE p.pronamespace = 'coldwire'::pg_catalog.regnamespace \
+               AND p.proname ~ '^rehydrate(_[0-9]+)?$' \
+               AND NOT (p.pronargs = 8 AND p.proargtypes[7] = 'pg_catalog.bytea'::pg_catalog.regtype)",
+            &[],
+        )
+        .await?;
+    for row in unsigned {
+        let function: String = row.get(0);
+        tracing::warn!(%function, "dropping an unsigned rehydrate function (made by an older coldwire build?)");
+        client
+            .batch_execute(&format!("DROP FUNCTION IF EXISTS {function}"))
+            .await?;
+    }
+    Ok(())
+}
+
 /// What [`reconcile`] changed, by table id.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Reconciled {
@@ -80,6 +120,7 @@ impl Reconciled {
 /// # Errors
 /// Catalog failures (what was changed before stays changed).
 pub async fn reconcile(client: &mut Client) -> Result<Reconciled, tokio_postgres::Error> {
+    repair_signing(client).await?;
     let mut done = Reconciled::default();
     let found = client.query(CHANGED, &[&None::<i64>]).await?;
     for row in found {

@@ -43,9 +43,6 @@ pub struct Tiered {
     /// Per column: Postgres orders its values as their bytes (text under the C collation,
     /// `catalog::segments::byte_ordered_columns`).
     pub byte_ordered: Vec<bool>,
-    /// The table has its own `coldwire.rehydrate_<id>` (catalog v10; a table tiered by an
-    /// earlier build has it once the catalog upgrade ran).
-    pub own_rehydrate: bool,
 }
 
 /// A view or materialized view that reads a tiered table (directly or through views).
@@ -67,7 +64,23 @@ pub struct Registry {
     pub version: u64,
     /// The database's secret (`coldwire.secret`, catalog v13), with which coldwire signs
     /// the rows it brings back (`catalog::capture::rehydration_mac`).
-    pub secret: Option<Arc<[u8]>>,
+    pub secret: Option<SigningKey>,
+}
+
+/// A database's secret, never shown (`Debug` prints `<redacted>`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SigningKey(Arc<[u8]>);
+
+impl SigningKey {
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 impl Registry {
@@ -104,11 +117,11 @@ impl Registry {
 ///
 /// # Errors
 /// The catalog could not be read.
-pub async fn secret(client: &Client) -> Result<Option<Arc<[u8]>>, tokio_postgres::Error> {
+pub async fn secret(client: &Client) -> Result<Option<SigningKey>, tokio_postgres::Error> {
     Ok(client
         .query_opt("SELECT key FROM coldwire.secret", &[])
         .await?
-        .map(|row| Arc::from(row.get::<_, Vec<u8>>(0))))
+        .map(|row| SigningKey(Arc::from(row.get::<_, Vec<u8>>(0)))))
 }
 
 /// The tiered tables and the views over them, as the catalog has them now.
@@ -120,8 +133,7 @@ pub async fn read(
 ) -> Result<(Vec<Tiered>, Vec<TieredView>), tokio_postgres::Error> {
     let rows = client
             .query(
-                "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums, \
-                        pg_catalog.to_regproc('coldwire.rehydrate_' || t.id) IS NOT NULL \
+                "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums \
                  FROM coldwire.tables t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
                  WHERE t.state = 'active' ORDER BY t.id",
                 &[],
@@ -184,7 +196,6 @@ pub async fn read(
             },
             row_type: row.get(1),
             types,
-            own_rehydrate: row.get(6),
         });
     }
     let mut views = Vec::new();

@@ -207,13 +207,12 @@ impl ReadPath {
                     inserted: w.inserted,
                     pk: w.table.pk.clone(),
                     row_type: tiered.row_type,
+                    // Every type named in full: a client's search_path must not put its own
+                    // type, whose input function could see the arguments, in their place.
                     rehydrate_sql: format!(
-                        "SELECT coldwire.{function}($1::int8, $2::int8, $3::{qualified}[], $4::text, $5::text, $6::text, $7::bool, $8::bytea)",
-                        function = if tiered.own_rehydrate {
-                            format!("rehydrate_{}", w.table.table_id)
-                        } else {
-                            "rehydrate".to_owned()
-                        }
+                        "SELECT coldwire.rehydrate_{id}($1::pg_catalog.int8, $2::pg_catalog.int8, $3::{qualified}[], \
+                         $4::pg_catalog.text, $5::pg_catalog.text, $6::pg_catalog.text, $7::pg_catalog.bool, $8::pg_catalog.bytea)",
+                        id = w.table.table_id,
                     ),
                 }))
             }
@@ -380,23 +379,22 @@ impl ReadPath {
             return Err(PlanError::Encoding);
         }
         // Signed with the database's secret: the function brings back only what coldwire
-        // sends (catalog v13). No secret read: no MAC, and the function refuses.
-        let mac = self
-            .catalog
-            .registry()
-            .await?
-            .secret
-            .as_ref()
-            .map(|secret| {
-                let mac = crate::catalog::capture::rehydration_mac(
-                    secret,
-                    write.table_id,
-                    cold.generation,
-                    &array,
-                    absent.as_bytes(),
-                );
-                BytesMut::from(&mac[..])
-            });
+        // sends (catalog v13).
+        let registry = self.catalog.registry().await?;
+        let secret = registry.secret.as_ref().ok_or_else(|| {
+            PlanError::Catalog(
+                "coldwire.secret is empty, so coldwire cannot sign the rows it brings back; \
+                 the flush executor makes a new secret within seconds"
+                    .into(),
+            )
+        })?;
+        let mac = crate::catalog::capture::rehydration_mac(
+            secret.bytes(),
+            write.table_id,
+            cold.generation,
+            &array,
+            absent.as_bytes(),
+        );
         let mut params = vec![
             Some(BytesMut::from(&write.table_id.to_be_bytes()[..])),
             Some(BytesMut::from(&cold.generation.to_be_bytes()[..])),
@@ -404,7 +402,7 @@ impl ReadPath {
             Some(BytesMut::from(absent.as_bytes())),
         ];
         params.extend(mark);
-        params.push(mac);
+        params.push(Some(BytesMut::from(&mac[..])));
         // Remembered only where reads can ask for them ([`ColdTable::asked_keys`]).
         let brought_back = (!seen.is_empty() && cold.integer_key()).then(|| BroughtBack {
             table: write.table_id,
