@@ -1654,6 +1654,25 @@ async fn a_rehydrations_own_insert_is_captured_once_and_no_other_passes_for_it()
     let call =
         "SELECT coldwire.rehydrate_1(1, (SELECT generation FROM coldwire.tables WHERE id = 1), \
                 ARRAY[ROW(1000, 'forged', 0)::events], $1, NULL, 'forged', false, $2)";
+    // A call that brings nothing back is not checked: it only marks a statement planned
+    // and takes the table's lock, as coldwire.plan_write and coldwire.read_lock let any
+    // role do. Absent keys alone are checked.
+    let empty = |absent: &str| {
+        format!(
+            "SELECT coldwire.rehydrate_1(1, (SELECT generation FROM coldwire.tables WHERE id = 1), \
+             ARRAY[]::events[], '{absent}', NULL, 'forged', false, NULL)"
+        )
+    };
+    let nothing: i64 = direct.query_one(&empty("[]"), &[]).await.unwrap().get(0);
+    assert_eq!(nothing, 0);
+    for absent in ["[ ]", r#"[{"id": 1000}]"#] {
+        let err = direct.query_one(&empty(absent), &[]).await.unwrap_err();
+        assert_eq!(
+            err.code().map(|c| c.code()),
+            Some("42501"),
+            "{absent}: {err:?}"
+        );
+    }
     for absent in ["[]", r#"[{"id": 1000}]"#] {
         for mac in [None, Some(vec![0u8; 32])] {
             let err = direct.query_one(call, &[&absent, &mac]).await.unwrap_err();

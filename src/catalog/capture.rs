@@ -272,14 +272,16 @@ impl CaptureSpec {
                  RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
                  DECLARE rel oid; k bytea; found_generation bigint; n bigint := 0;\n\
                  BEGIN\n\
-                 SELECT x.relid, (SELECT s.key FROM coldwire.secret s) INTO rel, k \
-                 FROM coldwire.tables x WHERE x.id = {id} AND x.state = 'active';\n\
+                 SELECT x.relid INTO rel FROM coldwire.tables x WHERE x.id = {id} AND x.state = 'active';\n\
                  IF NOT FOUND THEN\n\
                  RAISE EXCEPTION 'coldwire: table % is not tiered', {id} USING ERRCODE = '55000';\n\
                  END IF;\n\
+                 IF pg_catalog.cardinality(cold) > 0 OR absent IS DISTINCT FROM '[]' THEN\n\
+                 SELECT s.key INTO k FROM coldwire.secret s;\n\
                  IF mac IS NULL OR k IS NULL OR mac IS DISTINCT FROM {signed} THEN\n\
                  RAISE EXCEPTION 'permission denied to bring rows of coldwire table {id} back into the heap: they were not sent by coldwire' \
                      USING ERRCODE = '42501', HINT = 'coldwire brings cold rows back itself, for the writes sent through it.';\n\
+                 END IF;\n\
                  END IF;\n\
                  PERFORM pg_catalog.set_config('{planned}', \
                      CASE WHEN append THEN COALESCE(pg_catalog.current_setting('{planned}', true) || ' ', '') ELSE '' END \
@@ -589,9 +591,11 @@ const UNSIGNED_REHYDRATE_ARGS: &str = "bigint, bigint, anyarray, jsonb, text, te
 
 /// The MAC `coldwire.rehydrate_<id>` requires, as SQL over its arguments: SHA-256 of the
 /// database's secret (`coldwire.secret`, which only the catalog's owner reads; read into
-/// `k` with the table's row, so the check is a simple expression plpgsql evaluates without
-/// starting the executor) followed by the digest of the table, the generation, the rows
-/// and the absent keys, as [`rehydration_mac`] computes it. The rows arrive decoded, so the digest covers
+/// `k` first, so the check is a simple expression) followed by the digest of the table,
+/// the generation, the rows and the absent keys, as [`rehydration_mac`] computes it. A
+/// call that brings nothing back (no rows, absent keys exactly `[]`: a write whose keys
+/// are all hot) is not checked: it only marks the statement planned and takes the lock,
+/// which any role may do (`coldwire.plan_write`, `coldwire.read_lock`). The rows arrive decoded, so the digest covers
 /// Postgres's own binary form of them (`array_send`), which is the form coldwire sent
 /// (DESIGN §3: a rehydration brings back only what coldwire read from the cold tier).
 fn rehydration_mac_sql(id: i64) -> String {
