@@ -582,14 +582,23 @@ async fn tables_a_subscription_writes_into_are_neither_tiered_nor_flushed() {
         "{}",
         proxy.log()
     );
-    origin
-        .batch_execute(r#"ALTER PUBLICATION pub ADD TABLE "Later""#)
-        .await
-        .unwrap();
-    replica
-        .batch_execute(r#"ALTER SUBSCRIPTION "Sub" REFRESH PUBLICATION WITH (copy_data = false)"#)
-        .await
-        .unwrap();
+    // The table joins or leaves the publication, and the subscription follows.
+    let membership = |change: &'static str| {
+        let (origin, replica) = (&origin, &replica);
+        async move {
+            origin
+                .batch_execute(&format!(r#"ALTER PUBLICATION pub {change} TABLE "Later""#))
+                .await
+                .unwrap();
+            replica
+                .batch_execute(
+                    r#"ALTER SUBSCRIPTION "Sub" REFRESH PUBLICATION WITH (copy_data = false)"#,
+                )
+                .await
+                .unwrap();
+        }
+    };
+    membership("ADD").await;
     let flush = r#"SELECT coldwire.flush_table('"Later"', wait => true)"#;
     // flush_table returns the active job, the one paused, and waits for it.
     // The paused job selected its 20 rows; the next selects none.
@@ -621,14 +630,7 @@ async fn tables_a_subscription_writes_into_are_neither_tiered_nor_flushed() {
         .unwrap();
     assert_eq!((counts.get::<_, i64>(0), counts.get::<_, i64>(1)), (20, 0));
     // Out of the subscription again, the table flushes.
-    origin
-        .batch_execute(r#"ALTER PUBLICATION pub DROP TABLE "Later""#)
-        .await
-        .unwrap();
-    replica
-        .batch_execute(r#"ALTER SUBSCRIPTION "Sub" REFRESH PUBLICATION"#)
-        .await
-        .unwrap();
+    membership("DROP").await;
     let job = admin(&c, flush).await.unwrap();
     assert_eq!(job["state"], "completed", "{job}");
     assert_eq!(job["rows_done"], 20, "{job}");
