@@ -265,11 +265,16 @@ impl CaptureSpec {
             .replace(TABLE_MARK, "%1$s")
             .replace('\'', "''");
         let signature = format!("{function}({REHYDRATE_ARGS})");
+        // `#variable_conflict use_column`: the claim names the key columns unqualified
+        // (`RETURNING "k"`), and a key column may share a name with an argument or a
+        // variable (`k`, `n`, `table_id`); the column must win. The function's other
+        // statements have no column of those names in scope.
         vec![
             format!(
                 "CREATE OR REPLACE FUNCTION {function}(table_id bigint, planned bigint, cold anyarray, absent text, \
                  digest text, statement text, append boolean, mac bytea) \
                  RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
+                 #variable_conflict use_column\n\
                  DECLARE rel oid; k bytea; found_generation bigint; n bigint := 0;\n\
                  BEGIN\n\
                  SELECT x.relid INTO rel FROM coldwire.tables x WHERE x.id = {id} AND x.state = 'active';\n\
