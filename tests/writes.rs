@@ -1821,3 +1821,142 @@ async fn keys_moved_by_any_form_of_update_are_checked_against_the_cold_tier() {
             .unwrap()
     );
 }
+
+/// Columns named like the variables, arguments and own columns of the functions and
+/// tables coldwire makes for a tiered table (`cur`, `ctx`, `flagged`, `k`, `n`, `cold`,
+/// `seq`, `op`, `xid`, `generation`, …), as key columns and as others: tiering, every
+/// write form, flushes and reads behave as on a plain table. A key column named like a
+/// column the mirror keeps beside the key is refused by `tier_table`, clearly, and its
+/// table stays as it was.
+#[tokio::test]
+async fn columns_named_like_coldwires_own_names_write_as_on_a_plain_table() {
+    let db = create_db("ownnames");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    let columns = "ctx text, flagged int, flagged_n int, rel text, cold int, absent text, planned int, \
+                   mac bytea, digest text, statement text, append bool, table_id int, found_generation int, \
+                   lo int, hi int, one int, new int, old int, found bool, seq int, op int, xid int, generation int";
+    let tables = [
+        (
+            "events_by_cur",
+            "cur bigint PRIMARY KEY, k int, n int",
+            "cur, k, n",
+            "g, g, g",
+            "cur",
+        ),
+        (
+            "events_by_k",
+            "k bigint, n int, cur int, PRIMARY KEY (k, n)",
+            "k, n, cur",
+            "g, g % 3, g",
+            "k, n",
+        ),
+    ];
+    for (name, key, ..) in tables {
+        direct
+            .batch_execute(&format!(
+                "CREATE TABLE {name} ({key}, {columns});
+                 CREATE TABLE {control} (LIKE {name} INCLUDING ALL);",
+                control = name.replace("events", "control")
+            ))
+            .await
+            .unwrap();
+    }
+    let url = cluster().url(&db);
+    let proxy = Proxy::start(&["--service-url", &url, "--cold-store", &store]).await;
+    let c = proxy.connect(&db).await;
+
+    for key in ["seq", "op", "xid", "generation"] {
+        c.batch_execute(&format!(
+            "CREATE TABLE by_{key} ({key} bigint PRIMARY KEY, v int); INSERT INTO by_{key} VALUES (1, 1)"
+        ))
+        .await
+        .unwrap();
+        let err = admin_call(&c, &format!("SELECT coldwire.tier_table('by_{key}')"))
+            .await
+            .unwrap_err();
+        let db_err = err.as_db_error().unwrap();
+        assert_eq!(db_err.code().code(), "0A000", "{err:?}");
+        let detail = db_err.detail().unwrap_or_default();
+        assert!(
+            detail.contains(&format!(
+                "primary-key column {key} has the name of a column coldwire keeps"
+            )),
+            "{detail}"
+        );
+        let n = c
+            .simple_query(&format!("UPDATE by_{key} SET v = 2 WHERE {key} = 1"))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&n[0], SimpleQueryMessage::CommandComplete(1)),
+            "{key}"
+        );
+    }
+
+    let all_columns = "ctx, flagged, flagged_n, rel, cold, absent, planned, mac, digest, statement, append, \
+                       table_id, found_generation, lo, hi, one, new, old, found, seq, op, xid, generation";
+    let values = "'c' || g, g, g, 'r', g, 'a', g, '\\x01', 'd', 's', true, g, g, g, g, g, g, g, false, g, g, g, g";
+    for (name, _, key_columns, key_values, pk) in tables {
+        let seed = format!(
+            "INSERT INTO {{t}} ({key_columns}, {all_columns}) SELECT {key_values}, {values} FROM generate_series(1, 300) g"
+        );
+        direct
+            .batch_execute(&seed.replace("{t}", &name.replace("events", "control")))
+            .await
+            .unwrap();
+        c.batch_execute(&seed.replace("{t}", name)).await.unwrap();
+        admin_call(&c, &format!(r#"SELECT coldwire.tier_table('{name}', '{{"hot_row_limit": 50, "min_flush_rows": 50, "auto_flush": false}}')"#))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        admin_call(
+            &c,
+            &format!("SELECT coldwire.flush_table('{name}', wait => true)"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let first = pk.split(',').next().unwrap();
+        for sql in [
+            format!("INSERT INTO {{t}} ({key_columns}, {all_columns}) SELECT {key_values}, {values} FROM generate_series(301, 310) g"),
+            format!("INSERT INTO {{t}} ({key_columns}, {all_columns}) SELECT {key_values}, {values} FROM generate_series(5, 6) g ON CONFLICT DO NOTHING"),
+            format!("INSERT INTO {{t}} ({key_columns}, {all_columns}) VALUES ({v}, 'dup', 0, 0, 'r', 0, 'a', 0, '\\x02', 'd', 's', false, 0, 0, 0, 0, 0, 0, 0, true, 0, 0, 0, 0)",
+                    v = if name == "events_by_k" { "7, 1, 7" } else { "7, 7, 7" }),
+            format!("UPDATE {{t}} SET ctx = 'x', flagged = flagged + 1, cold = 0, seq = -seq, xid = 1 WHERE {first} BETWEEN 3 AND 12 RETURNING {pk}, ctx, seq"),
+            format!("UPDATE {{t}} SET {first} = {first} + 1000 WHERE {first} = 20"),
+            format!("DELETE FROM {{t}} WHERE {first} IN (30, 31, 305)"),
+            format!("DELETE FROM {{t}} WHERE {first} = 32 RETURNING {pk}, ctx"),
+            format!("INSERT INTO {{t}} ({key_columns}, {all_columns}) SELECT {key_values}, {values} FROM generate_series(40, 41) g \
+                     ON CONFLICT ({pk}) DO UPDATE SET flagged = EXCLUDED.flagged + 100, op = EXCLUDED.op + 1"),
+            format!("MERGE INTO {{t}} t USING (VALUES (42), (9042)) s(g) ON t.{first} = s.g \
+                     WHEN MATCHED THEN UPDATE SET generation = -1 \
+                     WHEN NOT MATCHED THEN INSERT ({key_columns}, {all_columns}) VALUES ({key_values}, {values})"),
+            format!("SELECT {pk}, flagged, op, generation FROM {{t}} WHERE {first} IN (40, 41, 42, 50, 9042) ORDER BY {pk}"),
+            "SELECT count(*), sum(seq), sum(op), sum(xid), sum(generation), max(ctx) FROM {t}".to_owned(),
+        ] {
+            let expected = outcome(&direct, &sql.replace("{t}", &name.replace("events", "control"))).await;
+            let got = outcome(&c, &sql.replace("{t}", name)).await;
+            assert_eq!(got, expected, "{name}: {sql}");
+        }
+        admin_call(
+            &c,
+            &format!("SELECT coldwire.flush_table('{name}', wait => true, drain => true)"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let all = format!("SELECT * FROM {{t}} ORDER BY {pk}");
+        assert_eq!(
+            binary_rows(&c, &all.replace("{t}", name), &[])
+                .await
+                .unwrap(),
+            binary_rows(
+                &direct,
+                &all.replace("{t}", &name.replace("events", "control")),
+                &[]
+            )
+            .await
+            .unwrap(),
+            "{name}"
+        );
+    }
+}

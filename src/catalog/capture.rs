@@ -472,6 +472,8 @@ impl CaptureSpec {
         format!(
             "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER \
              SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
+             #variable_conflict use_column\n\
+             <<{CAPTURE_BLOCK}>>\n\
              DECLARE cur xid8 := pg_current_xact_id(); flagged jsonb; flagged_n bigint; ctx text;\n\
              BEGIN\n\
              IF TG_LEVEL = 'ROW' THEN\n\
@@ -483,7 +485,7 @@ impl CaptureSpec {
              GET DIAGNOSTICS ctx = PG_CONTEXT;\n\
              IF {rehydrated} THEN RETURN NULL; END IF;\n\
              END IF;\n\
-             IF EXISTS (SELECT 1 FROM coldwire.maintenance WHERE xid = cur) THEN RETURN NULL; END IF;\n\
+             IF EXISTS (SELECT 1 FROM coldwire.maintenance WHERE xid = {CUR}) THEN RETURN NULL; END IF;\n\
              IF TG_OP = 'INSERT' THEN\n{check}\n{insert}\n\
              ELSIF TG_OP = 'UPDATE' THEN\n{net}\n{update}\n\
              ELSIF TG_OP = 'DELETE' THEN\n{net}\n{delete}\n\
@@ -492,7 +494,7 @@ impl CaptureSpec {
              DELETE FROM {overrides};\n\
              DELETE FROM {bounds};\n\
              UPDATE coldwire.tables SET generation = generation + 1 WHERE id = {id};\n\
-             UPDATE coldwire.segments SET status = 'retired', retired_xid = cur, \
+             UPDATE coldwire.segments SET status = 'retired', retired_xid = {CUR}, \
                  retired_generation = (SELECT generation FROM coldwire.tables WHERE id = {id}) \
              WHERE table_id = {id} AND status IN ('pending', 'active');\n\
              PERFORM pg_notify('coldwire_catalog', '{id}');\n\
@@ -519,7 +521,7 @@ impl CaptureSpec {
     fn on_table(&self, sql: &str) -> String {
         let fixed = sql
             .replace(TABLE_MARK, &self.qualified_table())
-            .replace(CUR_MARK, "cur");
+            .replace(CUR_MARK, CUR);
         let dynamic = sql
             .replace('%', "%%")
             .replace(TABLE_MARK, "%1$s")
@@ -678,6 +680,14 @@ pub fn drop_capture_objects(id: i64) -> Vec<String> {
 const TABLE_MARK: &str = "\u{1}table\u{1}";
 /// Where [`CaptureSpec::on_table`] puts the transaction id.
 const CUR_MARK: &str = "\u{1}cur\u{1}";
+/// The label of the capture function's block, which qualifies its variables where the
+/// table's columns are in scope. The transition tables carry every column of the table
+/// and the mirror its key, so a column named `cur` would make a bare `cur` ambiguous
+/// (42702) and fail every capture; and `ON CONFLICT (cur)` names a column, which the
+/// function's `#variable_conflict use_column` lets win over the variable.
+const CAPTURE_BLOCK: &str = "coldwire_capture";
+/// The capture function's transaction id, qualified by [`CAPTURE_BLOCK`].
+const CUR: &str = "coldwire_capture.cur";
 
 /// The statement a flush's finalize runs (under the table's exclusive lock) to widen the
 /// bounds of table `id` (`coldwire.bounds_<id>`) by the keys of `pairs` (a relation with
@@ -692,6 +702,10 @@ pub fn widen_bounds(id: i64, first: &str, pairs: &str) -> String {
              hi = CASE WHEN b.hi IS NULL THEN NULL ELSE greatest(b.hi, EXCLUDED.hi) END"
     )
 }
+
+/// The columns the mirror and the overrides table keep beside a tiered table's key
+/// columns: a key column of the same name cannot be tiered (`catalog::inspect`).
+pub const KEY_TABLE_COLUMNS: &[&str] = &["seq", "op", "xid", "generation"];
 
 /// The most keys the capture check names in one error (more: 54000).
 pub const MAY_BE_COLD_LIMIT: usize = 10_000;
@@ -818,7 +832,9 @@ mod tests {
             "{sql}"
         );
         assert!(
-            sql.contains(r#"DELETE FROM "app"."100%" WHERE x = cur AND y LIKE 'a%';"#),
+            sql.contains(
+                r#"DELETE FROM "app"."100%" WHERE x = coldwire_capture.cur AND y LIKE 'a%';"#
+            ),
             "{sql}"
         );
         assert!(
@@ -869,7 +885,7 @@ mod tests {
         assert!(!insert.contains("DISTINCT"));
         // Once as planned for the table's name, once through EXECUTE for after a rename.
         assert_eq!(insert.matches("EXISTS (SELECT 1 FROM ONLY").count(), 2);
-        assert!(insert.contains(r#"WHEN m.op = 3 AND m.xid = cur AND NOT EXISTS"#));
+        assert!(insert.contains(r#"WHEN m.op = 3 AND m.xid = coldwire_capture.cur AND NOT EXISTS"#));
         assert!(insert
             .contains(r#"WHEN m.op = 3 AND m.xid = $1 AND NOT EXISTS (SELECT 1 FROM ONLY %1$s h"#));
         assert!(insert.contains(r#"h."tenant" = EXCLUDED."tenant" AND h."id" = EXCLUDED."id""#));

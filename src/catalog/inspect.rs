@@ -253,6 +253,13 @@ impl TableFacts {
             );
         }
         for c in self.pk_columns() {
+            if super::capture::KEY_TABLE_COLUMNS.contains(&c.name.as_str()) {
+                reasons.push(format!(
+                    "primary-key column {} has the name of a column coldwire keeps beside the key ({}); rename the key column to tier the table",
+                    display_ident(&c.name),
+                    super::capture::KEY_TABLE_COLUMNS.join(", ")
+                ));
+            }
             if !BYTE_EQUAL_KEY_TYPES.contains(&c.type_oid) {
                 reasons.push(format!(
                     "primary-key column {} has type {}, whose equality is not byte equality",
@@ -378,6 +385,8 @@ mod tests {
         t.subscriptions.push("from_primary".into());
         t.pk_deferrable = true;
         t.schema = "coldwire".into();
+        t.columns.push(column(5, "seq", 20, "bigint"));
+        t.pk = Some(vec![3, 5]);
         let reasons = t.refusals().join("\n");
         for needle in [
             "\"Amount\" has type numeric, whose equality is not byte equality",
@@ -389,6 +398,7 @@ mod tests {
             "subscription from_primary replicates into it",
             "primary key is DEFERRABLE",
             "coldwire's own catalog tables",
+            "primary-key column seq has the name of a column coldwire keeps",
         ] {
             assert!(reasons.contains(needle), "missing {needle:?} in\n{reasons}");
         }

@@ -105,6 +105,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/v013_signed_rehydration.sql"),
         upgrade_capture: true,
     },
+    Migration {
+        version: 14,
+        name: "capture_names",
+        sql: include_str!("sql/v014_capture_names.sql"),
+        upgrade_capture: true,
+    },
 ];
 
 /// The placeholders of the migrations' SQL and what they stand for: constants the Rust

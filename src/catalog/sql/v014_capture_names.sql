@@ -1,0 +1,11 @@
+-- coldwire catalog, version 14: capture functions that name their own variable by the
+-- block's label.
+--
+-- A capture function (coldwire.capture_<id>) keeps the transaction id in a variable,
+-- cur, and its statements read the transition tables, which carry every column of the
+-- table, and write the mirror, which carries its key. A tiered table with a column named
+-- cur made that name ambiguous (42702), and every write of the table failed. The capture
+-- upgrade that runs with this step makes each function again, its block labelled
+-- coldwire_capture and the variable named coldwire_capture.cur where columns are in
+-- scope (catalog::capture in the source).
+SELECT 1;
