@@ -89,6 +89,12 @@ pub enum PlanError {
     Encoding,
     #[error("{}", .0.message)]
     Refused(ErrorFields),
+    /// A call of a function that reads tiered tables server-side: refused with these
+    /// fields unless the session declared that it reads or writes hot rows only
+    /// (`coldwire.hot_only_reads`, `coldwire.hot_only_writes`), which Postgres knows and
+    /// coldwire does not.
+    #[error("{}", .0.message)]
+    HotOnlyCall(ErrorFields),
 }
 
 impl From<crate::catalog::segments::ColdStateError> for PlanError {
@@ -126,7 +132,7 @@ impl PlanError {
                 format!("coldwire: the query would aggregate more than {cap} groups of cold rows of {table}"),
                 Some("Group by fewer distinct values, or narrow the query with conditions on the table's columns.".into()),
             ),
-            PlanError::Refused(fields) => fields.clone(),
+            PlanError::Refused(fields) | PlanError::HotOnlyCall(fields) => fields.clone(),
             PlanError::Encoding => fields(
                 "0A000",
                 "coldwire: cold rows of tiered tables are served only to sessions with client_encoding UTF8".into(),

@@ -740,3 +740,254 @@ async fn reads_of_many_cold_rows_answer_at_default_settings_and_memory_bounds_th
         vec![vec![Some("19".to_owned())]]
     );
 }
+
+/// A function or procedure whose body reads a tiered table (or a view over one)
+/// server-side would see its hot rows only: a statement that calls one, in any form, is
+/// refused with 0A000 naming it and runs nothing, unless the session or the function
+/// declares that it reads hot rows only (`coldwire.hot_only_reads = on`). Calls of other
+/// functions, and an EXPLAIN that does not run the call, pass.
+#[tokio::test]
+async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
+    let db = create_db("readingfns");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            r#"CREATE TABLE events(id bigint PRIMARY KEY, kind text);
+             INSERT INTO events SELECT g, 'k' || g % 4 FROM generate_series(1, 1000) g;
+             CREATE TABLE log(n bigint);
+             CREATE VIEW recent AS SELECT * FROM events WHERE id > 10;
+             CREATE SCHEMA other;
+             CREATE FUNCTION count_events() RETURNS bigint LANGUAGE plpgsql
+                 AS $$ BEGIN RETURN (SELECT count(*) FROM public.EVENTS); END $$;
+             CREATE FUNCTION other.count_events() RETURNS bigint LANGUAGE sql AS 'SELECT 7::bigint';
+             CREATE FUNCTION old_style(k text) RETURNS SETOF bigint LANGUAGE sql
+                 AS 'SELECT id FROM "events" WHERE kind = k';
+             CREATE FUNCTION standard() RETURNS bigint LANGUAGE sql
+                 BEGIN ATOMIC SELECT count(*) FROM events; END;
+             CREATE FUNCTION "Through View"() RETURNS bigint LANGUAGE plpgsql
+                 AS $$ BEGIN RETURN (SELECT count(*) FROM recent); END $$;
+             CREATE PROCEDURE tally() LANGUAGE plpgsql
+                 AS $$ BEGIN INSERT INTO log SELECT count(*) FROM events; END $$;
+             CREATE FUNCTION add_one(x int) RETURNS int LANGUAGE sql AS 'SELECT x + 1';
+             CREATE FUNCTION lower(x events) RETURNS text LANGUAGE sql AS 'SELECT x.kind FROM events LIMIT 1';
+             CREATE FUNCTION near_miss() RETURNS text LANGUAGE sql AS $$ SELECT 'eventsx' || 'my_events' $$;"#,
+        )
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    let hot: i64 = direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(hot <= 100, "{hot} hot rows");
+
+    let count_events = (
+        "function public.count_events reads tiered table events ",
+        "ALTER FUNCTION public.count_events() SET",
+    );
+    for (sql, (message, alter)) in [
+        ("SELECT count_events()", count_events),
+        (
+            "/* a comment */ select   PUBLIC.count_events ( ) + 1",
+            count_events,
+        ),
+        (
+            "SELECT * FROM old_style('k1')",
+            (
+                "function public.old_style reads tiered table events ",
+                "ALTER FUNCTION public.old_style(k text) SET",
+            ),
+        ),
+        (
+            "SELECT 1 WHERE standard() > 0",
+            (
+                "function public.standard reads tiered table events ",
+                "ALTER FUNCTION public.standard() SET",
+            ),
+        ),
+        (
+            r#"SELECT "Through View"()"#,
+            (
+                r#"function public."Through View" reads recent, a view over a tiered table, "#,
+                r#"ALTER FUNCTION public."Through View"() SET"#,
+            ),
+        ),
+        (
+            "CALL tally()",
+            (
+                "procedure public.tally reads tiered table events ",
+                "ALTER PROCEDURE public.tally() SET",
+            ),
+        ),
+        ("INSERT INTO log SELECT count_events()", count_events),
+        ("EXPLAIN ANALYZE SELECT count_events()", count_events),
+        ("PREPARE p AS SELECT count_events() + $1", count_events),
+        ("SELECT 1; SELECT count_events()", count_events),
+        (
+            "SELECT public.lower(e) FROM events e WHERE id = 1",
+            (
+                "function public.lower reads tiered table events ",
+                "ALTER FUNCTION public.lower(x public.events) SET",
+            ),
+        ),
+        (
+            "WITH x AS (SELECT count_events() AS n) SELECT n FROM x",
+            count_events,
+        ),
+        ("COPY (SELECT count_events()) TO STDOUT", count_events),
+    ] {
+        let err = c.simple_query(sql).await.unwrap_err();
+        let db_err = err
+            .as_db_error()
+            .unwrap_or_else(|| panic!("{sql}: {err:?}"));
+        assert_eq!(db_err.code().code(), "0A000", "{sql}: {db_err:?}");
+        assert!(db_err.message().contains(message), "{sql}: {db_err:?}");
+        let hint = db_err.hint().unwrap_or_default();
+        assert!(
+            hint.contains(&format!("{alter} coldwire.hot_only_reads = on"))
+                && hint.contains("SET coldwire.hot_only_reads = on in the session"),
+            "{sql}: {db_err:?}"
+        );
+    }
+    // The extended protocol, with parameters Postgres infers: the statement is described
+    // as written, and each execution fails.
+    let statement = c
+        .prepare("SELECT count_events() + $1, $2::text")
+        .await
+        .unwrap();
+    assert_eq!(statement.params().len(), 2);
+    for _ in 0..2 {
+        let err = c.query_one(&statement, &[&1i64, &"x"]).await.unwrap_err();
+        assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    }
+    // Nor can an SQL-level EXECUTE of the statement run it unchecked, alone or among
+    // others.
+    let name: String = c
+        .query_one(
+            "SELECT name FROM pg_prepared_statements WHERE statement = 'SELECT count_events() + $1, $2::text'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    for sql in [
+        format!("EXECUTE {name}(1, 'x')"),
+        format!("/* c */ execute   {name} (1, 'x')"),
+        format!("SELECT 1; EXECUTE {name}(1, 'x')"),
+    ] {
+        let err = c.simple_query(&sql).await.unwrap_err();
+        assert_eq!(
+            err.code().map(|c| c.code()),
+            Some("0A000"),
+            "{sql}: {err:?}"
+        );
+    }
+    let err = c.query_one("CALL tally()", &[]).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    assert_eq!(
+        simple_rows(&c, "SELECT add_one(1)").await.unwrap(),
+        [[Some("2".to_owned())]],
+        "the session goes on"
+    );
+    // Nothing ran.
+    let logged: i64 = direct
+        .query_one("SELECT count(*) FROM log", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(logged, 0);
+
+    // Other functions, a function of another schema by its qualified name, and an
+    // EXPLAIN that does not run the call.
+    for (sql, want) in [
+        ("SELECT add_one(41)", "42"),
+        ("SELECT near_miss()", "eventsxmy_events"),
+        ("SELECT other.count_events()", "7"),
+        ("SELECT count(*) FROM events", "1000"),
+        // pg_catalog's lower, which comes first, not the one of public.
+        ("SELECT lower('ABC')", "abc"),
+    ] {
+        assert_eq!(
+            simple_rows(&c, sql).await.unwrap(),
+            [[Some(want.to_owned())]],
+            "{sql}"
+        );
+    }
+    c.simple_query("EXPLAIN SELECT count_events()")
+        .await
+        .unwrap();
+
+    // A session that reads hot rows only on purpose calls them (Postgres knows its
+    // settings; coldwire's check asks it), in either protocol, until it resets.
+    c.batch_execute("SET coldwire.hot_only_reads = on")
+        .await
+        .unwrap();
+    assert_eq!(
+        simple_rows(&c, "SELECT standard()").await.unwrap(),
+        [[Some(hot.to_string())]]
+    );
+    let n: i64 = c
+        .query_one(&statement, &[&1i64, &"x"])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, hot + 1);
+    assert_eq!(
+        simple_rows(&c, &format!("EXECUTE {name}(2, 'x')"))
+            .await
+            .unwrap()[0][0],
+        Some((hot + 2).to_string())
+    );
+    // Several statements: the check runs where the call does, after a SET before it.
+    c.batch_execute("RESET coldwire.hot_only_reads")
+        .await
+        .unwrap();
+    assert_eq!(
+        simple_rows(&c, "SET coldwire.hot_only_reads = on; SELECT standard()")
+            .await
+            .unwrap(),
+        [[Some(hot.to_string())]]
+    );
+    c.batch_execute("BEGIN; SET LOCAL coldwire.hot_only_reads = off")
+        .await
+        .unwrap();
+    let err = c.simple_query("SELECT standard()").await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    c.batch_execute("ROLLBACK; RESET coldwire.hot_only_reads")
+        .await
+        .unwrap();
+    let err = c.query_one(&statement, &[&1i64, &"x"]).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+
+    // Declared to read hot rows only: called, and it reads what the heap holds.
+    direct
+        .batch_execute("ALTER FUNCTION count_events() SET coldwire.hot_only_reads = on")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    assert_eq!(
+        simple_rows(&c, "SELECT count_events()").await.unwrap(),
+        [[Some(hot.to_string())]]
+    );
+    // So is one that declares it writes hot rows only; the others are still refused.
+    direct
+        .batch_execute("ALTER FUNCTION old_style(text) SET coldwire.hot_only_writes = true")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    c.simple_query("SELECT * FROM old_style('k1')")
+        .await
+        .unwrap();
+    let err = c.simple_query("SELECT standard()").await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+}

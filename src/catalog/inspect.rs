@@ -205,8 +205,8 @@ impl TableFacts {
     pub fn display_name(&self) -> String {
         format!(
             "{}.{}",
-            display_ident(&self.schema),
-            display_ident(&self.name)
+            crate::sql::quote::display_ident(&self.schema),
+            crate::sql::quote::display_ident(&self.name)
         )
     }
 
@@ -256,20 +256,20 @@ impl TableFacts {
             if super::capture::KEY_TABLE_COLUMNS.contains(&c.name.as_str()) {
                 reasons.push(format!(
                     "primary-key column {} has the name of a column coldwire keeps beside the key ({}); rename the key column to tier the table",
-                    display_ident(&c.name),
+                    crate::sql::quote::display_ident(&c.name),
                     super::capture::KEY_TABLE_COLUMNS.join(", ")
                 ));
             }
             if !BYTE_EQUAL_KEY_TYPES.contains(&c.type_oid) {
                 reasons.push(format!(
                     "primary-key column {} has type {}, whose equality is not byte equality",
-                    display_ident(&c.name),
+                    crate::sql::quote::display_ident(&c.name),
                     c.type_name
                 ));
             } else if !c.deterministic {
                 reasons.push(format!(
                     "primary-key column {} has a nondeterministic collation",
-                    display_ident(&c.name)
+                    crate::sql::quote::display_ident(&c.name)
                 ));
             }
         }
@@ -277,7 +277,7 @@ impl TableFacts {
             if let Err(e) = ColdType::for_column(c.type_oid, c.typmod) {
                 reasons.push(format!(
                     "column {} has type {}, which coldwire cannot store cold ({})",
-                    display_ident(&c.name),
+                    crate::sql::quote::display_ident(&c.name),
                     c.type_name,
                     e.reason
                 ));
@@ -304,23 +304,6 @@ impl TableFacts {
             ));
         }
         reasons
-    }
-}
-
-/// An identifier as Postgres shows it: bare when it is a plain lower-case name.
-fn display_ident(name: &str) -> String {
-    let plain = !name.is_empty()
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain {
-        name.to_owned()
-    } else {
-        crate::sql::quote::quote_ident(name)
     }
 }
 

@@ -16,8 +16,8 @@ use bytes::BytesMut;
 
 use super::admin::Answer;
 use super::reads::{
-    own_frames, own_frames_as, OwnCall, OwnForm, Part, Plan, PreparedRead, PreparedWrite, ReadPath,
-    TxnView, OWN_COMPLETIONS, RELEASE_SQL, SAVEPOINT_SQL,
+    own_frames, own_frames_as, refusal_unless_hot_only_sql, OwnCall, OwnForm, Part, Plan,
+    PreparedRead, PreparedWrite, ReadPath, TxnView, OWN_COMPLETIONS, RELEASE_SQL, SAVEPOINT_SQL,
 };
 use super::shared::Shared;
 use super::sql_prepared::{may_use_sql_prepared, sql_prepared, SqlPrepared};
@@ -175,6 +175,10 @@ pub enum QueryRead {
     Multi(Vec<Part>),
     /// A write to a tiered table (or a locking read of one).
     Write(Arc<PreparedWrite>),
+    /// A call of a function that reads tiered tables server-side: run as it is behind
+    /// coldwire's own check, which fails with these fields unless the session reads or
+    /// writes hot rows only on purpose ([`refusal_unless_hot_only_sql`]).
+    HotOnlyCall(ErrorFields),
 }
 
 impl QueryRead {
@@ -183,13 +187,14 @@ impl QueryRead {
         match self {
             QueryRead::Select(p) | QueryRead::Copy(p, _) => p.table_ids(),
             QueryRead::Write(w) => vec![w.table_id],
+            QueryRead::HotOnlyCall(_) => Vec::new(),
             QueryRead::Multi(parts) => {
                 let mut ids: Vec<i64> = parts
                     .iter()
                     .flat_map(|p| match p {
                         Part::Read(r) => r.table_ids(),
                         Part::Write(w, _) => vec![w.table_id],
-                        Part::Plain(_) => Vec::new(),
+                        Part::Plain(_) | Part::HotOnlyCall(..) => Vec::new(),
                     })
                     .collect();
                 ids.sort_unstable();
@@ -262,10 +267,16 @@ async fn prepare_sql(
             SqlPrepared::Execute(write) => return Ok(Some(QueryRead::Write(write))),
             // Relayed as it is: its EXECUTEs are planned.
             SqlPrepared::PrepareWrite => return Ok(None),
+            SqlPrepared::HotOnlyCall(e) => return Ok(Some(QueryRead::HotOnlyCall(e))),
             SqlPrepared::Other => {}
         }
-        if let Some(read) = reads.prepare(sql, declared_params).await.map_err(failed)? {
-            return Ok(Some(QueryRead::Select(read)));
+        match reads.prepare(sql, declared_params).await {
+            Ok(Some(read)) => return Ok(Some(QueryRead::Select(read))),
+            Ok(None) => {}
+            Err(super::reads::PlanError::HotOnlyCall(e)) => {
+                return Ok(Some(QueryRead::HotOnlyCall(e)))
+            }
+            Err(e) => return Err(failed(e)),
         }
         if let Some(write) = reads
             .prepare_write(sql, declared_params)
@@ -332,6 +343,18 @@ pub async fn plan_query(
             reads.plan(p, txn, settings, binary).await
         }
         QueryRead::Multi(parts) => reads.plan_multi(parts, txn, settings, &candidates).await,
+        QueryRead::HotOnlyCall(e) => {
+            let check = OwnCall {
+                sql: refusal_unless_hot_only_sql(e),
+                params: Vec::new(),
+                brought_back: None,
+                locks: None,
+            };
+            let (mut out, own) = own_call(check, txn.quiet, shared);
+            ext::execute_unnamed(&mut out, query_text(query).unwrap_or_default(), &[], false);
+            out.extend_from_slice(&ext::empty(msg::SYNC));
+            Plan::Run(out, vec![own])
+        }
         QueryRead::Write(write) => {
             let params = BoundParams {
                 settings,
@@ -441,6 +464,9 @@ pub enum ParseRewrite {
     /// tiered table, which would see the hot rows only): it fails with this error when
     /// executed.
     Refused(ErrorFields),
+    /// A call of a function that reads tiered tables server-side: relayed, each Bind
+    /// behind coldwire's check ([`QueryRead::HotOnlyCall`]).
+    HotOnlyCall(ErrorFields),
 }
 
 /// The rewrite of a Parse's statement (relayed unchanged when it cannot be prepared:
@@ -462,6 +488,7 @@ pub async fn prepare(frame: &[u8], shared: &Shared<'_>) -> Result<ParseRewrite, 
             Ok(None) => ParseRewrite::Unchanged,
             Ok(Some(QueryRead::Select(read))) => ParseRewrite::Read(read),
             Ok(Some(QueryRead::Write(write))) => ParseRewrite::Write(write),
+            Ok(Some(QueryRead::HotOnlyCall(e))) => ParseRewrite::HotOnlyCall(e),
             // A Parse holds one statement (Postgres refuses more).
             Ok(Some(QueryRead::Multi(_))) => ParseRewrite::Unchanged,
             Ok(Some(QueryRead::Copy(..))) => ParseRewrite::Refused(ErrorFields {
@@ -500,6 +527,8 @@ pub fn parse_to_send(
             state.statement_parsed(name, None);
             out.extend_from_slice(frame);
         }
+        // The name holds a statement that fails: nothing under it can run what coldwire
+        // refused (an SQL-level EXECUTE of it included).
         ParseRewrite::Refused(error) => {
             state.statement_parsed(name, None);
             let sql = crate::sql::rewrite::refusal_sql(
@@ -508,6 +537,20 @@ pub fn parse_to_send(
                 error.hint.as_deref(),
             );
             ext::encode_parse(&mut out, name, &sql, &[]);
+        }
+        // Relayed, so that Postgres describes it as the client wrote it (parameter types
+        // it infers included); each Bind runs behind coldwire's check, and so does an
+        // SQL-level EXECUTE of it (`sql_prepared`).
+        ParseRewrite::HotOnlyCall(error) => {
+            state.statement_parsed(
+                name,
+                Some(RewrittenStatement {
+                    prepared: Prepared::HotOnlyCall(error),
+                    param_types: Vec::new(),
+                    id: 0,
+                }),
+            );
+            out.extend_from_slice(frame);
         }
         ParseRewrite::Read(read) => {
             let parse = Parse::decode(frame)?;
@@ -562,12 +605,36 @@ pub fn bound(frame: &[u8], shared: &Shared<'_>) -> Bound {
     {
         Some(Prepared::Read(read)) => (read.table_ids(), false),
         Some(Prepared::Write(write)) => (vec![write.table_id], true),
-        None => (Vec::new(), false),
+        Some(Prepared::HotOnlyCall(_)) | None => (Vec::new(), false),
     };
     Bound {
         tables,
         write,
         portal: bind.portal.to_owned(),
+    }
+}
+
+/// The frames of a Bind (`frame`) that fails with `error` (`unless_hot_only`: unless the
+/// session reads or writes hot rows only on purpose): coldwire's own statement that
+/// raises it, then the client's Bind, which the server skips (with what follows it) until
+/// Sync, as after any error.
+fn refused_frames(error: &ErrorFields, unless_hot_only: bool, frame: &[u8]) -> BoundFrames {
+    let sql = if unless_hot_only {
+        refusal_unless_hot_only_sql(error)
+    } else {
+        crate::sql::rewrite::refusal_sql(&error.code, &error.message, error.hint.as_deref())
+    };
+    let mut frames = own_frames(&sql, &[]);
+    frames.extend_from_slice(frame);
+    BoundFrames {
+        notice: None,
+        frames,
+        own: vec![OwnPrefix {
+            before: 0,
+            left: OWN_COMPLETIONS,
+            ..OwnPrefix::default()
+        }],
+        lock_first: false,
     }
 }
 
@@ -619,6 +686,9 @@ pub async fn bind(
     let client_params = match &statement.prepared {
         Prepared::Read(read) => read.client_params,
         Prepared::Write(write) => write.client_params,
+        // Fails in protocol order, at coldwire's own Execute ahead of the client's Bind,
+        // whatever it binds; the server then skips the client's messages until Sync.
+        Prepared::HotOnlyCall(error) => return Ok(refused_frames(error, true, frame)),
     };
     if bind.params.len() != client_params {
         // Postgres refuses the Bind for its parameter count; let it say so.
@@ -632,6 +702,7 @@ pub async fn bind(
     };
     let reads = read_path(shared);
     match &statement.prepared {
+        Prepared::HotOnlyCall(error) => Ok(refused_frames(error, true, frame)),
         Prepared::Read(read) => {
             let cold = match reads.cold_params(read, &params, txn).await {
                 Ok(cold) => cold,
@@ -722,19 +793,7 @@ pub async fn bind(
                 Ok(Some(call)) => own_call(call, txn.quiet, shared),
                 // Fails in protocol order, at coldwire's own Execute; the server then
                 // skips the client's messages until Sync, as after its own error.
-                Err(e) => {
-                    let e = e.client_error();
-                    let sql =
-                        crate::sql::rewrite::refusal_sql(&e.code, &e.message, e.hint.as_deref());
-                    (
-                        own_frames(&sql, &[]),
-                        OwnPrefix {
-                            before: 0,
-                            left: OWN_COMPLETIONS,
-                            ..OwnPrefix::default()
-                        },
-                    )
-                }
+                Err(e) => return Ok(refused_frames(&e.client_error(), false, frame)),
             };
             out.extend_from_slice(frame);
             Ok(BoundFrames {

@@ -19,7 +19,7 @@ pub fn may_use_sql_prepared(sql: &str, state: &SessionState) -> bool {
     SQL_PREPARED_WORDS[1..]
         .iter()
         .any(|w| contains_ignore_ascii_case(sql, w))
-        && state.has_sql_prepared_writes()
+        && (state.has_sql_prepared_writes() || state.has_hot_only_calls())
 }
 
 /// What [`sql_prepared`] found.
@@ -28,6 +28,9 @@ pub(super) enum SqlPrepared {
     Execute(Arc<PreparedWrite>),
     /// A PREPARE of a write to a tiered table (alone in its text).
     PrepareWrite,
+    /// An EXECUTE of a statement the session prepared with the protocol's Parse that
+    /// calls a function reading tiered tables server-side: to run behind the check.
+    HotOnlyCall(crate::wire::messages::ErrorFields),
     /// Anything else.
     Other,
 }
@@ -37,7 +40,9 @@ pub(super) enum SqlPrepared {
 /// EXECUTE of one is the write to plan (with its arguments for the prepared `$n`), a
 /// DEALLOCATE or DISCARD ALL forgets. In a string of several statements, PREPAREs and
 /// DEALLOCATEs are followed; an EXECUTE there is not planned, and the capture function
-/// refuses it if it writes (CW001).
+/// refuses it if it writes (CW001). An EXECUTE of a statement the session prepared with
+/// the protocol's Parse that calls a function reading tiered tables runs behind
+/// coldwire's check (refused among several statements).
 ///
 /// # Errors
 /// The catalog could not be read.
@@ -93,9 +98,19 @@ pub(super) async fn sql_prepared(
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .forget_sql_prepared(None),
-            Kind::Execute { name } if statements.len() == 1 => {
+            Kind::Execute { name } => {
                 let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some((write, types)) = state.sql_prepared(&name) {
+                // A statement prepared with Parse that calls a function reading tiered
+                // tables runs behind coldwire's check, alone in its text; among others,
+                // it is refused.
+                if let Some(e) = state.hot_only_call(&name) {
+                    if statements.len() > 1 {
+                        return Err(super::reads::PlanError::Refused(e.clone()));
+                    }
+                    found = SqlPrepared::HotOnlyCall(e.clone());
+                } else if let Some((write, types)) =
+                    state.sql_prepared(&name).filter(|_| statements.len() == 1)
+                {
                     found = SqlPrepared::Execute(Arc::new(write.for_execute(
                         sql,
                         crate::sql::classify::execute_args(node),

@@ -202,6 +202,11 @@ pub enum Prepared {
     Read(Arc<PreparedRead>),
     /// A write, relayed as it is: its cold rows brought back into the heap first.
     Write(Arc<PreparedWrite>),
+    /// A call of a function that reads tiered tables server-side, relayed as it is (so
+    /// Postgres describes it as the client wrote it): each Bind of it fails with this
+    /// error, in protocol order, unless the session reads or writes hot rows only on
+    /// purpose.
+    HotOnlyCall(crate::wire::messages::ErrorFields),
 }
 
 /// A client statement coldwire prepared at Parse.
@@ -357,6 +362,23 @@ impl SessionState {
     /// Whether the client prepared any write to a tiered table with SQL-level PREPARE.
     pub fn has_sql_prepared_writes(&self) -> bool {
         !self.sql_prepared.is_empty()
+    }
+
+    /// The check a statement prepared with the protocol's Parse runs behind, when it
+    /// calls a function that reads tiered tables server-side (its SQL-level EXECUTE must
+    /// run behind it too).
+    pub fn hot_only_call(&self, name: &str) -> Option<&crate::wire::messages::ErrorFields> {
+        match self.rewritten_statements.get(name).map(|r| &r.prepared) {
+            Some(Prepared::HotOnlyCall(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Whether any statement the session prepared with Parse is such a call.
+    pub fn has_hot_only_calls(&self) -> bool {
+        self.rewritten_statements
+            .values()
+            .any(|r| matches!(r.prepared, Prepared::HotOnlyCall(_)))
     }
 
     /// The client's SQL-level `PREPARE name(types) AS write` went upstream.

@@ -6,6 +6,23 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// An identifier as Postgres shows it: bare when it is a plain lower-case name.
+pub fn display_ident(name: &str) -> String {
+    let plain = !name.is_empty()
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_owned()
+    } else {
+        quote_ident(name)
+    }
+}
+
 /// `p."a", p."b"` (with `prefix` = `p.`; empty for bare names): a list of columns, quoted.
 pub fn column_list<'a>(columns: impl IntoIterator<Item = &'a str>, prefix: &str) -> String {
     columns

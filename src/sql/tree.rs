@@ -39,6 +39,9 @@ pub struct Walk {
     /// The statement fires UPDATE or DELETE triggers: it holds an UPDATE, DELETE or
     /// MERGE, or an INSERT … ON CONFLICT DO UPDATE (also under EXPLAIN or PREPARE).
     pub fires_update_or_delete: bool,
+    /// Every function or procedure the statement calls by name, as written (schema when
+    /// qualified, name), anywhere in it: `CALL`'s too.
+    pub functions: Vec<(Option<String>, String)>,
 }
 
 /// Walks the whole of `parsed`.
@@ -150,6 +153,12 @@ fn visit(value: &Value, known: &HashSet<i32>, written: &HashSet<i32>, out: &mut 
                             out.cte_names.push(name.to_owned());
                         }
                     }
+                    "FuncCall" => out.functions.extend(function_name(inner)),
+                    // CALL's call is a typed field, not a node.
+                    "CallStmt" => {
+                        out.functions
+                            .extend(inner.get("funccall").and_then(function_name));
+                    }
                     "SelectStmt" => {
                         out.locking |= inner
                             .get("locking_clause")
@@ -163,6 +172,21 @@ fn visit(value: &Value, known: &HashSet<i32>, written: &HashSet<i32>, out: &mut 
         }
         Value::Array(items) => items.iter().for_each(|v| visit(v, known, written, out)),
         _ => {}
+    }
+}
+
+/// The name of a `FuncCall` (its `funcname`: the schema when qualified, then the name).
+fn function_name(call: &Value) -> Option<(Option<String>, String)> {
+    let parts: Vec<&str> = call
+        .get("funcname")?
+        .as_array()?
+        .iter()
+        .filter_map(|n| n.get("node")?.get("String")?.get("sval")?.as_str())
+        .collect();
+    match parts.as_slice() {
+        [name] => Some((None, (*name).to_owned())),
+        [.., schema, name] => Some((Some((*schema).to_owned()), (*name).to_owned())),
+        [] => None,
     }
 }
 
@@ -195,6 +219,38 @@ mod tests {
             .iter()
             .filter(|r| r.name == "events" && r.read)
             .count()
+    }
+
+    #[test]
+    fn functions_called_anywhere_are_found() {
+        let called = |sql: &str| {
+            let mut found: Vec<String> = walk(&pg_query::parse(sql, 0).unwrap())
+                .functions
+                .into_iter()
+                .map(|(schema, name)| match schema {
+                    Some(s) => format!("{s}.{name}"),
+                    None => name,
+                })
+                .collect();
+            found.sort();
+            found.dedup();
+            found
+        };
+        assert_eq!(
+            called(
+                "SELECT a.f(1), g() FROM h() WHERE x IN (SELECT \"Odd\"(y) FROM t) \
+                 LIMIT pg_catalog.abs(-1)"
+            ),
+            ["Odd", "a.f", "g", "h", "pg_catalog.abs"]
+        );
+        assert_eq!(called("CALL s.p(1, q())"), ["q", "s.p"]);
+        assert_eq!(called("EXPLAIN ANALYZE SELECT f()"), ["f"]);
+        assert_eq!(called("PREPARE x AS SELECT f($1)"), ["f"]);
+        assert_eq!(
+            called("INSERT INTO t SELECT * FROM f() ON CONFLICT DO NOTHING"),
+            ["f"]
+        );
+        assert_eq!(called("SELECT count(*) FROM t"), ["count"]);
     }
 
     #[test]

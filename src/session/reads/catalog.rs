@@ -130,7 +130,11 @@ impl CatalogCache {
                 tracing::warn!(error = %crate::catalog::postgres_text(&e), "following DDL on tiered tables failed");
             }
         }
-        let (tables, views) = registry::read(client).await?;
+        let registry::Listed {
+            tables,
+            views,
+            functions,
+        } = registry::read(client).await?;
         let secret = registry::secret(client).await?;
         let mut slot = self
             .registry
@@ -140,6 +144,7 @@ impl CatalogCache {
         let same = previous.as_ref().is_some_and(|p| {
             p.secret == secret
                 && p.views == views
+                && p.functions == functions
                 && p.tables.len() == tables.len()
                 && p.tables
                     .iter()
@@ -153,9 +158,11 @@ impl CatalogCache {
                     .iter()
                     .map(|t| t.table.name.to_lowercase())
                     .chain(views.iter().map(|v| v.name.to_lowercase()))
+                    .chain(functions.iter().map(|f| f.name.to_lowercase()))
                     .collect(),
                 tables,
                 views,
+                functions,
                 version: previous.map_or(1, |p| p.version + 1),
                 secret,
             }),

@@ -232,3 +232,23 @@ fn int_array(values: &[i64], wide: bool) -> BytesMut {
     }
     out
 }
+
+/// coldwire's own statement that fails with `error` unless the session reads or writes
+/// hot rows only on purpose: `coldwire.hot_only_reads` or `coldwire.hot_only_writes` is
+/// on (a session setting, `SET LOCAL`, a role's or database's default), which Postgres
+/// knows and coldwire does not. Otherwise it returns true.
+pub fn refusal_unless_hot_only_sql(error: &crate::wire::messages::ErrorFields) -> String {
+    let on = |setting: &str| {
+        format!(
+            "lower(coalesce(pg_catalog.current_setting('{setting}', true), '')) IN ('on', 'true', 'yes', '1')"
+        )
+    };
+    let refusal =
+        crate::sql::rewrite::refusal_sql(&error.code, &error.message, error.hint.as_deref());
+    format!(
+        "SELECT CASE WHEN {} OR {} THEN true ELSE {} END",
+        on(crate::catalog::registry::HOT_ONLY_READS_SETTING),
+        on(crate::catalog::capture::HOT_ONLY_SETTING),
+        refusal.trim_start_matches("SELECT "),
+    )
+}

@@ -28,6 +28,7 @@ use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
 use crate::sql::ddl::Ddl;
 use crate::sql::params::BoundParams;
 use crate::sql::predicates::{extract, to_prune, ColumnPredicate};
+use crate::sql::quote::display_ident;
 use crate::sql::rewrite::{expand_views, rewrite_parsed, ColdBinding};
 use crate::store::ColdStore;
 use crate::values::record::{encode_column_arrays, encode_record_batches};
@@ -445,7 +446,7 @@ impl ReadPath {
                 return Ok(found.clone());
             }
         }
-        let prepared = rewrite(sql, declared_params, &registry)?.map(Arc::new);
+        let prepared = rewrite(sql, declared_params, &registry, false)?.map(Arc::new);
         let mut statements = self
             .statements
             .lock()
@@ -627,13 +628,40 @@ impl ReadPath {
     }
 }
 
-/// The rewrite of `sql` under `registry`, when it reads tiered tables. One statement only:
+/// A function that reads tiered tables server-side (`Registry::functions`) which the
+/// statement calls, where it runs: not under an EXPLAIN without ANALYZE.
+fn reading_function<'r>(
+    statement: &pg_query::protobuf::RawStmt,
+    parsed: &pg_query::ParseResult,
+    registry: &'r Registry,
+) -> Option<&'r crate::catalog::registry::ReadingFunction> {
+    if registry.functions.is_empty() {
+        return None;
+    }
+    if let Some(N::ExplainStmt(e)) = statement.stmt.as_ref().and_then(|s| s.node.as_ref()) {
+        let analyze = e.options.iter().any(|o| {
+            matches!(o.node.as_ref(), Some(N::DefElem(d)) if d.defname.eq_ignore_ascii_case("analyze"))
+        });
+        if !analyze {
+            return None;
+        }
+    }
+    crate::sql::tree::walk(parsed)
+        .functions
+        .iter()
+        .find_map(|(schema, name)| registry.function(schema.as_deref(), name))
+}
+
+/// The rewrite of `sql` under `registry`, when it reads tiered tables (`calls_checked`:
+/// the calls of functions that read tiered tables server-side were checked already, as
+/// for the statement an EXPLAIN explains). One statement only:
 /// a string of several keeps the simple protocol's own transaction rules, and anything
 /// the rewrite refuses (writes, locking reads) is relayed unchanged.
 fn rewrite(
     sql: &str,
     declared_params: usize,
     registry: &Registry,
+    calls_checked: bool,
 ) -> Result<Option<PreparedRead>, PlanError> {
     let Ok(parsed) = pg_query::parse(sql, 0) else {
         return Ok(None);
@@ -648,6 +676,44 @@ fn rewrite(
             Some(hint.into()),
         ))
     };
+    if let Some(f) = (!calls_checked)
+        .then(|| reading_function(statement, &parsed, registry))
+        .flatten()
+    {
+        let name = format!("{}.{}", display_ident(&f.schema), display_ident(&f.name));
+        let (kind, alter) = if f.procedure {
+            ("procedure", "PROCEDURE")
+        } else {
+            ("function", "FUNCTION")
+        };
+        let reads = if f.reads_view {
+            format!("{}, a view over a tiered table,", display_ident(&f.reads))
+        } else {
+            format!("tiered table {}", display_ident(&f.reads))
+        };
+        let PlanError::Refused(fields) = refused(
+            &format!(
+                "{kind} {name} reads {reads} server-side, where coldwire cannot merge in its cold rows"
+            ),
+            &format!(
+                "Run its query itself through coldwire. To call it reading hot rows only, on purpose: \
+                 SET {setting} = on in the session, or ALTER {alter} {name}({args}) SET {setting} = on. \
+                 If the call means one of another schema, qualify its name.",
+                setting = crate::catalog::registry::HOT_ONLY_READS_SETTING,
+                args = f.arguments,
+            ),
+        ) else {
+            unreachable!("refused() makes a refusal")
+        };
+        // A SQL-level PREPARE of the call: its EXECUTE would run unchecked.
+        if matches!(
+            statement.stmt.as_ref().and_then(|s| s.node.as_ref()),
+            Some(N::PrepareStmt(_))
+        ) {
+            return Err(PlanError::Refused(fields));
+        }
+        return Err(PlanError::HotOnlyCall(fields));
+    }
     match statement.stmt.as_ref().and_then(|s| s.node.as_ref()) {
         // A view is defined over the heap table; its reads are expanded when they come.
         Some(N::ViewStmt(_)) => return Ok(None),
@@ -704,11 +770,13 @@ fn rewrite(
         );
         if let Some(start) = reads.then(|| explained_start(sql)).flatten() {
             return Ok(
-                rewrite(&sql[start..], declared_params, registry)?.map(|inner| PreparedRead {
-                    sql: format!("{}{}", &sql[..start], inner.sql),
-                    explained: Some(sql[start..].to_owned()),
-                    hot_sql: None,
-                    ..inner
+                rewrite(&sql[start..], declared_params, registry, true)?.map(|inner| {
+                    PreparedRead {
+                        sql: format!("{}{}", &sql[..start], inner.sql),
+                        explained: Some(sql[start..].to_owned()),
+                        hot_sql: None,
+                        ..inner
+                    }
                 }),
             );
         }

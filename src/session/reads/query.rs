@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use super::own::OWN_COMPLETIONS;
+use super::own::{own_frames, refusal_unless_hot_only_sql, OWN_COMPLETIONS};
 use super::path::{KnownHot, PreparedRead, ReadPath, TxnView};
 use super::writes::PreparedWrite;
 use crate::cold::scan::scan;
@@ -44,6 +44,10 @@ pub enum Part {
     Read(Arc<PreparedRead>),
     /// A write to a tiered table (its text): run as it is after coldwire's rehydration.
     Write(Arc<PreparedWrite>, String),
+    /// A call of a function that reads tiered tables server-side (its text): run as it
+    /// is behind coldwire's check, which fails with these fields unless the session reads
+    /// or writes hot rows only on purpose (`own::refusal_unless_hot_only_sql`).
+    HotOnlyCall(ErrorFields, String),
 }
 
 impl ReadPath {
@@ -70,12 +74,14 @@ impl ReadPath {
                 parts.push(Part::Plain(statement.to_owned()));
                 continue;
             }
-            parts.push(match self.prepare(statement, 0).await? {
-                Some(read) => Part::Read(read),
-                None => match self.prepare_write(statement, 0).await? {
+            parts.push(match self.prepare(statement, 0).await {
+                Ok(Some(read)) => Part::Read(read),
+                Ok(None) => match self.prepare_write(statement, 0).await? {
                     Some(write) => Part::Write(write, statement.to_owned()),
                     None => Part::Plain(statement.to_owned()),
                 },
+                Err(PlanError::HotOnlyCall(e)) => Part::HotOnlyCall(e, statement.to_owned()),
+                Err(e) => return Err(e),
             });
         }
         Ok(parts
@@ -158,6 +164,19 @@ impl ReadPath {
                             before = 4;
                         }
                     }
+                    ext::execute_unnamed(&mut out, sql, &[], false);
+                }
+                // Checked where it runs: a statement before it may set what the check
+                // reads.
+                Part::HotOnlyCall(error, sql) => {
+                    out.extend_from_slice(&own_frames(&refusal_unless_hot_only_sql(error), &[]));
+                    own.push(OwnPrefix {
+                        before: before - 4,
+                        left: OWN_COMPLETIONS,
+                        ..OwnPrefix::default()
+                    });
+                    before = 4;
+                    hoist &= !ends_transaction(sql);
                     ext::execute_unnamed(&mut out, sql, &[], false);
                 }
                 Part::Read(read) => match self.cold_params(read, &params, txn).await {
