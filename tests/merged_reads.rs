@@ -8,6 +8,7 @@ mod common;
 
 use common::flushing::{Flushing, EXPECTED};
 use common::{admin_call, cluster, connect_direct, create_db, pg_bin, simple_rows, Proxy};
+use tokio_postgres::SimpleQueryMessage;
 
 /// The rows of a simple query, as text.
 
@@ -948,10 +949,66 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
             .unwrap()[0][0],
         Some((hot + 2).to_string())
     );
+    // A statement that also reads the tiered table itself is refused all the same: behind
+    // the check its own read would miss the cold rows. DDL that only names a call passes.
+    let err = c
+        .simple_query("SELECT count_events(), (SELECT count(*) FROM events)")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    c.batch_execute("CREATE VIEW calls AS SELECT count_events() AS n")
+        .await
+        .unwrap();
+    // A call, then a write that brings a cold row back, in one string: each answer in
+    // its place.
+    let answers: Vec<String> = c
+        .simple_query("SELECT 'first'; SELECT standard(); UPDATE events SET kind = 'both' WHERE id = 5 RETURNING id, kind")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(format!("row {:?}", (0..r.len()).map(|i| r.get(i)).collect::<Vec<_>>())),
+            SimpleQueryMessage::CommandComplete(n) => Some(format!("complete {n}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            "row [Some(\"first\")]".to_owned(),
+            "complete 1".to_owned(),
+            format!("row [Some(\"{hot}\")]"),
+            "complete 1".to_owned(),
+            "row [Some(\"5\"), Some(\"both\")]".to_owned(),
+            "complete 1".to_owned()
+        ]
+    );
     // Several statements: the check runs where the call does, after a SET before it.
     c.batch_execute("RESET coldwire.hot_only_reads")
         .await
         .unwrap();
+    // Refusals leave nothing prepared behind, however many there are, and coldwire's
+    // own prepared statements (the write's rehydration above) stay in use.
+    let prepared = "SELECT count(*) FROM pg_prepared_statements";
+    let mut counts = Vec::new();
+    for round in 0..6 {
+        c.simple_query("SELECT count_events()").await.unwrap_err();
+        c.query("SELECT count_events()", &[]).await.unwrap_err();
+        c.simple_query(&format!(
+            "UPDATE events SET kind = 'again' WHERE id = {}",
+            6 + round
+        ))
+        .await
+        .unwrap();
+        counts.push(simple_rows(&c, prepared).await.unwrap());
+    }
+    assert!(counts[1..].iter().all(|n| *n == counts[1]), "{counts:?}");
+    // The writes brought their rows back into the heap.
+    let hot: i64 = direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(
         simple_rows(&c, "SET coldwire.hot_only_reads = on; SELECT standard()")
             .await

@@ -363,6 +363,7 @@ fn held_back(
                 let own_gone = own_error.as_deref() == Some(UNDEFINED_STATEMENT);
                 // Inside a block, only a failure under coldwire's savepoint can be undone.
                 let in_savepoint = own.in_savepoint;
+                let refusal = own.refusal;
                 // The guard of coldwire's part (the rehydration's) found another
                 // generation.
                 let guard_failed = in_savepoint && own_error.as_deref() == Some("40001");
@@ -376,7 +377,7 @@ fn held_back(
                     }
                     state.hot_closes_skipped(own.closes);
                 }
-                if own_error.as_deref().is_some_and(statement_broken) {
+                if own_error.as_deref().is_some_and(statement_broken) && !refusal {
                     state.forget_own_prepared();
                 }
                 if own_gone || guard_failed {

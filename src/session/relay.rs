@@ -317,7 +317,10 @@ async fn client_to_upstream(
                         own.before = std::mem::take(&mut before);
                         state.own_messages_sent(own);
                     }
-                    side.forwarded(&mut state, msg::BIND, &frame, true, &streamed)?;
+                    // A Bind that reads or writes no tiered table (a call behind
+                    // coldwire's check) is not run again.
+                    let retried = !tables.is_empty();
+                    side.forwarded(&mut state, msg::BIND, &frame, retried, &streamed)?;
                     // Sent by the other direction where a message starts (rows of an
                     // earlier statement may be on their way to the client).
                     if let Some(notice) = bound.notice.take() {
@@ -392,9 +395,13 @@ impl ClientDirection<'_, '_> {
         let mut copy = None;
         // Planned with `TxnView::lock_here`: coldwire's part runs under its savepoint.
         let mut locked_here = false;
+        // A call behind coldwire's check is not run again: its function's own errors
+        // would repeat.
+        let mut checked_call = false;
         let plan = match rewritten::prepare_query(&query, self.shared).await {
             Ok(None) => Plan::PassThrough,
             Ok(Some(read)) => {
+                checked_call = matches!(read, QueryRead::HotOnlyCall(_));
                 // A Query sent before the answers to earlier ones arrived (tokio-postgres
                 // sends the next as soon as it has seen an error): planned once they are
                 // in, when the transaction status it runs in is known, so that it can be
@@ -474,7 +481,8 @@ impl ClientDirection<'_, '_> {
                     // coldwire's savepoint to roll back to, and while nothing else is
                     // outstanding.
                     let in_block = locked_here && state.phase == Phase::InTransaction;
-                    let retryable = (state.phase == Phase::Idle || in_block)
+                    let retryable = !checked_call
+                        && (state.phase == Phase::Idle || in_block)
                         && state.outstanding_syncs() == 0
                         && attempt < MAX_READ_RETRIES;
                     state.forget_unnamed();

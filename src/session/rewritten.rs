@@ -344,16 +344,20 @@ pub async fn plan_query(
         }
         QueryRead::Multi(parts) => reads.plan_multi(parts, txn, settings, &candidates).await,
         QueryRead::HotOnlyCall(e) => {
-            let check = OwnCall {
-                sql: refusal_unless_hot_only_sql(e),
-                params: Vec::new(),
-                brought_back: None,
-                locks: None,
-            };
-            let (mut out, own) = own_call(check, txn.quiet, shared);
+            // Under the one name coldwire closes each time: a refusal leaves nothing
+            // prepared behind.
+            let mut out = own_frames(&refusal_unless_hot_only_sql(e), &[]);
             ext::execute_unnamed(&mut out, query_text(query).unwrap_or_default(), &[], false);
             out.extend_from_slice(&ext::empty(msg::SYNC));
-            Plan::Run(out, vec![own])
+            Plan::Run(
+                out,
+                vec![OwnPrefix {
+                    before: 0,
+                    left: OWN_COMPLETIONS,
+                    refusal: true,
+                    ..OwnPrefix::default()
+                }],
+            )
         }
         QueryRead::Write(write) => {
             let params = BoundParams {
@@ -632,6 +636,7 @@ fn refused_frames(error: &ErrorFields, unless_hot_only: bool, frame: &[u8]) -> B
         own: vec![OwnPrefix {
             before: 0,
             left: OWN_COMPLETIONS,
+            refusal: true,
             ..OwnPrefix::default()
         }],
         lock_first: false,

@@ -311,6 +311,9 @@ pub struct OwnPrefix {
     /// (the savepoint's release, after coldwire's statement that took the locks and
     /// checked them).
     pub locks: Vec<(i64, i64)>,
+    /// coldwire's own statement raises a refusal of the client's (it may fail with 0A000
+    /// by design): its error says nothing about coldwire's prepared statements.
+    pub refusal: bool,
 }
 
 /// A `COPY … TO STDOUT` being served from the rows of its rewritten query.

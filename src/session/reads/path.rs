@@ -634,22 +634,53 @@ fn reading_function<'r>(
     statement: &pg_query::protobuf::RawStmt,
     parsed: &pg_query::ParseResult,
     registry: &'r Registry,
-) -> Option<&'r crate::catalog::registry::ReadingFunction> {
+) -> Option<ReadingCall<'r>> {
     if registry.functions.is_empty() {
         return None;
     }
-    if let Some(N::ExplainStmt(e)) = statement.stmt.as_ref().and_then(|s| s.node.as_ref()) {
-        let analyze = e.options.iter().any(|o| {
+    // Statements that run what they name; DDL that only defines a call (a view, a
+    // default, a policy, a function's body) runs nothing.
+    let runs = match statement.stmt.as_ref().and_then(|s| s.node.as_ref())? {
+        N::ExplainStmt(e) => e.options.iter().any(|o| {
             matches!(o.node.as_ref(), Some(N::DefElem(d)) if d.defname.eq_ignore_ascii_case("analyze"))
-        });
-        if !analyze {
-            return None;
-        }
+        }),
+        N::SelectStmt(_)
+        | N::InsertStmt(_)
+        | N::UpdateStmt(_)
+        | N::DeleteStmt(_)
+        | N::MergeStmt(_)
+        | N::CallStmt(_)
+        | N::PrepareStmt(_)
+        | N::CreateTableAsStmt(_)
+        | N::CopyStmt(_)
+        | N::DeclareCursorStmt(_) => true,
+        _ => false,
+    };
+    if !runs {
+        return None;
     }
-    crate::sql::tree::walk(parsed)
+    let walk = crate::sql::tree::walk(parsed);
+    let function = walk
         .functions
         .iter()
-        .find_map(|(schema, name)| registry.function(schema.as_deref(), name))
+        .find_map(|(schema, name)| registry.function(schema.as_deref(), name))?;
+    let reads_tiered = walk.relations.iter().any(|r| {
+        let schema = r.schema.as_deref();
+        r.read
+            && (registry.unique(schema, &r.name).is_some()
+                || registry.view(schema, &r.name).is_some())
+    });
+    Some(ReadingCall {
+        function,
+        reads_tiered,
+    })
+}
+
+/// A call [`reading_function`] found.
+struct ReadingCall<'r> {
+    function: &'r crate::catalog::registry::ReadingFunction,
+    /// The statement also reads a tiered table or a view over one itself.
+    reads_tiered: bool,
 }
 
 /// The rewrite of `sql` under `registry`, when it reads tiered tables (`calls_checked`:
@@ -676,10 +707,11 @@ fn rewrite(
             Some(hint.into()),
         ))
     };
-    if let Some(f) = (!calls_checked)
+    if let Some(call) = (!calls_checked)
         .then(|| reading_function(statement, &parsed, registry))
         .flatten()
     {
+        let f = call.function;
         let name = format!("{}.{}", display_ident(&f.schema), display_ident(&f.name));
         let (kind, alter) = if f.procedure {
             ("procedure", "PROCEDURE")
@@ -696,7 +728,8 @@ fn rewrite(
                 "{kind} {name} reads {reads} server-side, where coldwire cannot merge in its cold rows"
             ),
             &format!(
-                "Run its query itself through coldwire. To call it reading hot rows only, on purpose: \
+                "Run its query itself through coldwire. To call it reading hot rows only, on purpose, in a statement \
+                 of its own (not an SQL-level PREPARE or a COPY, and reading no tiered table itself): \
                  SET {setting} = on in the session, or ALTER {alter} {name}({args}) SET {setting} = on. \
                  If the call means one of another schema, qualify its name.",
                 setting = crate::catalog::registry::HOT_ONLY_READS_SETTING,
@@ -705,11 +738,15 @@ fn rewrite(
         ) else {
             unreachable!("refused() makes a refusal")
         };
-        // A SQL-level PREPARE of the call: its EXECUTE would run unchecked.
-        if matches!(
-            statement.stmt.as_ref().and_then(|s| s.node.as_ref()),
-            Some(N::PrepareStmt(_))
-        ) {
+        // Refused outright: a SQL-level PREPARE of the call (its EXECUTE would run
+        // unchecked), and a statement that also reads tiered tables itself (behind the
+        // check it would run as written, its own reads missing their cold rows).
+        if call.reads_tiered
+            || matches!(
+                statement.stmt.as_ref().and_then(|s| s.node.as_ref()),
+                Some(N::PrepareStmt(_))
+            )
+        {
             return Err(PlanError::Refused(fields));
         }
         return Err(PlanError::HotOnlyCall(fields));

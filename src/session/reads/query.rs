@@ -173,10 +173,13 @@ impl ReadPath {
                     own.push(OwnPrefix {
                         before: before - 4,
                         left: OWN_COMPLETIONS,
+                        refusal: true,
                         ..OwnPrefix::default()
                     });
                     before = 4;
-                    hoist &= !ends_transaction(sql);
+                    // coldwire's parts answer in the order they are sent: nothing after
+                    // this one goes to the front.
+                    hoist = false;
                     ext::execute_unnamed(&mut out, sql, &[], false);
                 }
                 Part::Read(read) => match self.cold_params(read, &params, txn).await {
