@@ -908,6 +908,13 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
         .get(0);
     assert_eq!(logged, 0);
 
+    // ALTER TABLE runs a default on every row it fills.
+    let err = c
+        .simple_query("ALTER TABLE log ADD COLUMN total bigint DEFAULT count_events()")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+
     // Other functions, a function of another schema by its qualified name, and an
     // EXPLAIN that does not run the call.
     for (sql, want) in [
@@ -951,11 +958,29 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
     );
     // A statement that also reads the tiered table itself is refused all the same: behind
     // the check its own read would miss the cold rows. DDL that only names a call passes.
-    let err = c
-        .simple_query("SELECT count_events(), (SELECT count(*) FROM events)")
+    // So is a COPY of a call, alone or among others.
+    for sql in [
+        "SELECT count_events(), (SELECT count(*) FROM events)",
+        "COPY (SELECT count_events()) TO STDOUT",
+        "SELECT 1; COPY (SELECT count_events()) TO STDOUT",
+    ] {
+        let err = c.simple_query(sql).await.unwrap_err();
+        assert_eq!(
+            err.code().map(|c| c.code()),
+            Some("0A000"),
+            "{sql}: {err:?}"
+        );
+    }
+    // A CTE named like the table is the CTE.
+    assert_eq!(
+        simple_rows(
+            &c,
+            "WITH events AS (SELECT 1 AS x) SELECT count_events() FROM events"
+        )
         .await
-        .unwrap_err();
-    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+        .unwrap(),
+        [[Some(hot.to_string())]]
+    );
     c.batch_execute("CREATE VIEW calls AS SELECT count_events() AS n")
         .await
         .unwrap();

@@ -401,7 +401,13 @@ impl ClientDirection<'_, '_> {
         let plan = match rewritten::prepare_query(&query, self.shared).await {
             Ok(None) => Plan::PassThrough,
             Ok(Some(read)) => {
-                checked_call = matches!(read, QueryRead::HotOnlyCall(_));
+                checked_call = match &read {
+                    QueryRead::HotOnlyCall(_) => true,
+                    QueryRead::Multi(parts) => parts
+                        .iter()
+                        .any(|p| matches!(p, super::reads::Part::HotOnlyCall(..))),
+                    _ => false,
+                };
                 // A Query sent before the answers to earlier ones arrived (tokio-postgres
                 // sends the next as soon as it has seen an error): planned once they are
                 // in, when the transaction status it runs in is known, so that it can be

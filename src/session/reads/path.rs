@@ -644,6 +644,8 @@ fn reading_function<'r>(
         N::ExplainStmt(e) => e.options.iter().any(|o| {
             matches!(o.node.as_ref(), Some(N::DefElem(d)) if d.defname.eq_ignore_ascii_case("analyze"))
         }),
+        // ALTER TABLE runs a default on the rows it fills, a USING on the rows it
+        // converts, a CHECK on the rows it validates.
         N::SelectStmt(_)
         | N::InsertStmt(_)
         | N::UpdateStmt(_)
@@ -653,7 +655,8 @@ fn reading_function<'r>(
         | N::PrepareStmt(_)
         | N::CreateTableAsStmt(_)
         | N::CopyStmt(_)
-        | N::DeclareCursorStmt(_) => true,
+        | N::DeclareCursorStmt(_)
+        | N::AlterTableStmt(_) => true,
         _ => false,
     };
     if !runs {
@@ -666,7 +669,10 @@ fn reading_function<'r>(
         .find_map(|(schema, name)| registry.function(schema.as_deref(), name))?;
     let reads_tiered = walk.relations.iter().any(|r| {
         let schema = r.schema.as_deref();
+        // An unqualified name a CTE of the statement defines is that CTE.
+        let cte = schema.is_none() && walk.cte_names.contains(&r.name);
         r.read
+            && !cte
             && (registry.unique(schema, &r.name).is_some()
                 || registry.view(schema, &r.name).is_some())
     });
@@ -739,12 +745,14 @@ fn rewrite(
             unreachable!("refused() makes a refusal")
         };
         // Refused outright: a SQL-level PREPARE of the call (its EXECUTE would run
-        // unchecked), and a statement that also reads tiered tables itself (behind the
-        // check it would run as written, its own reads missing their cold rows).
+        // unchecked), a COPY of one (coldwire serves COPY in the simple protocol only,
+        // where a check cannot go ahead of it), and a statement that also reads tiered
+        // tables itself (behind the check it would run as written, its own reads
+        // missing their cold rows).
         if call.reads_tiered
             || matches!(
                 statement.stmt.as_ref().and_then(|s| s.node.as_ref()),
-                Some(N::PrepareStmt(_))
+                Some(N::PrepareStmt(_) | N::CopyStmt(_))
             )
         {
             return Err(PlanError::Refused(fields));
