@@ -1073,3 +1073,328 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
     let err = c.simple_query("SELECT standard()").await.unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
 }
+
+/// Functions that read a tiered table through other functions (wrappers, at any depth,
+/// in any language), views whose query calls one, and functions that read such views:
+/// each is refused like a direct reader, naming what it reads and through what, and found
+/// when created or declared hot-only while the proxy runs. A wrapper that declares it reads
+/// hot rows only takes its callers out with it.
+#[tokio::test]
+async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refused() {
+    let db = create_db("wrappers");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            r#"CREATE TABLE events(id bigint PRIMARY KEY, kind text);
+             INSERT INTO events SELECT g, 'k' || g % 4 FROM generate_series(1, 1000) g;
+             CREATE FUNCTION count_events() RETURNS bigint LANGUAGE plpgsql
+                 AS $$ BEGIN RETURN (SELECT count(*) FROM events); END $$;
+             CREATE FUNCTION wrap() RETURNS bigint LANGUAGE plpgsql
+                 AS $$ BEGIN /* twice */ RETURN public.Count_Events() * 2; END $$;
+             CREATE FUNCTION "Wrap Again"() RETURNS bigint LANGUAGE sql AS 'SELECT wrap() + 1';
+             CREATE FUNCTION standard_wrap() RETURNS bigint LANGUAGE sql
+                 BEGIN ATOMIC SELECT count_events(); END;
+             CREATE VIEW counted AS SELECT count_events() AS n;
+             CREATE VIEW counted_again AS SELECT n + 1 AS n FROM counted;
+             CREATE FUNCTION via_view() RETURNS bigint LANGUAGE sql AS 'SELECT n FROM counted';
+             CREATE PROCEDURE tally(INOUT n bigint) LANGUAGE plpgsql
+                 AS $$ BEGIN n := "Wrap Again"(); END $$;
+             CREATE FUNCTION hot_wrap() RETURNS bigint LANGUAGE sql
+                 SET coldwire.hot_only_reads = on AS 'SELECT count_events()';
+             CREATE FUNCTION calls_hot_wrap() RETURNS bigint LANGUAGE sql AS 'SELECT hot_wrap()';
+             CREATE FUNCTION wrapless() RETURNS text LANGUAGE sql AS $$ SELECT 'count_eventsx' $$;
+             CREATE FUNCTION log_event(k bigint) RETURNS void LANGUAGE sql
+                 AS 'insert  into EVENTS values (k, ''logged'')';"#,
+        )
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    let hot: i64 = direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(hot <= 100, "{hot} hot rows");
+
+    let c = &c;
+    let refused = |sql: &'static str, message: &'static str, hint: &'static str| async move {
+        let err = c.simple_query(sql).await.unwrap_err();
+        let db_err = err
+            .as_db_error()
+            .unwrap_or_else(|| panic!("{sql}: {err:?}"));
+        assert_eq!(db_err.code().code(), "0A000", "{sql}: {db_err:?}");
+        assert!(db_err.message().contains(message), "{sql}: {db_err:?}");
+        assert!(
+            db_err.hint().unwrap_or_default().contains(hint),
+            "{sql}: {db_err:?}"
+        );
+    };
+    let through = "tiered table events server-side through public.count_events,";
+    for (sql, message, hint) in [
+        (
+            "SELECT wrap()",
+            "function public.wrap reads tiered table events server-side through public.count_events,",
+            "ALTER FUNCTION public.wrap() SET coldwire.hot_only_reads = on",
+        ),
+        (
+            r#"select "Wrap Again"() -- two deep"#,
+            r#"function public."Wrap Again" reads tiered table events server-side through public.wrap,"#,
+            r#"ALTER FUNCTION public."Wrap Again"() SET"#,
+        ),
+        (
+            "SELECT standard_wrap()",
+            "function public.standard_wrap reads tiered table events server-side through public.count_events,",
+            "SET coldwire.hot_only_reads = on in the session",
+        ),
+        (
+            "SELECT n FROM counted",
+            "view public.counted reads tiered table events server-side through public.count_events,",
+            "on the function it calls",
+        ),
+        (
+            "/* a view over it */ SELECT * FROM public.counted_again",
+            "view public.counted_again reads tiered table events server-side through public.counted,",
+            "SET coldwire.hot_only_reads = on in the session",
+        ),
+        (
+            "SELECT via_view()",
+            "function public.via_view reads tiered table events server-side through public.counted,",
+            "ALTER FUNCTION public.via_view() SET",
+        ),
+        (
+            "CALL tally(NULL)",
+            // Its body names "Wrap Again", and wrap as a word of it.
+            "procedure public.tally reads tiered table events server-side through public.",
+            "ALTER PROCEDURE public.tally(INOUT n bigint) SET",
+        ),
+        (
+            "WITH x AS (SELECT * FROM counted) SELECT n FROM x",
+            through,
+            "SET coldwire.hot_only_reads = on in the session",
+        ),
+    ] {
+        refused(sql, message, hint).await;
+    }
+    // The extended protocol too.
+    let err = c
+        .query("SELECT n FROM counted_again", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    // A wrapper that declares it reads hot rows only, and its callers, are called; so are
+    // look-alikes, and DDL that only names a calling view.
+    for (sql, want) in [
+        ("SELECT hot_wrap()", hot.to_string()),
+        ("SELECT calls_hot_wrap()", hot.to_string()),
+        ("SELECT wrapless()", "count_eventsx".to_owned()),
+        ("SELECT count(*) FROM events", "1000".to_owned()),
+    ] {
+        assert_eq!(simple_rows(c, sql).await.unwrap(), [[Some(want)]], "{sql}");
+    }
+    c.batch_execute("CREATE VIEW counted_third AS SELECT * FROM counted_again")
+        .await
+        .unwrap();
+    // A session that reads hot rows only on purpose reads them.
+    assert_eq!(
+        simple_rows(
+            c,
+            "SET coldwire.hot_only_reads = on; SELECT n FROM counted_third"
+        )
+        .await
+        .unwrap(),
+        [[Some((hot + 1).to_string())]]
+    );
+    c.batch_execute("RESET coldwire.hot_only_reads")
+        .await
+        .unwrap();
+    refused(
+        "SELECT n FROM counted_third",
+        "view public.counted_third reads tiered table events server-side through public.counted_again,",
+        "on the function it calls",
+    )
+    .await;
+
+    // Created while the proxy runs, on another connection: found at the next refresh.
+    direct
+        .batch_execute(
+            "CREATE FUNCTION later() RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN RETURN via_view(); END $$",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    refused(
+        "SELECT later()",
+        "function public.later reads tiered table events server-side through public.via_view,",
+        "ALTER FUNCTION public.later() SET",
+    )
+    .await;
+    // The reader declared hot-only: everything that reaches the table through it alone
+    // is called.
+    direct
+        .batch_execute("ALTER FUNCTION count_events() SET coldwire.hot_only_reads = on")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    for (sql, want) in [
+        ("SELECT wrap()", 2 * hot),
+        (r#"SELECT "Wrap Again"()"#, 2 * hot + 1),
+        ("SELECT later()", hot),
+        ("SELECT n FROM counted_third", hot + 1),
+    ] {
+        assert_eq!(
+            simple_rows(c, sql).await.unwrap(),
+            [[Some(want.to_string())]],
+            "{sql}"
+        );
+    }
+    // A function that only writes the table reads nothing of it: called.
+    c.batch_execute("SELECT log_event(5001)").await.unwrap();
+    assert_eq!(
+        simple_rows(c, "SELECT count(*) FROM events").await.unwrap(),
+        [[Some("1001".to_owned())]]
+    );
+}
+
+/// A plain table whose trigger, default or CHECK runs a function that reads a tiered
+/// table: its writes (of the kinds that run it) are refused like a call, naming the table
+/// and the function, until the session reads hot rows only on purpose or the trigger is
+/// disabled. Before, a trigger checking that an order's event exists refused orders of
+/// cold events, and a default counted hot rows only.
+#[tokio::test]
+async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_are_refused() {
+    let db = create_db("writingtables");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            r#"CREATE TABLE events(id bigint PRIMARY KEY, kind text);
+             INSERT INTO events SELECT g, 'k' || g % 4 FROM generate_series(1, 1000) g;
+             CREATE FUNCTION count_events() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM events';
+             CREATE FUNCTION check_event() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                     IF NOT EXISTS (SELECT 1 FROM events WHERE id = NEW.event_id) THEN
+                         RAISE EXCEPTION 'no event %', NEW.event_id;
+                     END IF;
+                     RETURN NEW;
+                 END $$;
+             CREATE TABLE orders(id int PRIMARY KEY, event_id bigint);
+             CREATE TRIGGER orders_check BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION check_event();
+             INSERT INTO orders VALUES (1, 1), (2, 2);
+             CREATE TABLE "Tallies"(n bigint DEFAULT count_events(), note text);
+             CREATE TABLE capped(n bigint CHECK (n <= count_events()));
+             CREATE TABLE plain(n int);
+             -- Writes into the tiered table only: reads nothing of it.
+             CREATE FUNCTION log_order() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN INSERT INTO public."events" VALUES (NEW.id + 5000, 'order'); RETURN NEW; END $$;
+             CREATE TRIGGER orders_log AFTER UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION log_order();"#,
+        )
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+
+    let orders = "writes of table public.orders read tiered table events server-side through public.check_event,";
+    let tallies = r#"writes of table public."Tallies" read tiered table events server-side through public.count_events,"#;
+    let capped = "writes of table public.capped read tiered table events server-side through public.count_events,";
+    for (sql, message) in [
+        ("INSERT INTO orders VALUES (3, 5)", orders),
+        ("/* c */ insert into PUBLIC.orders (id, event_id) SELECT 4, 6", orders),
+        (
+            "WITH moved AS (DELETE FROM plain RETURNING n) INSERT INTO orders SELECT n, n FROM moved",
+            orders,
+        ),
+        (
+            "MERGE INTO orders o USING (SELECT 9 AS id) s ON o.id = s.id WHEN NOT MATCHED THEN INSERT VALUES (9, 9)",
+            orders,
+        ),
+        (r#"INSERT INTO "Tallies"(note) VALUES ('x')"#, tallies),
+        (r#"UPDATE "Tallies" SET note = 'y'"#, tallies),
+        ("INSERT INTO capped VALUES (1)", capped),
+        ("EXPLAIN ANALYZE INSERT INTO orders VALUES (3, 5)", orders),
+    ] {
+        let err = c.simple_query(sql).await.unwrap_err();
+        let db_err = err
+            .as_db_error()
+            .unwrap_or_else(|| panic!("{sql}: {err:?}"));
+        assert_eq!(db_err.code().code(), "0A000", "{sql}: {db_err:?}");
+        assert!(db_err.message().contains(message), "{sql}: {db_err:?}");
+        assert!(
+            db_err
+                .hint()
+                .is_some_and(|h| h.contains("SET coldwire.hot_only_reads = on in the session")),
+            "{sql}: {db_err:?}"
+        );
+    }
+    let err = c
+        .execute("INSERT INTO orders VALUES ($1, $2)", &[&3i32, &5i64])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    // Writes that run none of them pass: the trigger fires on INSERT only, defaults and
+    // checks on INSERT and UPDATE.
+    for sql in [
+        "UPDATE orders SET event_id = 7 WHERE id = 2",
+        r#"DELETE FROM "Tallies""#,
+        "DELETE FROM capped",
+        "INSERT INTO plain VALUES (1)",
+        "SELECT count(*) FROM orders",
+    ] {
+        c.simple_query(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+    assert_eq!(
+        simple_rows(&c, "SELECT id, event_id FROM orders ORDER BY id")
+            .await
+            .unwrap(),
+        [
+            [Some("1".to_owned()), Some("1".to_owned())],
+            [Some("2".to_owned()), Some("7".to_owned())]
+        ]
+    );
+    assert_eq!(
+        simple_rows(&c, "SELECT count(*), max(id) FROM events")
+            .await
+            .unwrap(),
+        [[Some("1001".to_owned()), Some("5002".to_owned())]],
+        "the update's trigger logged it"
+    );
+    // On purpose: hot rows only, and the trigger sees a hot event.
+    c.batch_execute("SET coldwire.hot_only_reads = on; INSERT INTO orders VALUES (10, 1000)")
+        .await
+        .unwrap();
+    c.batch_execute("RESET coldwire.hot_only_reads")
+        .await
+        .unwrap();
+    // Disabled on another connection: found at the next refresh, and orders go in.
+    direct
+        .batch_execute("ALTER TABLE orders DISABLE TRIGGER orders_check")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    c.batch_execute("INSERT INTO orders VALUES (11, 5)")
+        .await
+        .unwrap();
+    assert_eq!(
+        simple_rows(&c, "SELECT count(*) FROM orders")
+            .await
+            .unwrap(),
+        [[Some("4".to_owned())]]
+    );
+}

@@ -585,6 +585,9 @@ pub const UNPLANNED_WRITE: &str = "CW001";
 /// (maintenance on a direct connection, writes inside functions).
 pub const HOT_ONLY_SETTING: &str = "coldwire.hot_only_writes";
 
+/// The values of a boolean setting that mean on, as SQL's list (lower-cased text).
+pub const HOT_ONLY_ON: &str = "('on', 'true', 'yes', '1')";
+
 /// The transaction-local setting that holds the marks of the statements coldwire planned
 /// (`coldwire.plan_write`, catalog v7).
 pub const PLANNED_SETTING: &str = "coldwire.planned";
@@ -648,7 +651,7 @@ fn unplanned_write_check() -> String {
                 that bypass coldwire, cannot be planned. To write hot rows only, on purpose: SET coldwire.hot_only_writes = on.";
     let name = "TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME";
     format!(
-        "IF lower(COALESCE(current_setting({hot_only}, true), '')) NOT IN ('on', 'true', 'yes', '1') THEN \
+        "IF lower(COALESCE(current_setting({hot_only}, true), '')) NOT IN {HOT_ONLY_ON} THEN \
          GET DIAGNOSTICS ctx = PG_CONTEXT; \
          IF strpos(ctx, E'\\n') > 0 THEN \
          RAISE EXCEPTION 'coldwire: % of tiered table % inside a function, procedure, DO block or trigger could miss its cold rows', TG_OP, {name} \

@@ -9,6 +9,8 @@ use tokio_postgres::Client;
 use crate::sql::rewrite::{TieredTable, ViewDef};
 use crate::values::ColdType;
 
+mod callers;
+
 /// How long the list of tiered tables is trusted before it is read again. A proxy that
 /// has not seen a table as tiered relays its reads unchanged, so the first flush of a
 /// table waits until every proxy's list is newer than the table
@@ -31,34 +33,18 @@ const VIEWS: &str = "WITH RECURSIVE dep(view) AS ( \
      FROM (SELECT DISTINCT view FROM dep) v JOIN pg_class c ON c.oid = v.view \
      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('v', 'm') ORDER BY 1, 2";
 
-/// Functions and procedures whose bodies read a tiered table or a view over one
-/// server-side, where coldwire cannot merge cold rows in: a body whose text names one
-/// (`$1`, a case-insensitive pattern of the names as words), whatever its language
-/// besides C and internal ones, or one Postgres records as depending on one (SQL-standard
-/// bodies; `$2`, the views' oids). A function that declares it works on hot rows only
-/// (`ALTER FUNCTION … SET coldwire.hot_only_reads = on`, or `coldwire.hot_only_writes`,
-/// with which it writes hot rows only) is left out, and so are temporary functions (of
-/// other sessions; a session's own are called qualified only). Each row: schema, name,
-/// the relation its body names, whether pg_catalog has a function of that name, whether
-/// it is a procedure, and its arguments' types.
-const FUNCTIONS: &str = "SELECT n.nspname::text, p.proname::text, \
-       coalesce(substring(p.prosrc from $1), \
-                (SELECT c.relname::text FROM pg_depend d JOIN pg_class c ON c.oid = d.refobjid \
-                 WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.refclassid = 'pg_class'::regclass \
-                   AND (d.refobjid = ANY ($2) OR d.refobjid IN (SELECT relid FROM coldwire.tables WHERE state = 'active')) \
-                 ORDER BY 1 LIMIT 1)), \
-       EXISTS (SELECT 1 FROM pg_proc b WHERE b.proname = p.proname AND b.pronamespace = 'pg_catalog'::regnamespace), \
-       p.prokind = 'p', pg_get_function_identity_arguments(p.oid) \
-     FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang \
-     WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'coldwire') AND n.nspname NOT LIKE 'pg\\_temp\\_%' \
-       AND l.lanname NOT IN ('internal', 'c') \
-       AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) s \
-                       WHERE lower(split_part(s, '=', 1)) IN ('coldwire.hot_only_reads', 'coldwire.hot_only_writes') \
-                         AND lower(substr(s, strpos(s, '=') + 1)) IN ('on', 'true', 'yes', '1')) \
-       AND (p.prosrc ~ $1 OR EXISTS (SELECT 1 FROM pg_depend d \
-            WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.refclassid = 'pg_class'::regclass \
-              AND (d.refobjid = ANY ($2) OR d.refobjid IN (SELECT relid FROM coldwire.tables WHERE state = 'active')))) \
-     ORDER BY 1, 2, 3";
+/// A cheap digest of the catalog rows the search for functions and views that read
+/// tiered tables depends on: it moves when a function, rewrite rule, view, schema,
+/// trigger, default or CHECK constraint is created, replaced, altered or dropped (a new
+/// `xmin`, or one row fewer).
+const CATALOG_PROBE: &str = "SELECT concat_ws('/', \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_proc), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_rewrite), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_class WHERE relkind = 'v'), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_namespace), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_trigger), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_attrdef), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_constraint WHERE contype = 'c'))";
 
 /// The setting with which a function declares that it reads the hot rows of tiered
 /// tables only, on purpose (`ALTER FUNCTION … SET coldwire.hot_only_reads = on`).
@@ -87,17 +73,21 @@ pub struct TieredView {
     pub view: ViewDef,
 }
 
-/// A function or procedure whose body reads a tiered table server-side ([`FUNCTIONS`]).
+/// A function, procedure or view that reads a tiered table server-side, where coldwire
+/// cannot merge in its cold rows (`callers`): its body or query names one, or calls one
+/// that does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadingFunction {
     pub schema: String,
     pub name: String,
-    /// The tiered table or view its body names, as the registry names it.
+    pub kind: CallerKind,
+    /// The tiered table or view over one it reads in the end, as the registry names it.
     pub reads: String,
     /// `reads` is a view over tiered tables.
     pub reads_view: bool,
-    /// A procedure (`CALL`), not a function.
-    pub procedure: bool,
+    /// The function or view (qualified, for messages) through which it reads `reads`;
+    /// `None` when its own body names `reads`.
+    pub through: Option<String>,
     /// Its arguments' types, as `pg_get_function_identity_arguments` writes them.
     pub arguments: String,
     /// pg_catalog has a function of this name, which an unqualified call means (it comes
@@ -105,8 +95,34 @@ pub struct ReadingFunction {
     pub shadowed: bool,
 }
 
+/// What a [`ReadingFunction`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallerKind {
+    Function,
+    Procedure,
+    /// A view whose query calls one of them (reading it runs the call).
+    View,
+    /// A plain table whose writes run one of them (a trigger, a default, a CHECK):
+    /// `writes` has the bits of the writes that do (`pg_trigger.tgtype`'s: 4 INSERT,
+    /// 8 DELETE, 16 UPDATE).
+    Table {
+        writes: u8,
+    },
+}
+
+impl ReadingFunction {
+    /// `schema.name`, quoted where needed.
+    pub fn qualified(&self) -> String {
+        format!(
+            "{}.{}",
+            crate::sql::quote::display_ident(&self.schema),
+            crate::sql::quote::display_ident(&self.name)
+        )
+    }
+}
+
 /// The list of tiered tables, with a version that moves whenever its content does.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Registry {
     pub tables: Vec<Tiered>,
     pub views: Vec<TieredView>,
@@ -119,6 +135,10 @@ pub struct Registry {
     /// The database's secret (`coldwire.secret`, catalog v13), with which coldwire signs
     /// the rows it brings back (`catalog::capture::rehydration_mac`).
     pub secret: Option<SigningKey>,
+    /// A digest of the catalog `functions` was found from: the tiered tables and views
+    /// over them, and a probe of `pg_proc`, `pg_rewrite`, views and schemas
+    /// ([`CATALOG_PROBE`]).
+    pub callers_key: String,
 }
 
 /// A database's secret, never shown (`Debug` prints `<redacted>`).
@@ -168,11 +188,36 @@ impl Registry {
     /// first.
     pub fn function(&self, schema: Option<&str>, name: &str) -> Option<&ReadingFunction> {
         self.functions.iter().find(|f| {
-            f.name == name
+            matches!(f.kind, CallerKind::Function | CallerKind::Procedure)
+                && f.name == name
                 && match schema {
                     Some(s) => f.schema == s,
                     None => !f.shadowed,
                 }
+        })
+    }
+
+    /// A view whose query calls a function that reads tiered tables server-side, which
+    /// `schema.name` (as written; any schema when unqualified) may name.
+    pub fn calling_view(&self, schema: Option<&str>, name: &str) -> Option<&ReadingFunction> {
+        self.functions.iter().find(|f| {
+            f.kind == CallerKind::View && f.name == name && schema.is_none_or(|s| f.schema == s)
+        })
+    }
+
+    /// A plain table whose writes of a kind in `writes` (bits as [`CallerKind::Table`]'s)
+    /// run a function that reads tiered tables server-side, which `schema.name` (as
+    /// written; any schema when unqualified) may name.
+    pub fn writing_table(
+        &self,
+        schema: Option<&str>,
+        name: &str,
+        writes: u8,
+    ) -> Option<&ReadingFunction> {
+        self.functions.iter().find(|f| {
+            matches!(f.kind, CallerKind::Table { writes: w } if w & writes != 0)
+                && f.name == name
+                && schema.is_none_or(|s| f.schema == s)
         })
     }
 
@@ -197,17 +242,23 @@ pub struct Listed {
     pub tables: Vec<Tiered>,
     pub views: Vec<TieredView>,
     pub functions: Vec<ReadingFunction>,
+    /// What `functions` was found from ([`Registry::callers_key`]).
+    pub callers_key: String,
 }
 
 /// The tiered tables, the views over them and the functions that read them, as the
-/// catalog has them now.
+/// catalog has them now (the functions as `previous` had them, when nothing they were
+/// found from changed).
 ///
 /// # Errors
 /// The catalog could not be read.
-pub async fn read(client: &Client) -> Result<Listed, tokio_postgres::Error> {
+pub async fn read(
+    client: &Client,
+    previous: Option<&Registry>,
+) -> Result<Listed, tokio_postgres::Error> {
     let rows = client
             .query(
-                "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums \
+                "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums, c.oid \
                  FROM coldwire.tables t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
                  WHERE t.state = 'active' ORDER BY t.id",
                 &[],
@@ -215,7 +266,9 @@ pub async fn read(client: &Client) -> Result<Listed, tokio_postgres::Error> {
             .await?;
     let ordered = super::segments::byte_ordered_columns(client, None).await?;
     let mut tables = Vec::new();
+    let mut table_oids: Vec<u32> = Vec::new();
     for row in rows {
+        table_oids.push(row.get(6));
         let columns: serde_json::Value = row.get(4);
         let pk_attnums: Vec<i16> = row.get(5);
         let list = columns.as_array().cloned().unwrap_or_default();
@@ -273,9 +326,8 @@ pub async fn read(client: &Client) -> Result<Listed, tokio_postgres::Error> {
         });
     }
     let mut views = Vec::new();
-    let mut functions = Vec::new();
+    let mut view_oids: Vec<u32> = Vec::new();
     if !tables.is_empty() {
-        let mut view_oids: Vec<u32> = Vec::new();
         for row in client.query(VIEWS, &[]).await? {
             views.push(TieredView {
                 schema: row.get(0),
@@ -288,44 +340,45 @@ pub async fn read(client: &Client) -> Result<Listed, tokio_postgres::Error> {
             });
             view_oids.push(row.get(5));
         }
-        let names = tables
-            .iter()
-            .map(|t| t.table.name.as_str())
-            .chain(views.iter().map(|v| v.name.as_str()));
-        for row in client
-            .query(FUNCTIONS, &[&names_as_words(names), &view_oids])
-            .await?
-        {
-            // The name as the body wrote it, matched case-insensitively: the registry's.
-            let written = row.get::<_, Option<String>>(2).unwrap_or_default();
-            let table = tables
-                .iter()
-                .map(|t| &t.table.name)
-                .find(|n| n.eq_ignore_ascii_case(&written));
-            let view = views
-                .iter()
-                .map(|v| &v.name)
-                .find(|n| n.eq_ignore_ascii_case(&written));
-            functions.push(ReadingFunction {
-                schema: row.get(0),
-                name: row.get(1),
-                reads: table.or(view).cloned().unwrap_or(written),
-                reads_view: table.is_none() && view.is_some(),
-                shadowed: row.get(3),
-                procedure: row.get(4),
-                arguments: row.get(5),
-            });
-        }
     }
+    let start = callers::Start {
+        relations: table_oids
+            .iter()
+            .zip(&tables)
+            .map(|(oid, t)| (*oid, t.table.name.as_str(), false))
+            .chain(
+                view_oids
+                    .iter()
+                    .zip(&views)
+                    .map(|(oid, v)| (*oid, v.name.as_str(), true)),
+            )
+            .collect(),
+        tiered: table_oids.clone(),
+    };
+    let mut callers_key = String::new();
+    let functions = if tables.is_empty() {
+        Vec::new()
+    } else {
+        // The search reads every function's text; it runs again only when functions,
+        // views, schemas or what they may read changed since the last one.
+        let probe: String = client.query_one(CATALOG_PROBE, &[]).await?.get(0);
+        callers_key = format!("{probe}|{:?}", start.relations);
+        match previous {
+            Some(p) if p.callers_key == callers_key => p.functions.clone(),
+            _ => callers::find(client, &start).await?,
+        }
+    };
     Ok(Listed {
         tables,
         views,
         functions,
+        callers_key,
     })
 }
 
 /// A case-insensitive pattern (Postgres's advanced regular expressions) that finds any
-/// of `names` as a word of a function's text, the name itself its one capture.
+/// of `names` as a word of a function's text, the name itself its one capture, except
+/// as the target of an `INSERT INTO` (qualified or quoted or not), which reads nothing.
 fn names_as_words<'a>(names: impl Iterator<Item = &'a str>) -> String {
     let alternatives: Vec<String> = names
         .map(|name| {
@@ -341,7 +394,7 @@ fn names_as_words<'a>(names: impl Iterator<Item = &'a str>) -> String {
         })
         .collect();
     format!(
-        "(?i)(?:^|[^[:alnum:]_$])({})(?:[^[:alnum:]_$]|$)",
+        "(?i)(?:^|[^[:alnum:]_$])(?<!insert\\s+into\\s+\"?)(?<!insert\\s+into\\s+[^\\s]+\\.\"?)({})(?:[^[:alnum:]_$]|$)",
         alternatives.join("|")
     )
 }

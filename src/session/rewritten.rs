@@ -707,7 +707,7 @@ pub async fn bind(
     };
     let reads = read_path(shared);
     match &statement.prepared {
-        Prepared::HotOnlyCall(error) => Ok(refused_frames(error, true, frame)),
+        Prepared::HotOnlyCall(_) => unreachable!("a checked call is answered above"),
         Prepared::Read(read) => {
             let cold = match reads.cold_params(read, &params, txn).await {
                 Ok(cold) => cold,

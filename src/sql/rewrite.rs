@@ -454,15 +454,17 @@ pub fn expand_views(
 /// client statement coldwire refuses where it can only answer in Postgres's place. The
 /// text is coldwire's own, never data.
 pub fn refusal_sql(code: &str, message: &str, hint: Option<&str>) -> String {
+    format!("SELECT {}", refusal_expression(code, message, hint))
+}
+
+/// The expression [`refusal_sql`] selects: it raises the error when evaluated.
+pub fn refusal_expression(code: &str, message: &str, hint: Option<&str>) -> String {
     let mut refusal = serde_json::json!({"code": code, "message": message});
     if let Some(hint) = hint {
         refusal["hint"] = hint.into();
     }
     let plan = serde_json::json!({ "refusal": refusal }).to_string();
-    format!(
-        "SELECT coldwire.guard(0, {}::jsonb, NULL)",
-        dollar_quoted(&plan)
-    )
+    format!("coldwire.guard(0, {}::jsonb, NULL)", dollar_quoted(&plan))
 }
 
 /// `text` as a dollar-quoted literal whose tag does not occur in it.

@@ -130,11 +130,18 @@ impl CatalogCache {
                 tracing::warn!(error = %crate::catalog::postgres_text(&e), "following DDL on tiered tables failed");
             }
         }
+        let previous = self
+            .registry
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|(_, _, r)| r.clone());
         let registry::Listed {
             tables,
             views,
             functions,
-        } = registry::read(client).await?;
+            callers_key,
+        } = registry::read(client, previous.as_deref()).await?;
         let secret = registry::secret(client).await?;
         let mut slot = self
             .registry
@@ -152,7 +159,12 @@ impl CatalogCache {
                     .all(|(a, b)| a.table == b.table && a.row_type == b.row_type)
         });
         let registry = match previous {
-            Some(p) if same => p,
+            Some(p) if same && p.callers_key == callers_key => p,
+            // The same registry, found from a catalog that moved elsewhere.
+            Some(p) if same => Arc::new(Registry {
+                callers_key,
+                ..(*p).clone()
+            }),
             previous => Arc::new(Registry {
                 names: tables
                     .iter()
@@ -165,6 +177,7 @@ impl CatalogCache {
                 functions,
                 version: previous.map_or(1, |p| p.version + 1),
                 secret,
+                callers_key,
             }),
         };
         *slot = Some((Instant::now(), ddl, registry.clone()));

@@ -240,15 +240,16 @@ fn int_array(values: &[i64], wide: bool) -> BytesMut {
 pub fn refusal_unless_hot_only_sql(error: &crate::wire::messages::ErrorFields) -> String {
     let on = |setting: &str| {
         format!(
-            "lower(coalesce(pg_catalog.current_setting('{setting}', true), '')) IN ('on', 'true', 'yes', '1')"
+            "lower(coalesce(pg_catalog.current_setting('{setting}', true), '')) IN {}",
+            crate::catalog::capture::HOT_ONLY_ON
         )
     };
     let refusal =
-        crate::sql::rewrite::refusal_sql(&error.code, &error.message, error.hint.as_deref());
+        crate::sql::rewrite::refusal_expression(&error.code, &error.message, error.hint.as_deref());
     format!(
         "SELECT CASE WHEN {} OR {} THEN true ELSE {} END",
         on(crate::catalog::registry::HOT_ONLY_READS_SETTING),
         on(crate::catalog::capture::HOT_ONLY_SETTING),
-        refusal.trim_start_matches("SELECT "),
+        refusal,
     )
 }

@@ -640,7 +640,8 @@ fn reading_function<'r>(
     }
     // Statements that run what they name; DDL that only defines a call (a view, a
     // default, a policy, a function's body) runs nothing.
-    let runs = match statement.stmt.as_ref().and_then(|s| s.node.as_ref())? {
+    let node = statement.stmt.as_ref().and_then(|s| s.node.as_ref())?;
+    let runs = match node {
         N::ExplainStmt(e) => e.options.iter().any(|o| {
             matches!(o.node.as_ref(), Some(N::DefElem(d)) if d.defname.eq_ignore_ascii_case("analyze"))
         }),
@@ -663,16 +664,37 @@ fn reading_function<'r>(
         return None;
     }
     let walk = crate::sql::tree::walk(parsed);
+    // An unqualified name a CTE of the statement defines is that CTE.
+    let relations = || {
+        walk.relations
+            .iter()
+            .filter(|r| r.schema.is_some() || !walk.cte_names.contains(&r.name))
+    };
+    // The writes a statement makes of its targets (`pg_trigger.tgtype`'s bits): any, when
+    // they are in a CTE or under EXPLAIN ANALYZE.
+    let writes = match node {
+        N::InsertStmt(_) => 4,
+        N::DeleteStmt(_) => 8,
+        N::UpdateStmt(_) => 16,
+        _ => 28,
+    };
     let function = walk
         .functions
         .iter()
-        .find_map(|(schema, name)| registry.function(schema.as_deref(), name))?;
-    let reads_tiered = walk.relations.iter().any(|r| {
+        .find_map(|(schema, name)| registry.function(schema.as_deref(), name))
+        .or_else(|| {
+            relations().find_map(|r| {
+                let schema = r.schema.as_deref();
+                registry.calling_view(schema, &r.name).or_else(|| {
+                    r.written
+                        .then(|| registry.writing_table(schema, &r.name, writes))
+                        .flatten()
+                })
+            })
+        })?;
+    let reads_tiered = relations().any(|r| {
         let schema = r.schema.as_deref();
-        // An unqualified name a CTE of the statement defines is that CTE.
-        let cte = schema.is_none() && walk.cte_names.contains(&r.name);
         r.read
-            && !cte
             && (registry.unique(schema, &r.name).is_some()
                 || registry.view(schema, &r.name).is_some())
     });
@@ -680,6 +702,65 @@ fn reading_function<'r>(
         function,
         reads_tiered,
     })
+}
+
+/// The refusal of a call of `f` (or a read of it, a view), unless the session reads hot
+/// rows only on purpose.
+fn call_refusal(
+    f: &crate::catalog::registry::ReadingFunction,
+) -> crate::wire::messages::ErrorFields {
+    use crate::catalog::registry::CallerKind;
+    let name = f.qualified();
+    let reads = if f.reads_view {
+        format!("{}, a view over a tiered table,", display_ident(&f.reads))
+    } else {
+        format!("tiered table {}", display_ident(&f.reads))
+    };
+    let through = f
+        .through
+        .as_ref()
+        .map(|t| format!(" through {t}"))
+        .unwrap_or_default();
+    let setting = crate::catalog::registry::HOT_ONLY_READS_SETTING;
+    let (kind, declare) = match f.kind {
+        CallerKind::Function => (
+            "function",
+            format!("ALTER FUNCTION {name}({}) SET {setting} = on", f.arguments),
+        ),
+        CallerKind::Procedure => (
+            "procedure",
+            format!("ALTER PROCEDURE {name}({}) SET {setting} = on", f.arguments),
+        ),
+        CallerKind::View | CallerKind::Table { .. } => (
+            "",
+            format!("ALTER FUNCTION … SET {setting} = on on the function it calls"),
+        ),
+    };
+    let (subject, run) = match f.kind {
+        CallerKind::View => (
+            format!("view {name} reads"),
+            "Read what it reads through coldwire instead",
+        ),
+        CallerKind::Table { .. } => (
+            format!("writes of table {name} read"),
+            "Move that read out of the table's trigger, default or CHECK, into statements sent through coldwire",
+        ),
+        _ => (
+            format!("{kind} {name} reads"),
+            "Run its query itself through coldwire",
+        ),
+    };
+    fields(
+        "0A000",
+        format!(
+            "coldwire: {subject} {reads} server-side{through}, where coldwire cannot merge in its cold rows"
+        ),
+        Some(format!(
+            "{run}. To read hot rows only, on purpose, in a statement of its own (not an SQL-level PREPARE \
+             or a COPY, and reading no tiered table itself): SET {setting} = on in the session, or {declare}. \
+             If the name means one of another schema, qualify it."
+        )),
+    )
 }
 
 /// A call [`reading_function`] found.
@@ -717,33 +798,7 @@ fn rewrite(
         .then(|| reading_function(statement, &parsed, registry))
         .flatten()
     {
-        let f = call.function;
-        let name = format!("{}.{}", display_ident(&f.schema), display_ident(&f.name));
-        let (kind, alter) = if f.procedure {
-            ("procedure", "PROCEDURE")
-        } else {
-            ("function", "FUNCTION")
-        };
-        let reads = if f.reads_view {
-            format!("{}, a view over a tiered table,", display_ident(&f.reads))
-        } else {
-            format!("tiered table {}", display_ident(&f.reads))
-        };
-        let PlanError::Refused(fields) = refused(
-            &format!(
-                "{kind} {name} reads {reads} server-side, where coldwire cannot merge in its cold rows"
-            ),
-            &format!(
-                "Run its query itself through coldwire. To call it reading hot rows only, on purpose, in a statement \
-                 of its own (not an SQL-level PREPARE or a COPY, and reading no tiered table itself): \
-                 SET {setting} = on in the session, or ALTER {alter} {name}({args}) SET {setting} = on. \
-                 If the call means one of another schema, qualify its name.",
-                setting = crate::catalog::registry::HOT_ONLY_READS_SETTING,
-                args = f.arguments,
-            ),
-        ) else {
-            unreachable!("refused() makes a refusal")
-        };
+        let fields = call_refusal(call.function);
         // Refused outright: a SQL-level PREPARE of the call (its EXECUTE would run
         // unchecked), a COPY of one (coldwire serves COPY in the simple protocol only,
         // where a check cannot go ahead of it), and a statement that also reads tiered

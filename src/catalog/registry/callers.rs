@@ -1,0 +1,270 @@
+//! Functions, procedures and views that read tiered tables server-side, where coldwire
+//! cannot merge in cold rows: found from the catalog, directly and through one another.
+//!
+//! A round starts from a frontier of what reads tiered tables (round one: the tiered
+//! tables and the views over them) and finds:
+//! - the functions and procedures whose body names one of the frontier as a word, or
+//!   which Postgres records as depending on one (SQL-standard bodies, whose text it does
+//!   not keep);
+//! - the views whose query calls a function of the frontier or reads a view of it (not in
+//!   round one: views over tiered tables are coldwire's to expand).
+//!
+//! What a round finds is the next round's frontier, until a round finds nothing new. A
+//! function that declares it works on hot rows only (`ALTER FUNCTION … SET
+//! coldwire.hot_only_reads = on`, or `coldwire.hot_only_writes`) is left out, and with it
+//! whatever reaches tiered tables only through it: the setting holds for the functions it
+//! calls too.
+
+use tokio_postgres::Client;
+
+use super::{CallerKind, ReadingFunction};
+use crate::catalog::capture::{HOT_ONLY_ON, HOT_ONLY_SETTING};
+
+/// At most this many rounds: a chain of wrappers deeper than this is not followed.
+const MAX_ROUNDS: usize = 16;
+
+/// What reads tiered tables, as a frontier of one round.
+struct Target {
+    oid: u32,
+    /// A relation (`pg_class`): a tiered table, a view; else a function (`pg_proc`).
+    relation: bool,
+    /// Its name as the registry has it, which bodies name it by.
+    name: String,
+    /// Whether a body can name it by `name` (false for functions pg_catalog shadows,
+    /// which are called qualified, and whose names are pg_catalog's common words).
+    named: bool,
+    /// Its qualified name, as messages show it (`None` for tiered tables and views over
+    /// them, which are what is read).
+    through: Option<String>,
+    reads: String,
+    reads_view: bool,
+}
+
+/// The tiered tables and views over them, as round one's frontier: `(oid, name, view)`.
+pub struct Start<'a> {
+    pub relations: Vec<(u32, &'a str, bool)>,
+    /// The tiered tables' oids.
+    pub tiered: Vec<u32>,
+}
+
+/// The functions of one round (see the module's text). `$1`: the frontier's names as
+/// words (NULL when none can be named); `$2`, `$3`: its relations' and functions' oids;
+/// `$4`: functions found already. Each row: oid, schema, name, the name its text names,
+/// the frontier oid it depends on, whether pg_catalog has a function of its name, whether
+/// it is a procedure, its arguments' types.
+fn functions_query() -> String {
+    let depends = "d.classid = 'pg_proc'::regclass AND d.objid = p.oid \
+                   AND ((d.refclassid = 'pg_class'::regclass AND d.refobjid = ANY ($2)) \
+                        OR (d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($3)))";
+    format!(
+        "SELECT p.oid, n.nspname::text, p.proname::text, substring(p.prosrc from $1), \
+                (SELECT d.refobjid FROM pg_depend d WHERE {depends} ORDER BY 1 LIMIT 1), \
+                EXISTS (SELECT 1 FROM pg_proc b WHERE b.proname = p.proname AND b.pronamespace = 'pg_catalog'::regnamespace), \
+                p.prokind = 'p', pg_get_function_identity_arguments(p.oid) \
+         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang \
+         WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'coldwire') AND n.nspname NOT LIKE 'pg\\_temp\\_%' \
+           AND l.lanname NOT IN ('internal', 'c') AND p.oid <> ALL ($4) \
+           AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) s \
+                           WHERE lower(split_part(s, '=', 1)) IN ('{reads}', '{writes}') \
+                             AND lower(substr(s, strpos(s, '=') + 1)) IN {HOT_ONLY_ON}) \
+           AND (p.prosrc ~ $1 OR EXISTS (SELECT 1 FROM pg_depend d WHERE {depends})) \
+         ORDER BY 2, 3, 8",
+        reads = super::HOT_ONLY_READS_SETTING,
+        writes = HOT_ONLY_SETTING,
+    )
+}
+
+/// The views (not materialized: reading one runs nothing) whose query calls a function of
+/// the frontier (`$1`) or reads a view of it (`$2`), but not those found already (`$3`).
+/// Each row: oid, schema, name, the frontier oid it depends on.
+const CALLING_VIEWS: &str = "SELECT DISTINCT ON (c.oid) c.oid, n.nspname::text, c.relname::text, d.refobjid \
+     FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid JOIN pg_class c ON c.oid = r.ev_class \
+     JOIN pg_namespace n ON n.oid = c.relnamespace \
+     WHERE d.classid = 'pg_rewrite'::regclass AND c.relkind = 'v' AND r.ev_class <> d.refobjid \
+       AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1)) \
+            OR (d.refclassid = 'pg_class'::regclass AND d.refobjid = ANY ($2))) \
+       AND c.oid <> ALL ($3) \
+       AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'coldwire') AND n.nspname NOT LIKE 'pg\\_temp\\_%' \
+     ORDER BY c.oid, d.refobjid";
+
+/// The plain tables (not tiered: their writes are coldwire's to plan) whose writes run a
+/// function found (`$1`): an enabled trigger's, a default's or a CHECK constraint's, with
+/// `$2` the tiered tables. Each row: oid, schema, name, the function's oid, and the
+/// writes that run it (`pg_trigger.tgtype`'s bits: 4 INSERT, 8 DELETE, 16 UPDATE; a
+/// default or a check runs on INSERT and UPDATE).
+const WRITING_TABLES: &str = "SELECT c.oid, n.nspname::text, c.relname::text, min(f.fn), bit_or(f.events)::int \
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+     JOIN LATERAL ( \
+         SELECT t.tgfoid AS fn, (t.tgtype & 28)::int AS events FROM pg_trigger t \
+         WHERE t.tgrelid = c.oid AND NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') AND t.tgfoid = ANY ($1) \
+       UNION ALL \
+         SELECT d.refobjid, 20 FROM pg_attrdef a JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = a.oid \
+         WHERE a.adrelid = c.oid AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
+       UNION ALL \
+         SELECT d.refobjid, 20 FROM pg_constraint k JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid \
+         WHERE k.conrelid = c.oid AND k.contype = 'c' AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
+     ) f ON true \
+     WHERE c.relkind IN ('r', 'p') AND c.oid <> ALL ($2) \
+       AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'coldwire') AND n.nspname NOT LIKE 'pg\\_temp\\_%' \
+     GROUP BY 1, 2, 3 ORDER BY 2, 3";
+
+/// Everything that reads tiered tables server-side, from `start`.
+///
+/// # Errors
+/// The catalog could not be read.
+pub async fn find(
+    client: &Client,
+    start: &Start<'_>,
+) -> Result<Vec<ReadingFunction>, tokio_postgres::Error> {
+    let mut frontier: Vec<Target> = start
+        .relations
+        .iter()
+        .map(|&(oid, name, view)| Target {
+            oid,
+            relation: true,
+            name: name.to_owned(),
+            named: true,
+            through: None,
+            reads: name.to_owned(),
+            reads_view: view,
+        })
+        .collect();
+    let functions_sql = functions_query();
+    let mut found: Vec<ReadingFunction> = Vec::new();
+    let mut found_functions: Vec<u32> = Vec::new();
+    let mut found_views: Vec<u32> = Vec::new();
+    for round in 0..MAX_ROUNDS {
+        if frontier.is_empty() {
+            break;
+        }
+        let named = frontier.iter().filter(|t| t.named).map(|t| t.name.as_str());
+        let pattern = frontier
+            .iter()
+            .any(|t| t.named)
+            .then(|| super::names_as_words(named));
+        let oids = |relation: bool| -> Vec<u32> {
+            frontier
+                .iter()
+                .filter(|t| t.relation == relation)
+                .map(|t| t.oid)
+                .collect()
+        };
+        let (relations, functions) = (oids(true), oids(false));
+        let target = |written: Option<&str>, via: Option<u32>| {
+            written
+                .and_then(|w| {
+                    frontier
+                        .iter()
+                        .find(|t| t.named && t.name.eq_ignore_ascii_case(w))
+                })
+                .or_else(|| via.and_then(|v| frontier.iter().find(|t| t.oid == v)))
+        };
+        let mut next = Vec::new();
+        for row in client
+            .query(
+                &functions_sql,
+                &[&pattern, &relations, &functions, &found_functions],
+            )
+            .await?
+        {
+            let written: Option<String> = row.get(3);
+            let Some(t) = target(written.as_deref(), row.get(4)) else {
+                continue;
+            };
+            let f = ReadingFunction {
+                schema: row.get(1),
+                name: row.get(2),
+                reads: t.reads.clone(),
+                reads_view: t.reads_view,
+                through: t.through.clone(),
+                kind: if row.get(6) {
+                    CallerKind::Procedure
+                } else {
+                    CallerKind::Function
+                },
+                arguments: row.get(7),
+                shadowed: row.get(5),
+            };
+            found_functions.push(row.get(0));
+            next.push(Target {
+                oid: row.get(0),
+                relation: false,
+                name: f.name.clone(),
+                named: !f.shadowed,
+                through: Some(f.qualified()),
+                reads: f.reads.clone(),
+                reads_view: f.reads_view,
+            });
+            found.push(f);
+        }
+        // Views over tiered tables (round one's frontier) are coldwire's to expand.
+        if round > 0 {
+            for row in client
+                .query(CALLING_VIEWS, &[&functions, &relations, &found_views])
+                .await?
+            {
+                let Some(t) = target(None, row.get(3)) else {
+                    continue;
+                };
+                let v = ReadingFunction {
+                    schema: row.get(1),
+                    name: row.get(2),
+                    reads: t.reads.clone(),
+                    reads_view: t.reads_view,
+                    through: t.through.clone(),
+                    kind: CallerKind::View,
+                    arguments: String::new(),
+                    shadowed: false,
+                };
+                found_views.push(row.get(0));
+                next.push(Target {
+                    oid: row.get(0),
+                    relation: true,
+                    name: v.name.clone(),
+                    named: true,
+                    through: Some(v.qualified()),
+                    reads: v.reads.clone(),
+                    reads_view: v.reads_view,
+                });
+                found.push(v);
+            }
+        }
+        frontier = next;
+    }
+    // Writes of plain tables that run one of them.
+    let functions_found: Vec<&ReadingFunction> = found
+        .iter()
+        .filter(|f| f.kind != CallerKind::View)
+        .collect();
+    let mut tables = Vec::new();
+    if !found_functions.is_empty() {
+        for row in client
+            .query(WRITING_TABLES, &[&found_functions, &start.tiered])
+            .await?
+        {
+            // `found_functions` and the functions of `found` are in the same order.
+            let oid: u32 = row.get(3);
+            let Some(f) = found_functions
+                .iter()
+                .position(|o| *o == oid)
+                .map(|i| functions_found[i])
+            else {
+                continue;
+            };
+            tables.push(ReadingFunction {
+                schema: row.get(1),
+                name: row.get(2),
+                reads: f.reads.clone(),
+                reads_view: f.reads_view,
+                through: Some(f.qualified()),
+                kind: CallerKind::Table {
+                    writes: u8::try_from(row.get::<_, i32>(4)).unwrap_or(28),
+                },
+                arguments: String::new(),
+                shadowed: false,
+            });
+        }
+    }
+    found.extend(tables);
+    Ok(found)
+}
