@@ -1200,9 +1200,12 @@ async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refuse
     ] {
         assert_eq!(simple_rows(c, sql).await.unwrap(), [[Some(want)]], "{sql}");
     }
-    c.batch_execute("CREATE VIEW counted_third AS SELECT * FROM counted_again")
-        .await
-        .unwrap();
+    c.batch_execute(
+        "CREATE VIEW counted_third AS SELECT * FROM counted_again;
+         ALTER VIEW counted_again ALTER COLUMN n SET DEFAULT 0",
+    )
+    .await
+    .unwrap();
     // A session that reads hot rows only on purpose reads them.
     assert_eq!(
         simple_rows(
@@ -1296,7 +1299,14 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
              -- Writes into the tiered table only: reads nothing of it.
              CREATE FUNCTION log_order() RETURNS trigger LANGUAGE plpgsql AS $$
                  BEGIN INSERT INTO public."events" VALUES (NEW.id + 5000, 'order'); RETURN NEW; END $$;
-             CREATE TRIGGER orders_log AFTER UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION log_order();"#,
+             CREATE TRIGGER orders_log AFTER UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION log_order();
+             CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN PERFORM count(*) FROM events; RETURN coalesce(NEW, OLD); END $$;
+             CREATE TABLE stock(id int PRIMARY KEY, n int);
+             CREATE TRIGGER stock_touch BEFORE UPDATE ON stock FOR EACH ROW EXECUTE FUNCTION touch();
+             CREATE TABLE gone(id int);
+             INSERT INTO gone VALUES (1);
+             CREATE TRIGGER gone_touch BEFORE DELETE ON gone FOR EACH ROW EXECUTE FUNCTION touch();"#,
         )
         .await
         .unwrap();
@@ -1327,6 +1337,16 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
         (r#"UPDATE "Tallies" SET note = 'y'"#, tallies),
         ("INSERT INTO capped VALUES (1)", capped),
         ("EXPLAIN ANALYZE INSERT INTO orders VALUES (3, 5)", orders),
+        // An upsert fires UPDATE triggers too.
+        (
+            "INSERT INTO stock VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = 2",
+            "writes of table public.stock read tiered table events server-side through public.touch,",
+        ),
+        // A delete in a CTE of an INSERT.
+        (
+            "WITH d AS (DELETE FROM gone RETURNING id) INSERT INTO plain SELECT id FROM d",
+            "writes of table public.gone read tiered table events server-side through public.touch,",
+        ),
     ] {
         let err = c.simple_query(sql).await.unwrap_err();
         let db_err = err
@@ -1354,6 +1374,8 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
         "DELETE FROM capped",
         "INSERT INTO plain VALUES (1)",
         "SELECT count(*) FROM orders",
+        "INSERT INTO stock VALUES (2, 1) ON CONFLICT (id) DO NOTHING",
+        "INSERT INTO gone VALUES (2)",
     ] {
         c.simple_query(sql)
             .await
@@ -1397,4 +1419,60 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
             .unwrap(),
         [[Some("4".to_owned())]]
     );
+    // Renamed on another connection: its writes are checked under the new name.
+    direct
+        .batch_execute("ALTER TABLE stock RENAME TO goods")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let err = c.simple_query("UPDATE goods SET n = 3").await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    assert!(
+        err.as_db_error()
+            .is_some_and(|e| e.message().contains("public.goods")),
+        "{err:?}"
+    );
+}
+
+/// A view replaced through the proxy is read by its new definition at once, also by the
+/// very statement text read before (statement caches key on the registry's version,
+/// which must not start again after the DDL drops the registry).
+#[tokio::test]
+async fn a_view_replaced_through_the_proxy_is_read_by_its_new_definition() {
+    let db = create_db("replacedview");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE events(id bigint PRIMARY KEY, kind text);
+             INSERT INTO events SELECT g, 'k' FROM generate_series(1, 1000) g;",
+        )
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    let count = "SELECT count(*) FROM early";
+    for (bound, want) in [(10, "9"), (20, "19"), (500, "499"), (30, "29")] {
+        c.batch_execute(&format!(
+            "CREATE OR REPLACE VIEW early AS SELECT id FROM events WHERE id < {bound}"
+        ))
+        .await
+        .unwrap();
+        for _ in 0..2 {
+            assert_eq!(
+                simple_rows(&c, count).await.unwrap(),
+                [[Some(want.to_owned())]],
+                "bound {bound}"
+            );
+            let n: i64 = c.query_one(count, &[]).await.unwrap().get(0);
+            assert_eq!(n.to_string(), want, "bound {bound}, extended");
+        }
+    }
 }

@@ -34,13 +34,14 @@ const VIEWS: &str = "WITH RECURSIVE dep(view) AS ( \
      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('v', 'm') ORDER BY 1, 2";
 
 /// A cheap digest of the catalog rows the search for functions and views that read
-/// tiered tables depends on: it moves when a function, rewrite rule, view, schema,
-/// trigger, default or CHECK constraint is created, replaced, altered or dropped (a new
-/// `xmin`, or one row fewer).
+/// tiered tables depends on: it moves when a function, rewrite rule, view, table (not
+/// temporary: a rename), schema, trigger, default or CHECK constraint is created,
+/// replaced, altered or dropped (a new `xmin`, or one row fewer).
 const CATALOG_PROBE: &str = "SELECT concat_ws('/', \
        (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_proc), \
        (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_rewrite), \
-       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_class WHERE relkind = 'v'), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_class \
+        WHERE relkind IN ('r', 'p', 'v') AND relpersistence <> 't'), \
        (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_namespace), \
        (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_trigger), \
        (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_attrdef), \
@@ -377,24 +378,39 @@ pub async fn read(
 }
 
 /// A case-insensitive pattern (Postgres's advanced regular expressions) that finds any
-/// of `names` as a word of a function's text, the name itself its one capture, except
-/// as the target of an `INSERT INTO` (qualified or quoted or not), which reads nothing.
-fn names_as_words<'a>(names: impl Iterator<Item = &'a str>) -> String {
-    let alternatives: Vec<String> = names
-        .map(|name| {
-            name.chars()
-                .map(|c| {
-                    if c.is_ascii_punctuation() || c == ' ' {
-                        format!("\\{c}")
-                    } else {
-                        c.to_string()
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    format!(
-        "(?i)(?:^|[^[:alnum:]_$])(?<!insert\\s+into\\s+\"?)(?<!insert\\s+into\\s+[^\\s]+\\.\"?)({})(?:[^[:alnum:]_$]|$)",
-        alternatives.join("|")
-    )
+/// of `relations` as a word of a function's text, or any of `functions` as a word
+/// followed by `(` (a call; a column or variable of the same name is not one), the name
+/// itself its one capture; but not as the target of an `INSERT INTO` (qualified or
+/// quoted or not), which reads nothing. `None` when there is nothing to look for.
+fn names_as_words<'a>(
+    relations: impl Iterator<Item = &'a str>,
+    functions: impl Iterator<Item = &'a str>,
+) -> Option<String> {
+    fn escaped(name: &str) -> String {
+        name.chars()
+            .map(|c| {
+                if c.is_ascii_punctuation() || c == ' ' {
+                    format!("\\{c}")
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    }
+    let relations: Vec<String> = relations.map(escaped).collect();
+    let functions: Vec<String> = functions.map(escaped).collect();
+    let mut alternatives = Vec::new();
+    if !relations.is_empty() {
+        alternatives.push(format!("(?:{})(?=[^[:alnum:]_$]|$)", relations.join("|")));
+    }
+    if !functions.is_empty() {
+        alternatives.push(format!("(?:{})(?=\"?\\s*\\()", functions.join("|")));
+    }
+    (!alternatives.is_empty()).then(|| {
+        format!(
+            "(?i)(?:^|[^[:alnum:]_$])(?<!insert\\s+into\\s+\"?)\
+             (?<!insert\\s+into\\s+(?:\"[^\"]*\"|[[:alnum:]_$]+)\\.\"?)({})",
+            alternatives.join("|")
+        )
+    })
 }

@@ -137,11 +137,13 @@ pub async fn find(
         if frontier.is_empty() {
             break;
         }
-        let named = frontier.iter().filter(|t| t.named).map(|t| t.name.as_str());
-        let pattern = frontier
-            .iter()
-            .any(|t| t.named)
-            .then(|| super::names_as_words(named));
+        let named = |relation: bool| {
+            frontier
+                .iter()
+                .filter(move |t| t.named && t.relation == relation)
+                .map(|t| t.name.as_str())
+        };
+        let pattern = super::names_as_words(named(true), named(false));
         let oids = |relation: bool| -> Vec<u32> {
             frontier
                 .iter()

@@ -62,6 +62,9 @@ pub struct CatalogCache {
     pool: CatalogPool,
     /// Held while the registry is read, so one session reads it and the others wait.
     refreshing: AsyncMutex<()>,
+    /// The last registry version handed out: versions only go up, also across
+    /// [`CatalogCache::invalidate`], since caches of every session key on them.
+    last_version: AtomicU64,
 }
 
 impl CatalogCache {
@@ -70,6 +73,7 @@ impl CatalogCache {
             pool: CatalogPool::new(service.clone()),
             service,
             registry: RwLock::new(None),
+            last_version: AtomicU64::new(0),
             cold: RwLock::new(HashMap::new()),
             past: RwLock::new(HashMap::new()),
             epoch: Arc::new(AtomicU64::new(0)),
@@ -165,7 +169,7 @@ impl CatalogCache {
                 callers_key,
                 ..(*p).clone()
             }),
-            previous => Arc::new(Registry {
+            _ => Arc::new(Registry {
                 names: tables
                     .iter()
                     .map(|t| t.table.name.to_lowercase())
@@ -175,7 +179,7 @@ impl CatalogCache {
                 tables,
                 views,
                 functions,
-                version: previous.map_or(1, |p| p.version + 1),
+                version: self.last_version.fetch_add(1, Ordering::AcqRel) + 1,
                 secret,
                 callers_key,
             }),

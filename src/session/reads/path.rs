@@ -670,14 +670,20 @@ fn reading_function<'r>(
             .iter()
             .filter(|r| r.schema.is_some() || !walk.cte_names.contains(&r.name))
     };
-    // The writes a statement makes of its targets (`pg_trigger.tgtype`'s bits): any, when
-    // they are in a CTE or under EXPLAIN ANALYZE.
+    // The writes a statement makes of its target (`pg_trigger.tgtype`'s bits: an upsert
+    // fires UPDATE triggers too): any, when it writes several (CTEs), or writes under a
+    // MERGE, EXPLAIN ANALYZE or a SELECT's CTE.
+    let several = walk.relations.iter().filter(|r| r.written).count() > 1;
     let writes = match node {
+        _ if several => 28,
+        N::InsertStmt(_) if walk.fires_update_or_delete => 4 | 16,
         N::InsertStmt(_) => 4,
         N::DeleteStmt(_) => 8,
         N::UpdateStmt(_) => 16,
         _ => 28,
     };
+    // ALTER (VIEW, TABLE) of a view that calls a reader runs nothing of it.
+    let alters = matches!(node, N::AlterTableStmt(_));
     let function = walk
         .functions
         .iter()
@@ -685,11 +691,14 @@ fn reading_function<'r>(
         .or_else(|| {
             relations().find_map(|r| {
                 let schema = r.schema.as_deref();
-                registry.calling_view(schema, &r.name).or_else(|| {
-                    r.written
-                        .then(|| registry.writing_table(schema, &r.name, writes))
-                        .flatten()
-                })
+                (!alters)
+                    .then(|| registry.calling_view(schema, &r.name))
+                    .flatten()
+                    .or_else(|| {
+                        r.written
+                            .then(|| registry.writing_table(schema, &r.name, writes))
+                            .flatten()
+                    })
             })
         })?;
     let reads_tiered = relations().any(|r| {
