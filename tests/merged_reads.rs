@@ -1298,7 +1298,11 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
              CREATE TABLE plain(n int);
              -- Writes into the tiered table only: reads nothing of it.
              CREATE FUNCTION log_order() RETURNS trigger LANGUAGE plpgsql AS $$
-                 BEGIN INSERT INTO public."events" VALUES (NEW.id + 5000, 'order'); RETURN NEW; END $$;
+                 BEGIN
+                     INSERT INTO public."events" VALUES (NEW.id + 5000, 'order');
+                     PERFORM pg_notify('events', NEW.id::text);
+                     RETURN NEW;
+                 END $$;
              CREATE TRIGGER orders_log AFTER UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION log_order();
              CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$
                  BEGIN PERFORM count(*) FROM events; RETURN coalesce(NEW, OLD); END $$;

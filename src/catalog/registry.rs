@@ -381,7 +381,8 @@ pub async fn read(
 /// of `relations` as a word of a function's text, or any of `functions` as a word
 /// followed by `(` (a call; a column or variable of the same name is not one), the name
 /// itself its one capture; but not as the target of an `INSERT INTO` (qualified or
-/// quoted or not), which reads nothing. `None` when there is nothing to look for.
+/// quoted or not), which reads nothing, nor a relation's name as a string of its own
+/// (`'events'`). `None` when there is nothing to look for.
 fn names_as_words<'a>(
     relations: impl Iterator<Item = &'a str>,
     functions: impl Iterator<Item = &'a str>,
@@ -401,7 +402,12 @@ fn names_as_words<'a>(
     let functions: Vec<String> = functions.map(escaped).collect();
     let mut alternatives = Vec::new();
     if !relations.is_empty() {
-        alternatives.push(format!("(?:{})(?=[^[:alnum:]_$]|$)", relations.join("|")));
+        // Not a string that is the name alone (`pg_notify('events', …)`,
+        // `TG_TABLE_NAME = 'events'`): a channel or a comparison, not a query.
+        let relations = relations.join("|");
+        alternatives.push(format!(
+            "(?<!')(?:{relations})(?=[^[:alnum:]_$]|$)|(?<=')(?:{relations})(?=[^[:alnum:]_$']|$)"
+        ));
     }
     if !functions.is_empty() {
         alternatives.push(format!("(?:{})(?=\"?\\s*\\()", functions.join("|")));
