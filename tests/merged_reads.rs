@@ -1310,7 +1310,8 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
              CREATE TRIGGER stock_touch BEFORE UPDATE ON stock FOR EACH ROW EXECUTE FUNCTION touch();
              CREATE TABLE gone(id int);
              INSERT INTO gone VALUES (1);
-             CREATE TRIGGER gone_touch BEFORE DELETE ON gone FOR EACH ROW EXECUTE FUNCTION touch();"#,
+             CREATE TRIGGER gone_touch BEFORE DELETE ON gone FOR EACH ROW EXECUTE FUNCTION touch();
+             CREATE TRIGGER orders_touch BEFORE DELETE ON orders FOR EACH ROW EXECUTE FUNCTION touch();"#,
         )
         .await
         .unwrap();
@@ -1341,6 +1342,11 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
         (r#"UPDATE "Tallies" SET note = 'y'"#, tallies),
         ("INSERT INTO capped VALUES (1)", capped),
         ("EXPLAIN ANALYZE INSERT INTO orders VALUES (3, 5)", orders),
+        // The function of the trigger that fires is named.
+        (
+            "DELETE FROM orders WHERE id = 1",
+            "writes of table public.orders read tiered table events server-side through public.touch,",
+        ),
         // An upsert fires UPDATE triggers too.
         (
             "INSERT INTO stock VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = 2",

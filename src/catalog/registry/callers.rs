@@ -89,10 +89,10 @@ const CALLING_VIEWS: &str = "SELECT DISTINCT ON (c.oid) c.oid, n.nspname::text, 
 
 /// The plain tables (not tiered: their writes are coldwire's to plan) whose writes run a
 /// function found (`$1`): an enabled trigger's, a default's or a CHECK constraint's, with
-/// `$2` the tiered tables. Each row: oid, schema, name, the function's oid, and the
-/// writes that run it (`pg_trigger.tgtype`'s bits: 4 INSERT, 8 DELETE, 16 UPDATE; a
+/// `$2` the tiered tables. Each row (one per table and function): oid, schema, name,
+/// the function's oid, and the writes that run it (`pg_trigger.tgtype`'s bits: 4 INSERT, 8 DELETE, 16 UPDATE; a
 /// default or a check runs on INSERT and UPDATE).
-const WRITING_TABLES: &str = "SELECT c.oid, n.nspname::text, c.relname::text, min(f.fn), bit_or(f.events)::int \
+const WRITING_TABLES: &str = "SELECT c.oid, n.nspname::text, c.relname::text, f.fn, bit_or(f.events)::int \
      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
      JOIN LATERAL ( \
          SELECT t.tgfoid AS fn, (t.tgtype & 28)::int AS events FROM pg_trigger t \
@@ -106,7 +106,7 @@ const WRITING_TABLES: &str = "SELECT c.oid, n.nspname::text, c.relname::text, mi
      ) f ON true \
      WHERE c.relkind IN ('r', 'p') AND c.oid <> ALL ($2) \
        AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'coldwire') AND n.nspname NOT LIKE 'pg\\_temp\\_%' \
-     GROUP BY 1, 2, 3 ORDER BY 2, 3";
+     GROUP BY 1, 2, 3, 4 ORDER BY 2, 3, 4";
 
 /// Everything that reads tiered tables server-side, from `start`.
 ///
