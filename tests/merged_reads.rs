@@ -749,15 +749,11 @@ async fn reads_of_many_cold_rows_answer_at_default_settings_and_memory_bounds_th
 /// functions, and an EXPLAIN that does not run the call, pass.
 #[tokio::test]
 async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
-    let db = create_db("readingfns");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    direct
-        .batch_execute(
-            r#"CREATE TABLE events(id bigint PRIMARY KEY, kind text);
-             INSERT INTO events SELECT g, 'k' || g % 4 FROM generate_series(1, 1000) g;
-             CREATE TABLE log(n bigint);
+    let TieredEvents {
+        c, direct, hot, ..
+    } = &tiered_events(
+        "readingfns",
+        r#"CREATE TABLE log(n bigint);
              CREATE VIEW recent AS SELECT * FROM events WHERE id > 10;
              CREATE SCHEMA other;
              CREATE FUNCTION count_events() RETURNS bigint LANGUAGE plpgsql
@@ -774,23 +770,9 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
              CREATE FUNCTION add_one(x int) RETURNS int LANGUAGE sql AS 'SELECT x + 1';
              CREATE FUNCTION lower(x events) RETURNS text LANGUAGE sql AS 'SELECT x.kind FROM events LIMIT 1';
              CREATE FUNCTION near_miss() RETURNS text LANGUAGE sql AS $$ SELECT 'eventsx' || 'my_events' $$;"#,
-        )
-        .await
-        .unwrap();
-    let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
-    let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
-    let hot: i64 = direct
-        .query_one("SELECT count(*) FROM events", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert!(hot <= 100, "{hot} hot rows");
+    )
+    .await;
+    let hot = *hot;
 
     let count_events = (
         "function public.count_events reads tiered table events ",
@@ -896,7 +878,7 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
     let err = c.query_one("CALL tally()", &[]).await.unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
     assert_eq!(
-        simple_rows(&c, "SELECT add_one(1)").await.unwrap(),
+        simple_rows(c, "SELECT add_one(1)").await.unwrap(),
         [[Some("2".to_owned())]],
         "the session goes on"
     );
@@ -926,7 +908,7 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
         ("SELECT lower('ABC')", "abc"),
     ] {
         assert_eq!(
-            simple_rows(&c, sql).await.unwrap(),
+            simple_rows(c, sql).await.unwrap(),
             [[Some(want.to_owned())]],
             "{sql}"
         );
@@ -941,7 +923,7 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
         .await
         .unwrap();
     assert_eq!(
-        simple_rows(&c, "SELECT standard()").await.unwrap(),
+        simple_rows(c, "SELECT standard()").await.unwrap(),
         [[Some(hot.to_string())]]
     );
     let n: i64 = c
@@ -951,7 +933,7 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
         .get(0);
     assert_eq!(n, hot + 1);
     assert_eq!(
-        simple_rows(&c, &format!("EXECUTE {name}(2, 'x')"))
+        simple_rows(c, &format!("EXECUTE {name}(2, 'x')"))
             .await
             .unwrap()[0][0],
         Some((hot + 2).to_string())
@@ -974,7 +956,7 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
     // A CTE named like the table is the CTE.
     assert_eq!(
         simple_rows(
-            &c,
+            c,
             "WITH events AS (SELECT 1 AS x) SELECT count_events() FROM events"
         )
         .await
@@ -1025,7 +1007,7 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
         ))
         .await
         .unwrap();
-        counts.push(simple_rows(&c, prepared).await.unwrap());
+        counts.push(simple_rows(c, prepared).await.unwrap());
     }
     assert!(counts[1..].iter().all(|n| *n == counts[1]), "{counts:?}");
     // The writes brought their rows back into the heap.
@@ -1035,7 +1017,7 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
         .unwrap()
         .get(0);
     assert_eq!(
-        simple_rows(&c, "SET coldwire.hot_only_reads = on; SELECT standard()")
+        simple_rows(c, "SET coldwire.hot_only_reads = on; SELECT standard()")
             .await
             .unwrap(),
         [[Some(hot.to_string())]]
@@ -1058,7 +1040,7 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     assert_eq!(
-        simple_rows(&c, "SELECT count_events()").await.unwrap(),
+        simple_rows(c, "SELECT count_events()").await.unwrap(),
         [[Some(hot.to_string())]]
     );
     // So is one that declares it writes hot rows only; the others are still refused.
@@ -1081,15 +1063,9 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
 /// hot rows only takes its callers out with it.
 #[tokio::test]
 async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refused() {
-    let db = create_db("wrappers");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    direct
-        .batch_execute(
-            r#"CREATE TABLE events(id bigint PRIMARY KEY, kind text);
-             INSERT INTO events SELECT g, 'k' || g % 4 FROM generate_series(1, 1000) g;
-             CREATE FUNCTION count_events() RETURNS bigint LANGUAGE plpgsql
+    let TieredEvents { c, direct, hot, .. } = &tiered_events(
+        "wrappers",
+        r#"CREATE FUNCTION count_events() RETURNS bigint LANGUAGE plpgsql
                  AS $$ BEGIN RETURN (SELECT count(*) FROM events); END $$;
              CREATE FUNCTION wrap() RETURNS bigint LANGUAGE plpgsql
                  AS $$ BEGIN /* twice */ RETURN public.Count_Events() * 2; END $$;
@@ -1107,37 +1083,10 @@ async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refuse
              CREATE FUNCTION wrapless() RETURNS text LANGUAGE sql AS $$ SELECT 'count_eventsx' $$;
              CREATE FUNCTION log_event(k bigint) RETURNS void LANGUAGE sql
                  AS 'insert  into EVENTS values (k, ''logged'')';"#,
-        )
-        .await
-        .unwrap();
-    let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
-    let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
-    let hot: i64 = direct
-        .query_one("SELECT count(*) FROM events", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert!(hot <= 100, "{hot} hot rows");
+    )
+    .await;
+    let hot = *hot;
 
-    let c = &c;
-    let refused = |sql: &'static str, message: &'static str, hint: &'static str| async move {
-        let err = c.simple_query(sql).await.unwrap_err();
-        let db_err = err
-            .as_db_error()
-            .unwrap_or_else(|| panic!("{sql}: {err:?}"));
-        assert_eq!(db_err.code().code(), "0A000", "{sql}: {db_err:?}");
-        assert!(db_err.message().contains(message), "{sql}: {db_err:?}");
-        assert!(
-            db_err.hint().unwrap_or_default().contains(hint),
-            "{sql}: {db_err:?}"
-        );
-    };
     let through = "tiered table events server-side through public.count_events,";
     for (sql, message, hint) in [
         (
@@ -1182,7 +1131,7 @@ async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refuse
             "SET coldwire.hot_only_reads = on in the session",
         ),
     ] {
-        refused(sql, message, hint).await;
+        assert_refused(c, sql, message, hint).await;
     }
     // The extended protocol too.
     let err = c
@@ -1219,7 +1168,8 @@ async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refuse
     c.batch_execute("RESET coldwire.hot_only_reads")
         .await
         .unwrap();
-    refused(
+    assert_refused(
+        c,
         "SELECT n FROM counted_third",
         "view public.counted_third reads tiered table events server-side through public.counted_again,",
         "on the function it calls",
@@ -1234,7 +1184,8 @@ async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refuse
         .await
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    refused(
+    assert_refused(
+        c,
         "SELECT later()",
         "function public.later reads tiered table events server-side through public.via_view,",
         "ALTER FUNCTION public.later() SET",
@@ -1274,15 +1225,9 @@ async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refuse
 /// cold events, and a default counted hot rows only.
 #[tokio::test]
 async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_are_refused() {
-    let db = create_db("writingtables");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    direct
-        .batch_execute(
-            r#"CREATE TABLE events(id bigint PRIMARY KEY, kind text);
-             INSERT INTO events SELECT g, 'k' || g % 4 FROM generate_series(1, 1000) g;
-             CREATE FUNCTION count_events() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM events';
+    let TieredEvents { c, direct, .. } = &tiered_events(
+        "writingtables",
+        r#"CREATE FUNCTION count_events() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM events';
              CREATE FUNCTION check_event() RETURNS trigger LANGUAGE plpgsql AS $$
                  BEGIN
                      IF NOT EXISTS (SELECT 1 FROM events WHERE id = NEW.event_id) THEN
@@ -1312,17 +1257,8 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
              INSERT INTO gone VALUES (1);
              CREATE TRIGGER gone_touch BEFORE DELETE ON gone FOR EACH ROW EXECUTE FUNCTION touch();
              CREATE TRIGGER orders_touch BEFORE DELETE ON orders FOR EACH ROW EXECUTE FUNCTION touch();"#,
-        )
-        .await
-        .unwrap();
-    let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
-    let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    )
+    .await;
 
     let orders = "writes of table public.orders read tiered table events server-side through public.check_event,";
     let tallies = r#"writes of table public."Tallies" read tiered table events server-side through public.count_events,"#;
@@ -1358,18 +1294,7 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
             "writes of table public.gone read tiered table events server-side through public.touch,",
         ),
     ] {
-        let err = c.simple_query(sql).await.unwrap_err();
-        let db_err = err
-            .as_db_error()
-            .unwrap_or_else(|| panic!("{sql}: {err:?}"));
-        assert_eq!(db_err.code().code(), "0A000", "{sql}: {db_err:?}");
-        assert!(db_err.message().contains(message), "{sql}: {db_err:?}");
-        assert!(
-            db_err
-                .hint()
-                .is_some_and(|h| h.contains("SET coldwire.hot_only_reads = on in the session")),
-            "{sql}: {db_err:?}"
-        );
+        assert_refused(c, sql, message, "SET coldwire.hot_only_reads = on in the session").await;
     }
     let err = c
         .execute("INSERT INTO orders VALUES ($1, $2)", &[&3i32, &5i64])
@@ -1392,7 +1317,7 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
             .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
     }
     assert_eq!(
-        simple_rows(&c, "SELECT id, event_id FROM orders ORDER BY id")
+        simple_rows(c, "SELECT id, event_id FROM orders ORDER BY id")
             .await
             .unwrap(),
         [
@@ -1401,7 +1326,7 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
         ]
     );
     assert_eq!(
-        simple_rows(&c, "SELECT count(*), max(id) FROM events")
+        simple_rows(c, "SELECT count(*), max(id) FROM events")
             .await
             .unwrap(),
         [[Some("1001".to_owned()), Some("5002".to_owned())]],
@@ -1424,9 +1349,7 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
         .await
         .unwrap();
     assert_eq!(
-        simple_rows(&c, "SELECT count(*) FROM orders")
-            .await
-            .unwrap(),
+        simple_rows(c, "SELECT count(*) FROM orders").await.unwrap(),
         [[Some("4".to_owned())]]
     );
     // Renamed on another connection: its writes are checked under the new name.
@@ -1449,25 +1372,7 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
 /// which must not start again after the DDL drops the registry).
 #[tokio::test]
 async fn a_view_replaced_through_the_proxy_is_read_by_its_new_definition() {
-    let db = create_db("replacedview");
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().display());
-    let direct = connect_direct(&db).await;
-    direct
-        .batch_execute(
-            "CREATE TABLE events(id bigint PRIMARY KEY, kind text);
-             INSERT INTO events SELECT g, 'k' FROM generate_series(1, 1000) g;",
-        )
-        .await
-        .unwrap();
-    let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
-    let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    let TieredEvents { c, .. } = &tiered_events("replacedview", "").await;
     let count = "SELECT count(*) FROM early";
     for (bound, want) in [(10, "9"), (20, "19"), (500, "499"), (30, "29")] {
         c.batch_execute(&format!(
@@ -1477,7 +1382,7 @@ async fn a_view_replaced_through_the_proxy_is_read_by_its_new_definition() {
         .unwrap();
         for _ in 0..2 {
             assert_eq!(
-                simple_rows(&c, count).await.unwrap(),
+                simple_rows(c, count).await.unwrap(),
                 [[Some(want.to_owned())]],
                 "bound {bound}"
             );
@@ -1485,4 +1390,74 @@ async fn a_view_replaced_through_the_proxy_is_read_by_its_new_definition() {
             assert_eq!(n.to_string(), want, "bound {bound}, extended");
         }
     }
+}
+
+/// What [`tiered_events`] sets up; the proxy and the cold store live as long as it.
+struct TieredEvents {
+    _proxy: Proxy,
+    _store: tempfile::TempDir,
+    /// A session through the proxy.
+    c: tokio_postgres::Client,
+    /// A session straight to Postgres.
+    direct: tokio_postgres::Client,
+    /// The rows of `events` left in the heap.
+    hot: i64,
+}
+
+/// A database `name` with `events(id bigint PRIMARY KEY, kind text)` of 1000 rows, and
+/// `setup` run in it; then a proxy in front, `events` tiered and flushed down to at most
+/// 100 hot rows.
+async fn tiered_events(name: &str, setup: &str) -> TieredEvents {
+    let db = create_db(name);
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(&format!(
+            "CREATE TABLE events(id bigint PRIMARY KEY, kind text);
+             INSERT INTO events SELECT g, 'k' || g % 4 FROM generate_series(1, 1000) g;
+             {setup}"
+        ))
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&[
+        "--service-url",
+        &cluster().url(&db),
+        "--cold-store",
+        &format!("file://{}", store.path().display()),
+    ])
+    .await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    let hot: i64 = direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(hot <= 100, "{hot} hot rows");
+    TieredEvents {
+        _proxy: proxy,
+        _store: store,
+        c,
+        direct,
+        hot,
+    }
+}
+
+/// `sql` fails with 0A000, its message holding `message` and its hint `hint`.
+async fn assert_refused(c: &tokio_postgres::Client, sql: &str, message: &str, hint: &str) {
+    let err = c.simple_query(sql).await.unwrap_err();
+    let db_err = err
+        .as_db_error()
+        .unwrap_or_else(|| panic!("{sql}: {err:?}"));
+    assert_eq!(db_err.code().code(), "0A000", "{sql}: {db_err:?}");
+    assert!(db_err.message().contains(message), "{sql}: {db_err:?}");
+    assert!(
+        db_err.hint().unwrap_or_default().contains(hint),
+        "{sql}: {db_err:?}"
+    );
 }
