@@ -36,16 +36,18 @@ const VIEWS: &str = "WITH RECURSIVE dep(view) AS ( \
 /// A cheap digest of the catalog rows the search for functions and views that read
 /// tiered tables depends on: it moves when a function, rewrite rule, view, table (not
 /// temporary: a rename), schema, trigger, default or CHECK constraint is created,
-/// replaced, altered or dropped (a new `xmin`, or one row fewer).
+/// replaced, altered or dropped (a new `xmin`, or one row fewer). Objects of the
+/// database's own (oids from 16384, `FirstNormalObjectId`) only, read by index, but every
+/// schema (`public` is older).
 const CATALOG_PROBE: &str = "SELECT concat_ws('/', \
-       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_proc), \
-       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_rewrite), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_proc WHERE oid >= 16384), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_rewrite WHERE oid >= 16384), \
        (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_class \
-        WHERE relkind IN ('r', 'p', 'v') AND relpersistence <> 't'), \
+        WHERE oid >= 16384 AND relkind IN ('r', 'p', 'v') AND relpersistence <> 't'), \
        (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_namespace), \
-       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_trigger), \
-       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_attrdef), \
-       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_constraint WHERE contype = 'c'))";
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_trigger WHERE oid >= 16384), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_attrdef WHERE oid >= 16384), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_constraint WHERE oid >= 16384 AND contype = 'c'))";
 
 /// The setting with which a function declares that it reads the hot rows of tiered
 /// tables only, on purpose (`ALTER FUNCTION … SET coldwire.hot_only_reads = on`).
