@@ -1082,7 +1082,8 @@ async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refuse
              CREATE FUNCTION calls_hot_wrap() RETURNS bigint LANGUAGE sql AS 'SELECT hot_wrap()';
              CREATE FUNCTION wrapless() RETURNS text LANGUAGE sql AS $$ SELECT 'count_eventsx' $$;
              CREATE FUNCTION log_event(k bigint) RETURNS void LANGUAGE sql
-                 AS 'insert  into EVENTS values (k, ''logged'')';"#,
+                 AS 'insert  into EVENTS values (k, ''logged'')';
+             CREATE MATERIALIZED VIEW frozen AS SELECT count_events() AS n WITH NO DATA;"#,
     )
     .await;
     let hot = *hot;
@@ -1133,6 +1134,24 @@ async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refuse
     ] {
         assert_refused(c, sql, message, hint).await;
     }
+    // A materialized view that calls one runs it when refreshed (reading it runs
+    // nothing).
+    assert_refused(
+        c,
+        "REFRESH MATERIALIZED VIEW frozen",
+        "refreshing materialized view public.frozen reads tiered table events server-side through public.count_events,",
+        "SET coldwire.hot_only_reads = on in the session",
+    )
+    .await;
+    assert_eq!(
+        simple_rows(
+            c,
+            "SET coldwire.hot_only_reads = on; REFRESH MATERIALIZED VIEW frozen; RESET coldwire.hot_only_reads; SELECT n FROM frozen"
+        )
+        .await
+        .unwrap(),
+        [[Some(hot.to_string())]]
+    );
     // The extended protocol too.
     let err = c
         .query("SELECT n FROM counted_again", &[])
@@ -1256,7 +1275,17 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
              CREATE TABLE gone(id int);
              INSERT INTO gone VALUES (1);
              CREATE TRIGGER gone_touch BEFORE DELETE ON gone FOR EACH ROW EXECUTE FUNCTION touch();
-             CREATE TRIGGER orders_touch BEFORE DELETE ON orders FOR EACH ROW EXECUTE FUNCTION touch();"#,
+             CREATE TRIGGER orders_touch BEFORE DELETE ON orders FOR EACH ROW EXECUTE FUNCTION touch();
+             CREATE SCHEMA archive;
+             CREATE TABLE archive.events(id int);
+             CREATE TABLE notes(id int, events bigint);
+             CREATE FUNCTION fill_note() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                     -- counts what archive keeps of events /* not the tiered events */
+                     NEW.events := (SELECT count(*) FROM archive.events);
+                     RETURN NEW;
+                 END $$;
+             CREATE TRIGGER notes_fill BEFORE INSERT ON notes FOR EACH ROW EXECUTE FUNCTION fill_note();"#,
     )
     .await;
 
@@ -1275,7 +1304,10 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
             orders,
         ),
         (r#"INSERT INTO "Tallies"(note) VALUES ('x')"#, tallies),
-        (r#"UPDATE "Tallies" SET note = 'y'"#, tallies),
+        // An UPDATE runs a default only where it sets a column to it.
+        (r#"UPDATE "Tallies" SET note = 'y', n = DEFAULT"#, tallies),
+        // A CTE named like the target does not hide it.
+        ("WITH orders AS (SELECT 1) INSERT INTO orders VALUES (12, 6)", orders),
         ("INSERT INTO capped VALUES (1)", capped),
         ("EXPLAIN ANALYZE INSERT INTO orders VALUES (3, 5)", orders),
         // The function of the trigger that fires is named.
@@ -1311,6 +1343,9 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
         "SELECT count(*) FROM orders",
         "INSERT INTO stock VALUES (2, 1) ON CONFLICT (id) DO NOTHING",
         "INSERT INTO gone VALUES (2)",
+        r#"UPDATE "Tallies" SET note = 'y'"#,
+        // Its trigger names another schema's events, a field and a comment.
+        "INSERT INTO notes VALUES (1)",
     ] {
         c.simple_query(sql)
             .await

@@ -34,9 +34,10 @@ const VIEWS: &str = "WITH RECURSIVE dep(view) AS ( \
      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('v', 'm') ORDER BY 1, 2";
 
 /// A cheap digest of the catalog rows the search for functions and views that read
-/// tiered tables depends on: it moves when a function, rewrite rule, view, table (not
-/// temporary: a rename), schema, trigger, default or CHECK constraint is created,
-/// replaced, altered or dropped (a new `xmin`, or one row fewer). Objects of the
+/// tiered tables depends on: it moves when a function, rewrite rule, view, table (a
+/// rename; temporary tables are left out, though their defaults and triggers move it),
+/// schema, trigger, default or CHECK constraint is created, replaced, altered or dropped
+/// (a new `xmin`, or one row fewer). Objects of the
 /// database's own (oids from 16384, `FirstNormalObjectId`) only, read by index, but every
 /// schema (`public` is older).
 const CATALOG_PROBE: &str = "SELECT concat_ws('/', \
@@ -105,6 +106,8 @@ pub enum CallerKind {
     Procedure,
     /// A view whose query calls one of them (reading it runs the call).
     View,
+    /// A materialized view whose query calls one of them (refreshing it runs the call).
+    MaterializedView,
     /// A plain table whose writes run one of them (a trigger, a default, a CHECK):
     /// `writes` has the bits of the writes that do (`pg_trigger.tgtype`'s: 4 INSERT,
     /// 8 DELETE, 16 UPDATE).
@@ -139,8 +142,7 @@ pub struct Registry {
     /// the rows it brings back (`catalog::capture::rehydration_mac`).
     pub secret: Option<SigningKey>,
     /// A digest of the catalog `functions` was found from: the tiered tables and views
-    /// over them, and a probe of `pg_proc`, `pg_rewrite`, views and schemas
-    /// ([`CATALOG_PROBE`]).
+    /// over them, and [`CATALOG_PROBE`].
     pub callers_key: String,
 }
 
@@ -208,6 +210,17 @@ impl Registry {
         })
     }
 
+    /// A materialized view whose query calls a function that reads tiered tables
+    /// server-side, which `schema.name` (as written; any schema when unqualified) may
+    /// name.
+    pub fn calling_matview(&self, schema: Option<&str>, name: &str) -> Option<&ReadingFunction> {
+        self.functions.iter().find(|f| {
+            f.kind == CallerKind::MaterializedView
+                && f.name == name
+                && schema.is_none_or(|s| f.schema == s)
+        })
+    }
+
     /// A plain table whose writes of a kind in `writes` (bits as [`CallerKind::Table`]'s)
     /// run a function that reads tiered tables server-side, which `schema.name` (as
     /// written; any schema when unqualified) may name.
@@ -250,14 +263,14 @@ pub struct Listed {
 }
 
 /// The tiered tables, the views over them and the functions that read them, as the
-/// catalog has them now (the functions as `previous` had them, when nothing they were
-/// found from changed).
+/// catalog has them now (the functions as `previous` had them, found from the catalog
+/// its key names, when nothing they were found from changed).
 ///
 /// # Errors
 /// The catalog could not be read.
 pub async fn read(
     client: &Client,
-    previous: Option<&Registry>,
+    previous: Option<(&str, &[ReadingFunction])>,
 ) -> Result<Listed, tokio_postgres::Error> {
     let rows = client
             .query(
@@ -348,12 +361,12 @@ pub async fn read(
         relations: table_oids
             .iter()
             .zip(&tables)
-            .map(|(oid, t)| (*oid, t.table.name.as_str(), false))
+            .map(|(oid, t)| (*oid, t.table.schema.as_str(), t.table.name.as_str(), false))
             .chain(
                 view_oids
                     .iter()
                     .zip(&views)
-                    .map(|(oid, v)| (*oid, v.name.as_str(), true)),
+                    .map(|(oid, v)| (*oid, v.schema.as_str(), v.name.as_str(), true)),
             )
             .collect(),
         tiered: table_oids.clone(),
@@ -367,7 +380,7 @@ pub async fn read(
         let probe: String = client.query_one(CATALOG_PROBE, &[]).await?.get(0);
         callers_key = format!("{probe}|{:?}", start.relations);
         match previous {
-            Some(p) if p.callers_key == callers_key => p.functions.clone(),
+            Some((key, functions)) if key == callers_key => functions.to_vec(),
             _ => callers::find(client, &start).await?,
         }
     };
@@ -379,16 +392,30 @@ pub async fn read(
     })
 }
 
+/// A name a function's body may mention ([`names_as_words`]).
+pub(crate) struct Mention<'a> {
+    pub schema: &'a str,
+    pub name: &'a str,
+    /// A function, mentioned as a call (followed by `(`); else a table or view.
+    pub function: bool,
+    /// Only its qualified form counts (pg_catalog has a function of the name, which its
+    /// unqualified calls mean, and whose names are common words).
+    pub qualified_only: bool,
+}
+
 /// A case-insensitive pattern (Postgres's advanced regular expressions) that finds any
-/// of `relations` as a word of a function's text, or any of `functions` as a word
-/// followed by `(` (a call; a column or variable of the same name is not one), the name
-/// itself its one capture; but not as the target of an `INSERT INTO` (qualified or
-/// quoted or not), which reads nothing, nor a relation's name as a string of its own
-/// (`'events'`). `None` when there is nothing to look for.
-fn names_as_words<'a>(
-    relations: impl Iterator<Item = &'a str>,
-    functions: impl Iterator<Item = &'a str>,
-) -> Option<String> {
+/// of `mentions` in a function's text (comments taken out, [`WITHOUT_COMMENTS`]), the
+/// name itself its one capture:
+/// - a table or view as a word, a function as a word followed by `(` (a call; a column
+///   or variable of the same name is not one);
+/// - unqualified, or qualified by its own schema (quoted or not); not after another
+///   qualifier (`archive.events`, `NEW.events`), nor right after a quote (`'events'`:
+///   a channel, a comparison with `TG_TABLE_NAME`, not a query);
+/// - not as the target of an `INSERT INTO` (qualified or quoted or not), which reads
+///   nothing.
+///
+/// `None` when there is nothing to look for.
+pub(crate) fn names_as_words(mentions: &[Mention<'_>]) -> Option<String> {
     fn escaped(name: &str) -> String {
         name.chars()
             .map(|c| {
@@ -400,19 +427,38 @@ fn names_as_words<'a>(
             })
             .collect()
     }
-    let relations: Vec<String> = relations.map(escaped).collect();
-    let functions: Vec<String> = functions.map(escaped).collect();
     let mut alternatives = Vec::new();
-    if !relations.is_empty() {
-        // Not a string that is the name alone (`pg_notify('events', …)`,
-        // `TG_TABLE_NAME = 'events'`): a channel or a comparison, not a query.
-        let relations = relations.join("|");
-        alternatives.push(format!(
-            "(?<!')(?:{relations})(?=[^[:alnum:]_$]|$)|(?<=')(?:{relations})(?=[^[:alnum:]_$']|$)"
-        ));
-    }
-    if !functions.is_empty() {
-        alternatives.push(format!("(?:{})(?=\"?\\s*\\()", functions.join("|")));
+    for function in [false, true] {
+        let suffix = if function {
+            "(?=\"?\\s*\\()"
+        } else {
+            "(?=[^[:alnum:]_$]|$)"
+        };
+        let of_kind = || mentions.iter().filter(move |m| m.function == function);
+        let unqualified: Vec<String> = of_kind()
+            .filter(|m| !m.qualified_only)
+            .map(|m| escaped(m.name))
+            .collect();
+        if !unqualified.is_empty() {
+            alternatives.push(format!(
+                "(?<![.'])(?<!\\.\")(?:{}){suffix}",
+                unqualified.join("|")
+            ));
+        }
+        let mut schemas: Vec<&str> = of_kind().map(|m| m.schema).collect();
+        schemas.sort_unstable();
+        schemas.dedup();
+        for schema in schemas {
+            let names: Vec<String> = of_kind()
+                .filter(|m| m.schema == schema)
+                .map(|m| escaped(m.name))
+                .collect();
+            alternatives.push(format!(
+                "(?<=(?:^|[^[:alnum:]_$])\"?{}\"?\\.\"?)(?:{}){suffix}",
+                escaped(schema),
+                names.join("|")
+            ));
+        }
     }
     (!alternatives.is_empty()).then(|| {
         format!(
@@ -422,3 +468,8 @@ fn names_as_words<'a>(
         )
     })
 }
+
+/// A function's text without its comments (`/* … */` first, then `-- …` to the end of
+/// the line), as SQL over `pg_proc p`.
+pub(crate) const WITHOUT_COMMENTS: &str =
+    "regexp_replace(regexp_replace(p.prosrc, '/\\*.*?\\*/', ' ', 'g'), '--[^\\n]*', ' ', 'g')";

@@ -28,9 +28,10 @@ struct Target {
     oid: u32,
     /// A relation (`pg_class`): a tiered table, a view; else a function (`pg_proc`).
     relation: bool,
-    /// Its name as the registry has it, which bodies name it by.
+    /// Its schema and name as the registry has them, which bodies name it by.
+    schema: String,
     name: String,
-    /// Whether a body can name it by `name` (false for functions pg_catalog shadows,
+    /// Whether a body can name it unqualified (false for functions pg_catalog shadows,
     /// which are called qualified, and whose names are pg_catalog's common words).
     named: bool,
     /// Its qualified name, as messages show it (`None` for tiered tables and views over
@@ -40,9 +41,10 @@ struct Target {
     reads_view: bool,
 }
 
-/// The tiered tables and views over them, as round one's frontier: `(oid, name, view)`.
+/// The tiered tables and views over them, as round one's frontier: `(oid, schema, name,
+/// view)`.
 pub struct Start<'a> {
-    pub relations: Vec<(u32, &'a str, bool)>,
+    pub relations: Vec<(u32, &'a str, &'a str, bool)>,
     /// The tiered tables' oids.
     pub tiered: Vec<u32>,
 }
@@ -58,7 +60,7 @@ fn functions_query() -> String {
                    AND ((d.refclassid = 'pg_class'::regclass AND d.refobjid = ANY ($2)) \
                         OR (d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($3)))";
     format!(
-        "SELECT p.oid, n.nspname::text, p.proname::text, substring(p.prosrc from $1), \
+        "SELECT p.oid, n.nspname::text, p.proname::text, substring({body} from $1), \
                 (SELECT d.refobjid FROM pg_depend d WHERE {depends} ORDER BY 1 LIMIT 1), \
                 EXISTS (SELECT 1 FROM pg_proc b WHERE b.proname = p.proname AND b.pronamespace = 'pg_catalog'::regnamespace), \
                 p.prokind = 'p', pg_get_function_identity_arguments(p.oid) \
@@ -68,21 +70,22 @@ fn functions_query() -> String {
            AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) s \
                            WHERE lower(split_part(s, '=', 1)) IN ('{reads}', '{writes}') \
                              AND lower(substr(s, strpos(s, '=') + 1)) IN {HOT_ONLY_ON}) \
-           AND (p.prosrc ILIKE ANY ($5) AND p.prosrc ~ $1 \
+           AND ((p.prosrc ILIKE ANY ($5) AND {body} ~ $1) \
                 OR EXISTS (SELECT 1 FROM pg_depend d WHERE {depends})) \
          ORDER BY 2, 3, 8",
         reads = super::HOT_ONLY_READS_SETTING,
+        body = super::WITHOUT_COMMENTS,
         writes = HOT_ONLY_SETTING,
     )
 }
 
-/// The views (not materialized: reading one runs nothing) whose query calls a function of
-/// the frontier (`$1`) or reads a view of it (`$2`), but not those found already (`$3`).
-/// Each row: oid, schema, name, the frontier oid it depends on.
-const CALLING_VIEWS: &str = "SELECT DISTINCT ON (c.oid) c.oid, n.nspname::text, c.relname::text, d.refobjid \
+/// The views and materialized views whose query calls a function of the frontier (`$1`)
+/// or reads a view of it (`$2`), but not those found already (`$3`). Each row: oid,
+/// schema, name, the frontier oid it depends on, whether it is materialized.
+const CALLING_VIEWS: &str = "SELECT DISTINCT ON (c.oid) c.oid, n.nspname::text, c.relname::text, d.refobjid, c.relkind = 'm' \
      FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid JOIN pg_class c ON c.oid = r.ev_class \
      JOIN pg_namespace n ON n.oid = c.relnamespace \
-     WHERE d.classid = 'pg_rewrite'::regclass AND c.relkind = 'v' AND r.ev_class <> d.refobjid \
+     WHERE d.classid = 'pg_rewrite'::regclass AND c.relkind IN ('v', 'm') AND r.ev_class <> d.refobjid \
        AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1)) \
             OR (d.refclassid = 'pg_class'::regclass AND d.refobjid = ANY ($2))) \
        AND c.oid <> ALL ($3) \
@@ -92,15 +95,19 @@ const CALLING_VIEWS: &str = "SELECT DISTINCT ON (c.oid) c.oid, n.nspname::text, 
 /// The plain tables (not tiered: their writes are coldwire's to plan) whose writes run a
 /// function found (`$1`): an enabled trigger's, a default's or a CHECK constraint's, with
 /// `$2` the tiered tables. Each row (one per table and function): oid, schema, name,
-/// the function's oid, and the writes that run it (`pg_trigger.tgtype`'s bits: 4 INSERT, 8 DELETE, 16 UPDATE; a
-/// default or a check runs on INSERT and UPDATE).
+/// the function's oid, and the writes that run it (`pg_trigger.tgtype`'s bits: 4 INSERT,
+/// 8 DELETE, 16 UPDATE; a default runs on INSERT, and on an UPDATE that sets a column to
+/// it, which the caller counts as an INSERT; a generated column's and a check's on INSERT
+/// and UPDATE).
 const WRITING_TABLES: &str = "SELECT c.oid, n.nspname::text, c.relname::text, f.fn, bit_or(f.events)::int \
      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
      JOIN LATERAL ( \
          SELECT t.tgfoid AS fn, (t.tgtype & 28)::int AS events FROM pg_trigger t \
          WHERE t.tgrelid = c.oid AND NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') AND t.tgfoid = ANY ($1) \
        UNION ALL \
-         SELECT d.refobjid, 20 FROM pg_attrdef a JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = a.oid \
+         SELECT d.refobjid, CASE WHEN att.attgenerated = '' THEN 4 ELSE 20 END \
+         FROM pg_attrdef a JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = a.oid \
+         JOIN pg_attribute att ON att.attrelid = a.adrelid AND att.attnum = a.adnum \
          WHERE a.adrelid = c.oid AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
        UNION ALL \
          SELECT d.refobjid, 20 FROM pg_constraint k JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid \
@@ -121,9 +128,10 @@ pub async fn find(
     let mut frontier: Vec<Target> = start
         .relations
         .iter()
-        .map(|&(oid, name, view)| Target {
+        .map(|&(oid, schema, name, view)| Target {
             oid,
             relation: true,
+            schema: schema.to_owned(),
             name: name.to_owned(),
             named: true,
             through: None,
@@ -139,19 +147,18 @@ pub async fn find(
         if frontier.is_empty() {
             break;
         }
-        let named = |relation: bool| {
-            frontier
-                .iter()
-                .filter(move |t| t.named && t.relation == relation)
-                .map(|t| t.name.as_str())
-        };
-        let pattern = super::names_as_words(named(true), named(false));
-        // A cheap first sieve (a third of the pattern's cost with 2,000 functions).
-        let contains: Vec<String> = frontier
+        let mentions: Vec<super::Mention<'_>> = frontier
             .iter()
-            .filter(|t| t.named)
-            .map(|t| like_contains(&t.name))
+            .map(|t| super::Mention {
+                schema: &t.schema,
+                name: &t.name,
+                function: !t.relation,
+                qualified_only: !t.named,
+            })
             .collect();
+        let pattern = super::names_as_words(&mentions);
+        // A cheap first sieve (a third of the pattern's cost with 2,000 functions).
+        let contains: Vec<String> = frontier.iter().map(|t| like_contains(&t.name)).collect();
         let oids = |relation: bool| -> Vec<u32> {
             frontier
                 .iter()
@@ -162,11 +169,7 @@ pub async fn find(
         let (relations, functions) = (oids(true), oids(false));
         let target = |written: Option<&str>, via: Option<u32>| {
             written
-                .and_then(|w| {
-                    frontier
-                        .iter()
-                        .find(|t| t.named && t.name.eq_ignore_ascii_case(w))
-                })
+                .and_then(|w| frontier.iter().find(|t| t.name.eq_ignore_ascii_case(w)))
                 .or_else(|| via.and_then(|v| frontier.iter().find(|t| t.oid == v)))
         };
         let mut next = Vec::new();
@@ -205,6 +208,7 @@ pub async fn find(
             next.push(Target {
                 oid: row.get(0),
                 relation: false,
+                schema: f.schema.clone(),
                 name: f.name.clone(),
                 named: !f.shadowed,
                 through: Some(f.qualified()),
@@ -222,20 +226,31 @@ pub async fn find(
                 let Some(t) = target(None, row.get(3)) else {
                     continue;
                 };
+                let materialized: bool = row.get(4);
                 let v = ReadingFunction {
                     schema: row.get(1),
                     name: row.get(2),
                     reads: t.reads.clone(),
                     reads_view: t.reads_view,
                     through: t.through.clone(),
-                    kind: CallerKind::View,
+                    kind: if materialized {
+                        CallerKind::MaterializedView
+                    } else {
+                        CallerKind::View
+                    },
                     arguments: String::new(),
                     shadowed: false,
                 };
                 found_views.push(row.get(0));
+                // Reading a materialized view runs nothing: what reads it is no caller.
+                if materialized {
+                    found.push(v);
+                    continue;
+                }
                 next.push(Target {
                     oid: row.get(0),
                     relation: true,
+                    schema: v.schema.clone(),
                     name: v.name.clone(),
                     named: true,
                     through: Some(v.qualified()),

@@ -18,7 +18,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::catalog::pool::{CatalogPool, Pooled};
-use crate::catalog::registry::{self, Registry, CATALOG_CHANNEL, REGISTRY_TTL};
+use crate::catalog::registry::{self, ReadingFunction, Registry, CATALOG_CHANNEL, REGISTRY_TTL};
 use crate::cold::scan::ColdTable;
 
 use crate::error::PlanError;
@@ -65,6 +65,9 @@ pub struct CatalogCache {
     /// The last registry version handed out: versions only go up, also across
     /// [`CatalogCache::invalidate`], since caches of every session key on them.
     last_version: AtomicU64,
+    /// The last search for functions and views that read tiered tables, with the key of
+    /// the catalog it was made from (`Registry::callers_key`).
+    callers: RwLock<Option<(String, Vec<ReadingFunction>)>>,
 }
 
 impl CatalogCache {
@@ -74,6 +77,7 @@ impl CatalogCache {
             service,
             registry: RwLock::new(None),
             last_version: AtomicU64::new(0),
+            callers: RwLock::new(None),
             cold: RwLock::new(HashMap::new()),
             past: RwLock::new(HashMap::new()),
             epoch: Arc::new(AtomicU64::new(0)),
@@ -134,18 +138,27 @@ impl CatalogCache {
                 tracing::warn!(error = %crate::catalog::postgres_text(&e), "following DDL on tiered tables failed");
             }
         }
-        let previous = self
-            .registry
+        // Kept across `invalidate`: DDL through the proxy need not search again when
+        // the catalog probe says nothing it depends on moved.
+        let callers = self
+            .callers
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map(|(_, _, r)| r.clone());
+            .clone();
         let registry::Listed {
             tables,
             views,
             functions,
             callers_key,
-        } = registry::read(client, previous.as_deref()).await?;
+        } = registry::read(
+            client,
+            callers
+                .as_ref()
+                .map(|(key, functions)| (key.as_str(), functions.as_slice())),
+        )
+        .await?;
+        *self.callers.write().unwrap_or_else(PoisonError::into_inner) =
+            Some((callers_key.clone(), functions.clone()));
         let secret = registry::secret(client).await?;
         let mut slot = self
             .registry

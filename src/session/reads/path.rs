@@ -658,17 +658,29 @@ fn reading_function<'r>(
         | N::CopyStmt(_)
         | N::DeclareCursorStmt(_)
         | N::AlterTableStmt(_) => true,
+        // A materialized view's query runs when it is refreshed (not when it is read).
+        N::RefreshMatViewStmt(r) => {
+            let rv = r.relation.as_ref()?;
+            let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
+            return registry
+                .calling_matview(schema, &rv.relname)
+                .map(|function| ReadingCall {
+                    function,
+                    reads_tiered: false,
+                });
+        }
         _ => false,
     };
     if !runs {
         return None;
     }
     let walk = crate::sql::tree::walk(parsed);
-    // An unqualified name a CTE of the statement defines is that CTE.
+    // An unqualified name a CTE of the statement defines is that CTE (but a write's
+    // target is a table).
     let relations = || {
         walk.relations
             .iter()
-            .filter(|r| r.schema.is_some() || !walk.cte_names.contains(&r.name))
+            .filter(|r| r.written || r.schema.is_some() || !walk.cte_names.contains(&r.name))
     };
     // The writes a statement makes of its target (`pg_trigger.tgtype`'s bits: an upsert
     // fires UPDATE triggers too): any, when it writes several (CTEs), or writes under a
@@ -679,6 +691,15 @@ fn reading_function<'r>(
         N::InsertStmt(_) if walk.fires_update_or_delete => 4 | 16,
         N::InsertStmt(_) => 4,
         N::DeleteStmt(_) => 8,
+        // `SET col = DEFAULT` runs the default, as an INSERT does.
+        N::UpdateStmt(u)
+            if u.target_list.iter().any(|t| {
+                matches!(t.node.as_ref(), Some(N::ResTarget(rt))
+                    if matches!(rt.val.as_ref().and_then(|v| v.node.as_ref()), Some(N::SetToDefault(_))))
+            }) =>
+        {
+            16 | 4
+        }
         N::UpdateStmt(_) => 16,
         _ => 28,
     };
@@ -691,7 +712,10 @@ fn reading_function<'r>(
         .or_else(|| {
             relations().find_map(|r| {
                 let schema = r.schema.as_deref();
-                (!alters)
+                // A view's query runs when it is read, or when rows of it are
+                // updated or deleted (not for an INSERT).
+                let runs_view = r.read || (r.written && writes & 24 != 0);
+                (runs_view && !alters)
                     .then(|| registry.calling_view(schema, &r.name))
                     .flatten()
                     .or_else(|| {
@@ -740,7 +764,7 @@ fn call_refusal(
             "procedure",
             format!("ALTER PROCEDURE {name}({}) SET {setting} = on", f.arguments),
         ),
-        CallerKind::View | CallerKind::Table { .. } => (
+        CallerKind::View | CallerKind::MaterializedView | CallerKind::Table { .. } => (
             "",
             format!("ALTER FUNCTION … SET {setting} = on on the function it calls"),
         ),
@@ -749,6 +773,10 @@ fn call_refusal(
         CallerKind::View => (
             format!("view {name} reads"),
             "Read what it reads through coldwire instead",
+        ),
+        CallerKind::MaterializedView => (
+            format!("refreshing materialized view {name} reads"),
+            "Create a table with CREATE TABLE … AS SELECT through coldwire instead, which fills it with every row",
         ),
         CallerKind::Table { .. } => (
             format!("writes of table {name} read"),
