@@ -128,7 +128,7 @@ impl ReadingFunction {
 }
 
 /// The list of tiered tables, with a version that moves whenever its content does.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct Registry {
     pub tables: Vec<Tiered>,
     pub views: Vec<TieredView>,
@@ -141,9 +141,6 @@ pub struct Registry {
     /// The database's secret (`coldwire.secret`, catalog v13), with which coldwire signs
     /// the rows it brings back (`catalog::capture::rehydration_mac`).
     pub secret: Option<SigningKey>,
-    /// A digest of the catalog `functions` was found from: the tiered tables and views
-    /// over them, and [`CATALOG_PROBE`].
-    pub callers_key: String,
 }
 
 /// A database's secret, never shown (`Debug` prints `<redacted>`).
@@ -258,7 +255,8 @@ pub struct Listed {
     pub tables: Vec<Tiered>,
     pub views: Vec<TieredView>,
     pub functions: Vec<ReadingFunction>,
-    /// What `functions` was found from ([`Registry::callers_key`]).
+    /// A digest of the catalog `functions` was found from: the tiered tables and views
+    /// over them, and [`CATALOG_PROBE`].
     pub callers_key: String,
 }
 

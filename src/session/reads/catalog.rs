@@ -66,7 +66,7 @@ pub struct CatalogCache {
     /// [`CatalogCache::invalidate`], since caches of every session key on them.
     last_version: AtomicU64,
     /// The last search for functions and views that read tiered tables, with the key of
-    /// the catalog it was made from (`Registry::callers_key`).
+    /// the catalog it was made from (`registry::Listed::callers_key`).
     callers: RwLock<Option<(String, Vec<ReadingFunction>)>>,
 }
 
@@ -158,7 +158,7 @@ impl CatalogCache {
         )
         .await?;
         *self.callers.write().unwrap_or_else(PoisonError::into_inner) =
-            Some((callers_key.clone(), functions.clone()));
+            Some((callers_key, functions.clone()));
         let secret = registry::secret(client).await?;
         let mut slot = self
             .registry
@@ -176,12 +176,7 @@ impl CatalogCache {
                     .all(|(a, b)| a.table == b.table && a.row_type == b.row_type)
         });
         let registry = match previous {
-            Some(p) if same && p.callers_key == callers_key => p,
-            // The same registry, found from a catalog that moved elsewhere.
-            Some(p) if same => Arc::new(Registry {
-                callers_key,
-                ..(*p).clone()
-            }),
+            Some(p) if same => p,
             _ => Arc::new(Registry {
                 names: tables
                     .iter()
@@ -194,7 +189,6 @@ impl CatalogCache {
                 functions,
                 version: self.last_version.fetch_add(1, Ordering::AcqRel) + 1,
                 secret,
-                callers_key,
             }),
         };
         *slot = Some((Instant::now(), ddl, registry.clone()));
