@@ -1285,7 +1285,14 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
                      NEW.events := (SELECT count(*) FROM archive.events);
                      RETURN NEW;
                  END $$;
-             CREATE TRIGGER notes_fill BEFORE INSERT ON notes FOR EACH ROW EXECUTE FUNCTION fill_note();"#,
+             CREATE TRIGGER notes_fill BEFORE INSERT ON notes FOR EACH ROW EXECUTE FUNCTION fill_note();
+             -- A trigger function found in a round after a materialized view.
+             CREATE MATERIALIZED VIEW counted_mv AS SELECT count_events() AS n WITH NO DATA;
+             CREATE FUNCTION wrap_count() RETURNS bigint LANGUAGE sql AS 'SELECT count_events()';
+             CREATE FUNCTION check_deep() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN PERFORM wrap_count(); RETURN NEW; END $$;
+             CREATE TABLE deep(id int);
+             CREATE TRIGGER deep_check BEFORE INSERT ON deep FOR EACH ROW EXECUTE FUNCTION check_deep();"#,
     )
     .await;
 
@@ -1309,6 +1316,11 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
         // A CTE named like the target does not hide it.
         ("WITH orders AS (SELECT 1) INSERT INTO orders VALUES (12, 6)", orders),
         ("INSERT INTO capped VALUES (1)", capped),
+        // The function a trigger runs is named, however deep it was found.
+        (
+            "INSERT INTO deep VALUES (1)",
+            "writes of table public.deep read tiered table events server-side through public.check_deep,",
+        ),
         ("EXPLAIN ANALYZE INSERT INTO orders VALUES (3, 5)", orders),
         // The function of the trigger that fires is named.
         (

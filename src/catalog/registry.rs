@@ -133,7 +133,7 @@ pub struct Registry {
     pub tables: Vec<Tiered>,
     pub views: Vec<TieredView>,
     /// Functions and procedures that read tiered tables server-side.
-    pub functions: Vec<ReadingFunction>,
+    pub functions: Arc<[ReadingFunction]>,
     /// Lower-case names (of tables, views and such functions), for the cheap test of
     /// every statement.
     pub names: Vec<String>,
@@ -189,33 +189,22 @@ impl Registry {
     /// is not known here) unless pg_catalog has a function of the name, which comes
     /// first.
     pub fn function(&self, schema: Option<&str>, name: &str) -> Option<&ReadingFunction> {
-        self.functions.iter().find(|f| {
-            matches!(f.kind, CallerKind::Function | CallerKind::Procedure)
-                && f.name == name
-                && match schema {
-                    Some(s) => f.schema == s,
-                    None => !f.shadowed,
-                }
+        self.caller(schema, name, |k| {
+            matches!(k, CallerKind::Function | CallerKind::Procedure)
         })
     }
 
     /// A view whose query calls a function that reads tiered tables server-side, which
     /// `schema.name` (as written; any schema when unqualified) may name.
     pub fn calling_view(&self, schema: Option<&str>, name: &str) -> Option<&ReadingFunction> {
-        self.functions.iter().find(|f| {
-            f.kind == CallerKind::View && f.name == name && schema.is_none_or(|s| f.schema == s)
-        })
+        self.caller(schema, name, |k| k == CallerKind::View)
     }
 
     /// A materialized view whose query calls a function that reads tiered tables
     /// server-side, which `schema.name` (as written; any schema when unqualified) may
     /// name.
     pub fn calling_matview(&self, schema: Option<&str>, name: &str) -> Option<&ReadingFunction> {
-        self.functions.iter().find(|f| {
-            f.kind == CallerKind::MaterializedView
-                && f.name == name
-                && schema.is_none_or(|s| f.schema == s)
-        })
+        self.caller(schema, name, |k| k == CallerKind::MaterializedView)
     }
 
     /// A plain table whose writes of a kind in `writes` (bits as [`CallerKind::Table`]'s)
@@ -227,10 +216,23 @@ impl Registry {
         name: &str,
         writes: u8,
     ) -> Option<&ReadingFunction> {
+        self.caller(
+            schema,
+            name,
+            |k| matches!(k, CallerKind::Table { writes: w } if w & writes != 0),
+        )
+    }
+
+    /// The first of [`Self::functions`] of a kind `kind` admits named `schema.name` (as
+    /// written; unqualified, any schema, but not a function pg_catalog shadows).
+    fn caller(
+        &self,
+        schema: Option<&str>,
+        name: &str,
+        kind: impl Fn(CallerKind) -> bool,
+    ) -> Option<&ReadingFunction> {
         self.functions.iter().find(|f| {
-            matches!(f.kind, CallerKind::Table { writes: w } if w & writes != 0)
-                && f.name == name
-                && schema.is_none_or(|s| f.schema == s)
+            kind(f.kind) && f.name == name && schema.map_or(!f.shadowed, |s| f.schema == s)
         })
     }
 
@@ -254,7 +256,7 @@ pub async fn secret(client: &Client) -> Result<Option<SigningKey>, tokio_postgre
 pub struct Listed {
     pub tables: Vec<Tiered>,
     pub views: Vec<TieredView>,
-    pub functions: Vec<ReadingFunction>,
+    pub functions: Arc<[ReadingFunction]>,
     /// A digest of the catalog `functions` was found from: the tiered tables and views
     /// over them, and [`CATALOG_PROBE`].
     pub callers_key: String,
@@ -268,7 +270,7 @@ pub struct Listed {
 /// The catalog could not be read.
 pub async fn read(
     client: &Client,
-    previous: Option<(&str, &[ReadingFunction])>,
+    previous: Option<(&str, &Arc<[ReadingFunction]>)>,
 ) -> Result<Listed, tokio_postgres::Error> {
     let rows = client
             .query(
@@ -371,15 +373,15 @@ pub async fn read(
     };
     let mut callers_key = String::new();
     let functions = if tables.is_empty() {
-        Vec::new()
+        Arc::default()
     } else {
         // The search reads every function's text; it runs again only when functions,
         // views, schemas or what they may read changed since the last one.
         let probe: String = client.query_one(CATALOG_PROBE, &[]).await?.get(0);
         callers_key = format!("{probe}|{:?}", start.relations);
         match previous {
-            Some((key, functions)) if key == callers_key => functions.to_vec(),
-            _ => callers::find(client, &start).await?,
+            Some((key, functions)) if key == callers_key => Arc::clone(functions),
+            _ => callers::find(client, &start).await?.into(),
         }
     };
     Ok(Listed {

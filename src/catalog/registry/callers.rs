@@ -20,6 +20,14 @@ use tokio_postgres::Client;
 use super::{CallerKind, ReadingFunction};
 use crate::catalog::capture::{HOT_ONLY_ON, HOT_ONLY_SETTING};
 
+/// The schemas searched (`n`: `pg_namespace`): the database's own, not the system's,
+/// coldwire's or temporary ones.
+macro_rules! own_schema {
+    () => {
+        "n.nspname NOT IN ('pg_catalog', 'information_schema', 'coldwire') AND n.nspname NOT LIKE 'pg\\_temp\\_%'"
+    };
+}
+
 /// At most this many rounds: a chain of wrappers deeper than this is not followed.
 const MAX_ROUNDS: usize = 16;
 
@@ -39,6 +47,22 @@ struct Target {
     through: Option<String>,
     reads: String,
     reads_view: bool,
+}
+
+impl Target {
+    /// What was found, as the next round's frontier.
+    fn of(found: &ReadingFunction, oid: u32, relation: bool) -> Self {
+        Self {
+            oid,
+            relation,
+            schema: found.schema.clone(),
+            name: found.name.clone(),
+            named: !found.shadowed,
+            through: Some(found.qualified()),
+            reads: found.reads.clone(),
+            reads_view: found.reads_view,
+        }
+    }
 }
 
 /// The tiered tables and views over them, as round one's frontier: `(oid, schema, name,
@@ -65,7 +89,7 @@ fn functions_query() -> String {
                 EXISTS (SELECT 1 FROM pg_proc b WHERE b.proname = p.proname AND b.pronamespace = 'pg_catalog'::regnamespace), \
                 p.prokind = 'p', pg_get_function_identity_arguments(p.oid) \
          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang \
-         WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'coldwire') AND n.nspname NOT LIKE 'pg\\_temp\\_%' \
+         WHERE {own} \
            AND l.lanname NOT IN ('internal', 'c') AND p.oid <> ALL ($4) \
            AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) s \
                            WHERE lower(split_part(s, '=', 1)) IN ('{reads}', '{writes}') \
@@ -76,21 +100,21 @@ fn functions_query() -> String {
         reads = super::HOT_ONLY_READS_SETTING,
         body = super::WITHOUT_COMMENTS,
         writes = HOT_ONLY_SETTING,
+        own = own_schema!(),
     )
 }
 
 /// The views and materialized views whose query calls a function of the frontier (`$1`)
 /// or reads a view of it (`$2`), but not those found already (`$3`). Each row: oid,
 /// schema, name, the frontier oid it depends on, whether it is materialized.
-const CALLING_VIEWS: &str = "SELECT DISTINCT ON (c.oid) c.oid, n.nspname::text, c.relname::text, d.refobjid, c.relkind = 'm' \
+const CALLING_VIEWS: &str = concat!("SELECT DISTINCT ON (c.oid) c.oid, n.nspname::text, c.relname::text, d.refobjid, c.relkind = 'm' \
      FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid JOIN pg_class c ON c.oid = r.ev_class \
      JOIN pg_namespace n ON n.oid = c.relnamespace \
      WHERE d.classid = 'pg_rewrite'::regclass AND c.relkind IN ('v', 'm') AND r.ev_class <> d.refobjid \
        AND ((d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1)) \
             OR (d.refclassid = 'pg_class'::regclass AND d.refobjid = ANY ($2))) \
-       AND c.oid <> ALL ($3) \
-       AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'coldwire') AND n.nspname NOT LIKE 'pg\\_temp\\_%' \
-     ORDER BY c.oid, d.refobjid";
+       AND c.oid <> ALL ($3) AND ", own_schema!(), " \
+     ORDER BY c.oid, d.refobjid");
 
 /// The plain tables (not tiered: their writes are coldwire's to plan) whose writes run a
 /// function found (`$1`): an enabled trigger's, a default's or a CHECK constraint's, with
@@ -99,7 +123,7 @@ const CALLING_VIEWS: &str = "SELECT DISTINCT ON (c.oid) c.oid, n.nspname::text, 
 /// 8 DELETE, 16 UPDATE; a default runs on INSERT, and on an UPDATE that sets a column to
 /// it, which the caller counts as an INSERT; a generated column's and a check's on INSERT
 /// and UPDATE).
-const WRITING_TABLES: &str = "SELECT c.oid, n.nspname::text, c.relname::text, f.fn, bit_or(f.events)::int \
+const WRITING_TABLES: &str = concat!("SELECT c.oid, n.nspname::text, c.relname::text, f.fn, bit_or(f.events)::int \
      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
      JOIN LATERAL ( \
          SELECT t.tgfoid AS fn, (t.tgtype & 28)::int AS events FROM pg_trigger t \
@@ -113,9 +137,8 @@ const WRITING_TABLES: &str = "SELECT c.oid, n.nspname::text, c.relname::text, f.
          SELECT d.refobjid, 20 FROM pg_constraint k JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid \
          WHERE k.conrelid = c.oid AND k.contype = 'c' AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
      ) f ON true \
-     WHERE c.relkind IN ('r', 'p') AND c.oid <> ALL ($2) \
-       AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'coldwire') AND n.nspname NOT LIKE 'pg\\_temp\\_%' \
-     GROUP BY 1, 2, 3, 4 ORDER BY 2, 3, 4";
+     WHERE c.relkind IN ('r', 'p') AND c.oid <> ALL ($2) AND ", own_schema!(), " \
+     GROUP BY 1, 2, 3, 4 ORDER BY 2, 3, 4");
 
 /// Everything that reads tiered tables server-side, from `start`.
 ///
@@ -141,7 +164,9 @@ pub async fn find(
         .collect();
     let functions_sql = functions_query();
     let mut found: Vec<ReadingFunction> = Vec::new();
+    // The functions and procedures found: their oids, and where in `found` each is.
     let mut found_functions: Vec<u32> = Vec::new();
+    let mut found_at: Vec<usize> = Vec::new();
     let mut found_views: Vec<u32> = Vec::new();
     for round in 0..MAX_ROUNDS {
         if frontier.is_empty() {
@@ -205,16 +230,8 @@ pub async fn find(
                 shadowed: row.get(5),
             };
             found_functions.push(row.get(0));
-            next.push(Target {
-                oid: row.get(0),
-                relation: false,
-                schema: f.schema.clone(),
-                name: f.name.clone(),
-                named: !f.shadowed,
-                through: Some(f.qualified()),
-                reads: f.reads.clone(),
-                reads_view: f.reads_view,
-            });
+            found_at.push(found.len());
+            next.push(Target::of(&f, row.get(0), false));
             found.push(f);
         }
         // Views over tiered tables (round one's frontier) are coldwire's to expand.
@@ -247,38 +264,24 @@ pub async fn find(
                     found.push(v);
                     continue;
                 }
-                next.push(Target {
-                    oid: row.get(0),
-                    relation: true,
-                    schema: v.schema.clone(),
-                    name: v.name.clone(),
-                    named: true,
-                    through: Some(v.qualified()),
-                    reads: v.reads.clone(),
-                    reads_view: v.reads_view,
-                });
+                next.push(Target::of(&v, row.get(0), true));
                 found.push(v);
             }
         }
         frontier = next;
     }
     // Writes of plain tables that run one of them.
-    let functions_found: Vec<&ReadingFunction> = found
-        .iter()
-        .filter(|f| f.kind != CallerKind::View)
-        .collect();
     let mut tables = Vec::new();
     if !found_functions.is_empty() {
         for row in client
             .query(WRITING_TABLES, &[&found_functions, &start.tiered])
             .await?
         {
-            // `found_functions` and the functions of `found` are in the same order.
             let oid: u32 = row.get(3);
             let Some(f) = found_functions
                 .iter()
                 .position(|o| *o == oid)
-                .map(|i| functions_found[i])
+                .map(|i| &found[found_at[i]])
             else {
                 continue;
             };

@@ -67,7 +67,7 @@ pub struct CatalogCache {
     last_version: AtomicU64,
     /// The last search for functions and views that read tiered tables, with the key of
     /// the catalog it was made from (`registry::Listed::callers_key`).
-    callers: RwLock<Option<(String, Vec<ReadingFunction>)>>,
+    callers: RwLock<Option<(String, Arc<[ReadingFunction]>)>>,
 }
 
 impl CatalogCache {
@@ -154,11 +154,11 @@ impl CatalogCache {
             client,
             callers
                 .as_ref()
-                .map(|(key, functions)| (key.as_str(), functions.as_slice())),
+                .map(|(key, functions)| (key.as_str(), functions)),
         )
         .await?;
         *self.callers.write().unwrap_or_else(PoisonError::into_inner) =
-            Some((callers_key, functions.clone()));
+            Some((callers_key, Arc::clone(&functions)));
         let secret = registry::secret(client).await?;
         let mut slot = self
             .registry

@@ -755,36 +755,38 @@ fn call_refusal(
         .map(|t| format!(" through {t}"))
         .unwrap_or_default();
     let setting = crate::catalog::registry::HOT_ONLY_READS_SETTING;
-    let (kind, declare) = match f.kind {
-        CallerKind::Function => (
-            "function",
-            format!("ALTER FUNCTION {name}({}) SET {setting} = on", f.arguments),
-        ),
-        CallerKind::Procedure => (
-            "procedure",
-            format!("ALTER PROCEDURE {name}({}) SET {setting} = on", f.arguments),
-        ),
-        CallerKind::View | CallerKind::MaterializedView | CallerKind::Table { .. } => (
-            "",
-            format!("ALTER FUNCTION … SET {setting} = on on the function it calls"),
-        ),
-    };
-    let (subject, run) = match f.kind {
+    let on_function = format!("ALTER FUNCTION … SET {setting} = on on the function it calls");
+    let (subject, run, declare) = match f.kind {
+        CallerKind::Function | CallerKind::Procedure => {
+            let kind = if f.kind == CallerKind::Function {
+                "function"
+            } else {
+                "procedure"
+            };
+            (
+                format!("{kind} {name} reads"),
+                "Run its query itself through coldwire",
+                format!(
+                    "ALTER {} {name}({}) SET {setting} = on",
+                    kind.to_uppercase(),
+                    f.arguments
+                ),
+            )
+        }
         CallerKind::View => (
             format!("view {name} reads"),
             "Read what it reads through coldwire instead",
+            on_function,
         ),
         CallerKind::MaterializedView => (
             format!("refreshing materialized view {name} reads"),
             "Create a table with CREATE TABLE … AS SELECT through coldwire instead, which fills it with every row",
+            on_function,
         ),
         CallerKind::Table { .. } => (
             format!("writes of table {name} read"),
             "Move that read out of the table's trigger, default or CHECK, into statements sent through coldwire",
-        ),
-        _ => (
-            format!("{kind} {name} reads"),
-            "Run its query itself through coldwire",
+            on_function,
         ),
     };
     fields(
