@@ -912,6 +912,70 @@ async fn a_policy_change_while_a_flush_streams_does_not_fail_it() {
     assert_eq!((s.hot, s.live, s.cold_versions), (0, 300, 300), "{s:?}");
 }
 
+#[tokio::test]
+async fn chunks_of_dense_and_of_sparse_keys_are_pruned_alike() {
+    // The prune takes 5,000 pairs a transaction: a chunk whose integer keys lie close
+    // together by one range scan of the mirror and one of the heap, any other pair by
+    // pair. Here the first chunk is dense (keys 1..=5000), the others sparse (keys 100
+    // apart), and keys written between the activation and the prune, in both kinds of
+    // chunk, stay hot.
+    let db = create_db("densesparse");
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(&format!(
+            "{SCHEMA} INSERT INTO t SELECT CASE WHEN g <= 6000 THEN g ELSE g * 100 END, g, 'p' \
+                      FROM generate_series(1, 12000) g;
+             INSERT INTO c SELECT * FROM t;"
+        ))
+        .await
+        .unwrap();
+    let proxy = Proxy::tiering(
+        &db,
+        store.path(),
+        &[("COLDWIRE_FAILPOINT", "after_activation:sleep=1500")],
+    )
+    .await;
+    let c = proxy.connect(&db).await;
+    admin(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 0, "min_flush_rows": 1, "max_rows_per_file": 100000, "auto_flush": false}')"#).await;
+    let flusher = {
+        let client = proxy.connect(&db).await;
+        tokio::spawn(async move {
+            admin(&client, "SELECT coldwire.flush_table('t', wait => true)").await
+        })
+    };
+    let mut waited = 0;
+    while !proxy.log_contains("failpoint reached: sleeping").await {
+        waited += 1;
+        assert!(waited < 300, "the flush did not activate: {}", proxy.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let writes = "UPDATE {t} SET v = -v, note = 'w' WHERE id IN (10, 4999, 700000, 1100000); \
+                  DELETE FROM {t} WHERE id IN (20, 800000)";
+    for table in ["t", "c"] {
+        c.batch_execute(&writes.replace("{t}", table))
+            .await
+            .unwrap_or_else(|e| panic!("{table}: {e:?}"));
+    }
+    let job = tokio::time::timeout(Duration::from_secs(60), flusher)
+        .await
+        .expect("the flush finishes")
+        .unwrap();
+    assert_eq!(
+        (job["state"].as_str(), job["rows_done"].as_i64()),
+        (Some("completed"), Some(12000)),
+        "{job}"
+    );
+    let s = assert_invariants(&direct, store.path(), table_id(&direct).await).await;
+    // The four keys written since stay hot; the two deleted wait for the next flush.
+    assert_eq!((s.hot, s.live), (4, 11998), "{s:?}");
+    let through: Rows = rows(&c, "SELECT id, v::text, note FROM t").await;
+    assert_eq!(
+        through,
+        rows(&direct, "SELECT id, v::text, note FROM c").await
+    );
+}
+
 /// A flush of the 12,000 rows of a tiered `t` (hot_row_limit 0), started in the
 /// background and paused (700 ms) after its first prune transaction of 5,000 pairs and
 /// after each later one: so reads and writes run while some of the flushed rows are

@@ -43,7 +43,6 @@ pub(super) struct Tiered {
 }
 
 impl Tiered {
-    /// The key columns, quoted, each after `prefix`.
     /// Checks that the policy's age column, if it has one, is still a column the rows
     /// can be ordered by age with: what selecting rows needs (a prune that resumes does
     /// not, so it runs before this check).
@@ -64,8 +63,21 @@ impl Tiered {
         ))
     }
 
+    /// The key columns, quoted, each after `prefix`.
     pub(super) fn pk_list(&self, prefix: &str) -> String {
         column_list(self.pk.iter().map(String::as_str), prefix)
+    }
+
+    /// Whether the first key column is a smallint, integer or bigint.
+    pub(super) fn first_key_is_integer(&self) -> bool {
+        use crate::values::{ColdType, ScalarType};
+        self.columns.iter().any(|c| {
+            c.name == self.pk[0]
+                && matches!(
+                    c.ty,
+                    ColdType::Scalar(ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8)
+                )
+        })
     }
 
     /// The join condition on the primary key between relations aliased `left` and `right`.
