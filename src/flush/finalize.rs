@@ -9,7 +9,7 @@ use tokio_postgres::Client;
 
 use super::table::{FlushError, Tiered};
 use super::write::copy_batches_in;
-use crate::catalog::jobs::{self, Job};
+use crate::catalog::jobs::Job;
 use crate::catalog::locks::TABLE_LOCK_CLASS;
 use crate::segment::SEQ_COLUMN;
 use crate::sql::quote::column_list;
@@ -92,6 +92,7 @@ pub(super) async fn finalize(
 /// key still in the mirror reads its hot version meanwhile, so every read and write sees
 /// each row once whichever chunks have committed, and writers wait for one chunk at most,
 /// not for the whole flush. A pair whose key was written since (a newer seq) stays.
+/// Each chunk's transaction also records the job's heartbeat.
 pub(super) async fn prune_flushed(
     client: &mut Client,
     job: &Job,
@@ -106,23 +107,21 @@ pub(super) async fn prune_flushed(
         )
         .await?
         .get(0);
+    let mut statements = PruneStatements::prepare(client, table).await?;
     let mut from = 0i64;
     while from < pairs {
         let to = from + PRUNE_CHUNK_ROWS;
         // Found before the chunk's transaction: writers wait for the prune alone.
-        let range = dense_range(client, table, from, to).await?;
+        let range = statements.dense_range(client, from, to).await?;
         let mut tries = LockRetries::default();
         loop {
-            match prune_chunk(client, job, table, from, to, range).await {
+            match prune_chunk(client, job, table, &mut statements, (from, to), range, rows).await {
                 Err(e) if tries.again(&e, "pruning").await => {}
                 done => break done?,
             }
         }
         from = to;
         crate::failpoint::hit("after_prune_chunk").await;
-        if !jobs::heartbeat(client, job, rows).await? {
-            return Err(FlushError::Fenced(job.id, job.attempt));
-        }
     }
     // Every read plans and guards with an index range scan of the mirror over the cold
     // key range: right after a large prune that scan would visit every dead entry until
@@ -168,124 +167,230 @@ const VACUUM_MIRROR_AFTER_PAIRS: i64 = 10_000;
 /// this many keys per pair of the chunk.
 const DENSE_KEYS_PER_PAIR: i64 = 4;
 
-/// The lowest and highest first key column of the pairs numbered in `(from, to]`, when
-/// that column is an integer and the range between them is dense with the chunk's keys
-/// (at most [`DENSE_KEYS_PER_PAIR`] keys per pair): the chunk of a table whose keys grow
-/// with its inserts, as its oldest rows go cold.
-async fn dense_range(
-    client: &Client,
-    table: &Tiered,
-    from: i64,
-    to: i64,
-) -> Result<Option<(i64, i64)>, FlushError> {
-    if !table.first_key_is_integer() {
-        return Ok(None);
-    }
-    let row = client
-        .query_one(
-            &format!(
-                "SELECT min({first})::int8, max({first})::int8, count(*) FROM pg_temp.cw_pairs WHERE n > $1 AND n <= $2",
-                first = quote_ident(&table.pk[0]),
-            ),
-            &[&from, &to],
-        )
-        .await?;
-    let (Some(low), Some(high), pairs) = (
-        row.get::<_, Option<i64>>(0),
-        row.get::<_, Option<i64>>(1),
-        row.get::<_, i64>(2),
-    ) else {
-        return Ok(None);
-    };
-    let keys = i128::from(high) - i128::from(low) + 1;
-    Ok((keys <= i128::from(pairs) * i128::from(DENSE_KEYS_PER_PAIR)).then_some((low, high)))
+/// The statements the prune runs for every chunk, prepared once (each saves a round
+/// trip a chunk); the DELETE is prepared for the table's name as it is when a chunk runs.
+struct PruneStatements {
+    /// The lowest and highest first key column of a chunk's pairs, and their count, when
+    /// that column is an integer.
+    bounds: Option<tokio_postgres::Statement>,
+    /// The DELETE by table name and kind of chunk (by range or not).
+    deletes: Vec<(String, bool, tokio_postgres::Statement)>,
 }
 
-/// One transaction of [`prune_flushed`]: pairs numbered in `(from, to]`, whose first
-/// key column lies in `range` when [`dense_range`] found one.
+impl PruneStatements {
+    async fn prepare(client: &Client, table: &Tiered) -> Result<Self, FlushError> {
+        let bounds = if table.first_key_is_integer() {
+            Some(
+                client
+                    .prepare(&format!(
+                        "SELECT min({first})::int8, max({first})::int8, count(*) FROM pg_temp.cw_pairs WHERE n > $1 AND n <= $2",
+                        first = quote_ident(&table.pk[0]),
+                    ))
+                    .await?,
+            )
+        } else {
+            None
+        };
+        Ok(Self {
+            bounds,
+            deletes: Vec::new(),
+        })
+    }
+
+    /// The lowest and highest first key column of the pairs numbered in `(from, to]`,
+    /// when that column is an integer and the range between them is dense with the
+    /// chunk's keys (at most [`DENSE_KEYS_PER_PAIR`] keys per pair): the chunk of a table
+    /// whose keys grow with its inserts, as its oldest rows go cold.
+    async fn dense_range(
+        &self,
+        client: &Client,
+        from: i64,
+        to: i64,
+    ) -> Result<Option<(i64, i64)>, FlushError> {
+        let Some(bounds) = &self.bounds else {
+            return Ok(None);
+        };
+        let row = client.query_one(bounds, &[&from, &to]).await?;
+        let (Some(low), Some(high), pairs) = (
+            row.get::<_, Option<i64>>(0),
+            row.get::<_, Option<i64>>(1),
+            row.get::<_, i64>(2),
+        ) else {
+            return Ok(None);
+        };
+        let keys = i128::from(high) - i128::from(low) + 1;
+        Ok((keys <= i128::from(pairs) * i128::from(DENSE_KEYS_PER_PAIR)).then_some((low, high)))
+    }
+
+    /// The DELETE of a chunk's pairs from the mirror and their rows from the heap `name`:
+    /// `$1`, `$2` number the pairs; by range, `$3` and `$4` bound the first key column.
+    async fn delete(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        table: &Tiered,
+        name: &str,
+        by_range: bool,
+    ) -> Result<tokio_postgres::Statement, FlushError> {
+        if let Some((_, _, s)) = self
+            .deletes
+            .iter()
+            .find(|(n, r, _)| n == name && *r == by_range)
+        {
+            return Ok(s.clone());
+        }
+        let (in_range_m, in_range_h) = if by_range {
+            let first = quote_ident(&table.pk[0]);
+            (
+                format!(" AND m.{first} BETWEEN $3::int8 AND $4::int8"),
+                format!(" AND h.{first} BETWEEN $3::int8 AND $4::int8"),
+            )
+        } else {
+            (String::new(), String::new())
+        };
+        let statement = tx
+            .prepare(&format!(
+                "WITH gone AS (DELETE FROM coldwire.m_{id} m USING pg_temp.cw_pairs p \
+                               WHERE p.n > $1 AND p.n <= $2 AND {m_p} AND m.seq = p.seq{in_range_m} RETURNING {returning}) \
+                 DELETE FROM ONLY {name} h USING gone WHERE {h_gone}{in_range_h}",
+                id = table.id,
+                m_p = table.pk_equal("m", "p"),
+                returning = table.pk_list("m."),
+                h_gone = table.pk_equal("h", "gone"),
+            ))
+            .await?;
+        self.deletes
+            .push((name.to_owned(), by_range, statement.clone()));
+        Ok(statement)
+    }
+}
+
+/// One transaction of [`prune_flushed`]: the pairs numbered in `(from, to]`, whose first
+/// key column lies in `range` when [`PruneStatements::dense_range`] found one. `rows` is
+/// the job's row count, for its heartbeat.
 async fn prune_chunk(
     client: &mut Client,
     job: &Job,
     table: &Tiered,
-    from: i64,
-    to: i64,
+    statements: &mut PruneStatements,
+    (from, to): (i64, i64),
     range: Option<(i64, i64)>,
+    rows: i64,
 ) -> Result<(), FlushError> {
-    let returning = table.pk_list("m.");
-    let tx = locked_transaction(client, job, table).await?;
-    // The table by its current name: a rename after the activation must not leave the
-    // flushed rows in the heap (the prune does not depend on the columns).
-    let name = current_name(&tx, table).await?;
-    // The heap delete's capture trigger keeps the chunk's rows as its transition table:
-    // in memory, not in a temporary file (a 50-column table's 5,000 rows take 3 MB).
-    tx.batch_execute("SET LOCAL work_mem = '64MB'").await?;
-    let (low, high) = range.unwrap_or_default();
-    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&from, &to];
-    let (in_range_m, in_range_h) = if range.is_some() {
+    let joins = if range.is_some() {
         // A dense chunk: one index range scan of the mirror and one of the heap, each
-        // joined to the chunk's pairs by hashing them (half the time of a probe per
-        // pair, measured on a 50-column table: bench/README).
-        tx.batch_execute("SET LOCAL enable_nestloop = off; SET LOCAL enable_mergejoin = off")
-            .await?;
-        params.push(&low);
-        params.push(&high);
-        let first = quote_ident(&table.pk[0]);
-        (
-            format!(" AND m.{first} BETWEEN $3::int8 AND $4::int8"),
-            format!(" AND h.{first} BETWEEN $3::int8 AND $4::int8"),
-        )
+        // joined to the chunk's pairs by hashing them (about half the time of two probes
+        // a pair on a 50-column table: bench/README).
+        "SET LOCAL enable_nestloop = off; SET LOCAL enable_mergejoin = off"
     } else {
         // Each pair is found by key, in the mirror and then in the heap: index nested
         // loops. With the join's rows misestimated (a mirror not yet analyzed, key and
         // seq taken as independent) the planner may hash the chunk's pairs and scan the
         // whole mirror for each chunk instead, which makes the prune quadratic in the
         // mirror's size (49 against 19 ms a chunk at 390,000 mirror rows).
-        tx.batch_execute("SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off")
-            .await?;
-        (String::new(), String::new())
+        "SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"
     };
-    tx.execute(
-        &format!(
-            "WITH gone AS (DELETE FROM coldwire.m_{id} m USING pg_temp.cw_pairs p \
-                           WHERE p.n > $1 AND p.n <= $2 AND {m_p} AND m.seq = p.seq{in_range_m} RETURNING {returning}) \
-             DELETE FROM ONLY {table} h USING gone WHERE {h_gone}{in_range_h}",
-            id = table.id,
-            m_p = table.pk_equal("m", "p"),
-            table = name,
-            h_gone = table.pk_equal("h", "gone"),
-        ),
-        &params,
-    )
-    .await?;
+    let tx = client.transaction().await?;
+    // One round trip: the transaction's settings (the heap delete's capture trigger keeps
+    // the chunk's rows as its transition table, in memory rather than a temporary file:
+    // a 50-column table's 5,000 rows take 3 MB) and its maintenance mark, the table's
+    // flush lock, the job's heartbeat (which finds this attempt still running and locks
+    // its row, as the finalize's check does), and the table's name now.
+    let head = statement_rows(
+        tx.simple_query(&format!(
+            "SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'; SET LOCAL work_mem = '64MB'; {joins}; \
+             INSERT INTO coldwire.maintenance (xid) VALUES (pg_current_xact_id()); \
+             SELECT pg_advisory_xact_lock({TABLE_LOCK_CLASS}, {lock_id}); \
+             UPDATE coldwire.jobs SET heartbeat_at = now(), rows_done = {rows} \
+               WHERE id = {job_id} AND attempt = {attempt} AND state = 'running' RETURNING 1; \
+             {by_relid}",
+            lock_id = table.id as i32,
+            job_id = job.id,
+            attempt = job.attempt,
+            by_relid = name_by_relid(table.id),
+        ))
+        .await?,
+    );
+    let [.., heartbeat, named] = head.as_slice() else {
+        return Err(FlushError::Table(
+            table.id,
+            "Postgres answered the prune's first statements with fewer results than statements"
+                .into(),
+        ));
+    };
+    if heartbeat.is_empty() {
+        return Err(FlushError::Fenced(job.id, job.attempt));
+    }
+    // The table by its current name: a rename after the activation must not leave the
+    // flushed rows in the heap (the prune does not depend on the columns).
+    let name = current_name(&tx, table, named).await?;
+    let delete = statements
+        .delete(&tx, table, &name, range.is_some())
+        .await?;
+    let (low, high) = range.unwrap_or_default();
+    if range.is_some() {
+        tx.execute(&delete, &[&from, &to, &low, &high]).await?;
+    } else {
+        tx.execute(&delete, &[&from, &to]).await?;
+    }
     tx.batch_execute("DELETE FROM coldwire.maintenance WHERE xid = pg_current_xact_id()")
         .await?;
     tx.commit().await?;
     Ok(())
 }
 
-/// The table's name now (schema-qualified, quoted), locked ROW EXCLUSIVE: looked up by
-/// relid, locked, and looked up again, so no rename can slip in between.
+/// The rows each statement of a simple query returned, in order.
+fn statement_rows(
+    messages: Vec<tokio_postgres::SimpleQueryMessage>,
+) -> Vec<Vec<tokio_postgres::SimpleQueryRow>> {
+    let mut out = vec![Vec::new()];
+    for m in messages {
+        match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                if let Some(rows) = out.last_mut() {
+                    rows.push(r);
+                }
+            }
+            tokio_postgres::SimpleQueryMessage::CommandComplete(_) => out.push(Vec::new()),
+            _ => {}
+        }
+    }
+    out.pop();
+    out
+}
+
+/// The query of table `id`'s name now (schema-qualified, quoted), by its relid.
+fn name_by_relid(id: i64) -> String {
+    format!(
+        "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) \
+         FROM coldwire.tables t JOIN pg_catalog.pg_class c ON c.oid = t.relid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE t.id = {id}"
+    )
+}
+
+/// The table's name now (schema-qualified, quoted), locked ROW EXCLUSIVE: `named` is
+/// what [`name_by_relid`] returned before the lock; the table is locked by that name and
+/// looked up again in the same round trip, so no rename can slip in between.
 async fn current_name(
     tx: &tokio_postgres::Transaction<'_>,
     table: &Tiered,
+    named: &[tokio_postgres::SimpleQueryRow],
 ) -> Result<String, FlushError> {
-    const BY_RELID: &str = "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) \
-         FROM coldwire.tables t JOIN pg_catalog.pg_class c ON c.oid = t.relid \
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE t.id = $1";
-    let gone = || FlushError::Table(table.id, "the table is gone".into());
-    let mut name: String = tx
-        .query_opt(BY_RELID, &[&table.id])
-        .await?
-        .ok_or_else(gone)?
-        .get(0);
+    let name_of = |rows: &[tokio_postgres::SimpleQueryRow]| {
+        rows.first()
+            .and_then(|r| r.get(0))
+            .map(str::to_owned)
+            .ok_or_else(|| FlushError::Table(table.id, "the table is gone".into()))
+    };
+    let mut name = name_of(named)?;
     loop {
-        tx.batch_execute(&format!("LOCK TABLE ONLY {name} IN ROW EXCLUSIVE MODE"))
-            .await?;
-        let again: String = tx
-            .query_opt(BY_RELID, &[&table.id])
-            .await?
-            .ok_or_else(gone)?
-            .get(0);
+        let locked = statement_rows(
+            tx.simple_query(&format!(
+                "LOCK TABLE ONLY {name} IN ROW EXCLUSIVE MODE; {}",
+                name_by_relid(table.id)
+            ))
+            .await?,
+        );
+        let again = name_of(locked.last().map_or(&[], Vec::as_slice))?;
         if again == name {
             return Ok(name);
         }
