@@ -974,6 +974,51 @@ async fn chunks_of_dense_and_of_sparse_keys_are_pruned_alike() {
         through,
         rows(&direct, "SELECT id, v::text, note FROM c").await
     );
+    assert!(
+        proxy.log().contains("pairs=12000 chunks=3 by_range=1"),
+        "one chunk by range: {}",
+        proxy.log()
+    );
+}
+
+#[tokio::test]
+async fn chunks_of_a_composite_key_are_pruned_pair_by_pair() {
+    // A range of a composite key's first column may hold any number of rows: two
+    // tenants' 12,000 keys are pruned pair by pair, every chunk.
+    let db = create_db("compositeprune");
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE t(tenant int, id bigint, v bigint NOT NULL, PRIMARY KEY (tenant, id));
+             INSERT INTO t SELECT g % 2, g, g FROM generate_series(1, 12000) g;",
+        )
+        .await
+        .unwrap();
+    let proxy = proxy_for(&db, store.path()).await;
+    let c = proxy.connect(&db).await;
+    admin(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 0, "min_flush_rows": 1, "max_rows_per_file": 100000, "auto_flush": false}')"#).await;
+    let job = admin(&c, "SELECT coldwire.flush_table('t', wait => true)").await;
+    assert_eq!(job["state"].as_str(), Some("completed"), "{job}");
+    let heap: i64 = direct
+        .query_one("SELECT count(*) FROM ONLY t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(heap, 0);
+    let row = c
+        .query_one("SELECT count(*), sum(v)::bigint FROM t", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+        (12000, 72006000)
+    );
+    assert!(
+        proxy.log().contains("pairs=12000 chunks=3 by_range=0"),
+        "no chunk by range: {}",
+        proxy.log()
+    );
 }
 
 /// A flush of the 12,000 rows of a tiered `t` (hot_row_limit 0), started in the

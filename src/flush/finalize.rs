@@ -108,11 +108,13 @@ pub(super) async fn prune_flushed(
         .await?
         .get(0);
     let mut statements = PruneStatements::prepare(client, table).await?;
-    let mut from = 0i64;
+    let (mut from, mut chunks, mut by_range) = (0i64, 0u32, 0u32);
     while from < pairs {
         let to = from + PRUNE_CHUNK_ROWS;
         // Found before the chunk's transaction: writers wait for the prune alone.
         let range = statements.dense_range(client, from, to).await?;
+        chunks += 1;
+        by_range += u32::from(range.is_some());
         let mut tries = LockRetries::default();
         loop {
             match prune_chunk(client, job, table, &mut statements, (from, to), range, rows).await {
@@ -123,6 +125,13 @@ pub(super) async fn prune_flushed(
         from = to;
         crate::failpoint::hit("after_prune_chunk").await;
     }
+    tracing::info!(
+        table = %table.qualified,
+        pairs,
+        chunks,
+        by_range,
+        "pruned the flushed pairs from the mirror and their rows from the heap"
+    );
     // Every read plans and guards with an index range scan of the mirror over the cold
     // key range: right after a large prune that scan would visit every dead entry until
     // autovacuum comes by.
@@ -163,15 +172,15 @@ pub(super) async fn prune_flushed(
 /// Pruned pairs past which the flush vacuums the mirror when it is done.
 const VACUUM_MIRROR_AFTER_PAIRS: i64 = 10_000;
 
-/// A chunk is pruned by a range of its first key column when the range holds at most
-/// this many keys per pair of the chunk.
+/// A chunk is pruned by a range of its key (one integer column) when the range holds at
+/// most this many keys per pair of the chunk.
 const DENSE_KEYS_PER_PAIR: i64 = 4;
 
 /// The statements the prune runs for every chunk, prepared once (each saves a round
 /// trip a chunk); the DELETE is prepared for the table's name as it is when a chunk runs.
 struct PruneStatements {
-    /// The lowest and highest first key column of a chunk's pairs, and their count, when
-    /// that column is an integer.
+    /// The lowest and highest key of a chunk's pairs, and their count, when the key is
+    /// one integer column.
     bounds: Option<tokio_postgres::Statement>,
     /// The DELETE by table name and kind of chunk (by range or not).
     deletes: Vec<(String, bool, tokio_postgres::Statement)>,
@@ -179,7 +188,7 @@ struct PruneStatements {
 
 impl PruneStatements {
     async fn prepare(client: &Client, table: &Tiered) -> Result<Self, FlushError> {
-        let bounds = if table.first_key_is_integer() {
+        let bounds = if table.key_is_one_integer() {
             Some(
                 client
                     .prepare(&format!(
@@ -197,9 +206,9 @@ impl PruneStatements {
         })
     }
 
-    /// The lowest and highest first key column of the pairs numbered in `(from, to]`,
-    /// when that column is an integer and the range between them is dense with the
-    /// chunk's keys (at most [`DENSE_KEYS_PER_PAIR`] keys per pair): the chunk of a table
+    /// The lowest and highest key of the pairs numbered in `(from, to]`, when the key is
+    /// one integer column (a range of a composite key's first column may hold any number
+    /// of rows) and the range between them is dense with the chunk's keys (at most [`DENSE_KEYS_PER_PAIR`] keys per pair): the chunk of a table
     /// whose keys grow with its inserts, as its oldest rows go cold.
     async fn dense_range(
         &self,
@@ -223,7 +232,7 @@ impl PruneStatements {
     }
 
     /// The DELETE of a chunk's pairs from the mirror and their rows from the heap `name`:
-    /// `$1`, `$2` number the pairs; by range, `$3` and `$4` bound the first key column.
+    /// `$1`, `$2` number the pairs; by range, `$3` and `$4` bound the key.
     async fn delete(
         &mut self,
         tx: &tokio_postgres::Transaction<'_>,

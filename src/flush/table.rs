@@ -68,16 +68,18 @@ impl Tiered {
         column_list(self.pk.iter().map(String::as_str), prefix)
     }
 
-    /// Whether the first key column is a smallint, integer or bigint.
-    pub(super) fn first_key_is_integer(&self) -> bool {
+    /// Whether the key is one smallint, integer or bigint column (so a range of it holds
+    /// at most as many rows as keys).
+    pub(super) fn key_is_one_integer(&self) -> bool {
         use crate::values::{ColdType, ScalarType};
-        self.columns.iter().any(|c| {
-            c.name == self.pk[0]
-                && matches!(
-                    c.ty,
-                    ColdType::Scalar(ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8)
-                )
-        })
+        self.pk.len() == 1
+            && self.columns.iter().any(|c| {
+                c.name == self.pk[0]
+                    && matches!(
+                        c.ty,
+                        ColdType::Scalar(ScalarType::Int2 | ScalarType::Int4 | ScalarType::Int8)
+                    )
+            })
     }
 
     /// The join condition on the primary key between relations aliased `left` and `right`.
