@@ -912,6 +912,36 @@ async fn a_policy_change_while_a_flush_streams_does_not_fail_it() {
     assert_eq!((s.hot, s.live, s.cold_versions), (0, 300, 300), "{s:?}");
 }
 
+/// A flush of `t` in `db` (hot_row_limit 0) on a proxy with `failpoint` (a sleep),
+/// started in the background, once the failpoint has paused it: the proxy, a client of
+/// it, and the flush's task.
+async fn paused_flush(
+    db: &str,
+    store: &Path,
+    failpoint: &str,
+) -> (Proxy, Client, tokio::task::JoinHandle<Value>) {
+    let proxy = Proxy::tiering(db, store, &[("COLDWIRE_FAILPOINT", failpoint)]).await;
+    let c = proxy.connect(db).await;
+    admin(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 0, "min_flush_rows": 1, "max_rows_per_file": 100000, "auto_flush": false}')"#).await;
+    let flusher = {
+        let client = proxy.connect(db).await;
+        tokio::spawn(async move {
+            admin(&client, "SELECT coldwire.flush_table('t', wait => true)").await
+        })
+    };
+    let mut waited = 0;
+    while !proxy.log_contains("failpoint reached: sleeping").await {
+        waited += 1;
+        assert!(
+            waited < 300,
+            "the flush did not reach {failpoint}: {}",
+            proxy.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (proxy, c, flusher)
+}
+
 #[tokio::test]
 async fn chunks_of_dense_and_of_sparse_keys_are_pruned_alike() {
     // The prune takes 5,000 pairs a transaction: a chunk whose integer keys lie close
@@ -930,26 +960,7 @@ async fn chunks_of_dense_and_of_sparse_keys_are_pruned_alike() {
         ))
         .await
         .unwrap();
-    let proxy = Proxy::tiering(
-        &db,
-        store.path(),
-        &[("COLDWIRE_FAILPOINT", "after_activation:sleep=1500")],
-    )
-    .await;
-    let c = proxy.connect(&db).await;
-    admin(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 0, "min_flush_rows": 1, "max_rows_per_file": 100000, "auto_flush": false}')"#).await;
-    let flusher = {
-        let client = proxy.connect(&db).await;
-        tokio::spawn(async move {
-            admin(&client, "SELECT coldwire.flush_table('t', wait => true)").await
-        })
-    };
-    let mut waited = 0;
-    while !proxy.log_contains("failpoint reached: sleeping").await {
-        waited += 1;
-        assert!(waited < 300, "the flush did not activate: {}", proxy.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (proxy, c, flusher) = paused_flush(&db, store.path(), "after_activation:sleep=1500").await;
     let writes = "UPDATE {t} SET v = -v, note = 'w' WHERE id IN (10, 4999, 700000, 1100000); \
                   DELETE FROM {t} WHERE id IN (20, 800000)";
     for table in ["t", "c"] {
@@ -1035,26 +1046,7 @@ struct Pruning {
 
 async fn pruning(hint: &str) -> Pruning {
     let (db, store, direct) = seeded(hint, 12000).await;
-    let proxy = Proxy::tiering(
-        &db,
-        store.path(),
-        &[("COLDWIRE_FAILPOINT", "after_prune_chunk:sleep=700")],
-    )
-    .await;
-    let c = proxy.connect(&db).await;
-    admin(&c, r#"SELECT coldwire.tier_table('t', '{"hot_row_limit": 0, "min_flush_rows": 1, "max_rows_per_file": 100000, "auto_flush": false}')"#).await;
-    let flusher = {
-        let client = proxy.connect(&db).await;
-        tokio::spawn(async move {
-            admin(&client, "SELECT coldwire.flush_table('t', wait => true)").await
-        })
-    };
-    let mut waited = 0;
-    while !proxy.log_contains("failpoint reached: sleeping").await {
-        waited += 1;
-        assert!(waited < 300, "no prune chunk committed: {}", proxy.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (proxy, c, flusher) = paused_flush(&db, store.path(), "after_prune_chunk:sleep=700").await;
     Pruning {
         store,
         direct,
