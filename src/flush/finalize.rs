@@ -208,8 +208,9 @@ impl PruneStatements {
 
     /// The lowest and highest key of the pairs numbered in `(from, to]`, when the key is
     /// one integer column (a range of a composite key's first column may hold any number
-    /// of rows) and the range between them is dense with the chunk's keys (at most [`DENSE_KEYS_PER_PAIR`] keys per pair): the chunk of a table
-    /// whose keys grow with its inserts, as its oldest rows go cold.
+    /// of rows) and the range between them is dense with the chunk's keys (at most
+    /// [`DENSE_KEYS_PER_PAIR`] keys per pair): the chunk of a table whose keys grow with
+    /// its inserts, as its oldest rows go cold.
     async fn dense_range(
         &self,
         client: &Client,
@@ -289,58 +290,48 @@ async fn prune_chunk(
         // A dense chunk: one index range scan of the mirror and one of the heap, each
         // joined to the chunk's pairs by hashing them (about half the time of two probes
         // a pair on a 50-column table: bench/README).
-        "SET LOCAL enable_nestloop = off; SET LOCAL enable_mergejoin = off"
+        "SET LOCAL enable_nestloop = off"
     } else {
         // Each pair is found by key, in the mirror and then in the heap: index nested
         // loops. With the join's rows misestimated (a mirror not yet analyzed, key and
         // seq taken as independent) the planner may hash the chunk's pairs and scan the
         // whole mirror for each chunk instead, which makes the prune quadratic in the
         // mirror's size (49 against 19 ms a chunk at 390,000 mirror rows).
-        "SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"
+        "SET LOCAL enable_hashjoin = off"
     };
-    let tx = client.transaction().await?;
-    // One round trip: the transaction's settings (the heap delete's capture trigger keeps
-    // the chunk's rows as its transition table, in memory rather than a temporary file:
-    // a 50-column table's 5,000 rows take 3 MB) and its maintenance mark, the table's
-    // flush lock, the job's heartbeat (which finds this attempt still running and locks
-    // its row, as the finalize's check does), and the table's name now.
-    let head = statement_rows(
-        tx.simple_query(&format!(
-            "SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'; SET LOCAL work_mem = '64MB'; {joins}; \
-             INSERT INTO coldwire.maintenance (xid) VALUES (pg_current_xact_id()); \
-             SELECT pg_advisory_xact_lock({TABLE_LOCK_CLASS}, {lock_id}); \
-             UPDATE coldwire.jobs SET heartbeat_at = now(), rows_done = {rows} \
-               WHERE id = {job_id} AND attempt = {attempt} AND state = 'running' RETURNING 1; \
-             {by_relid}",
-            lock_id = table.id as i32,
-            job_id = job.id,
-            attempt = job.attempt,
-            by_relid = name_by_relid(table.id),
-        ))
-        .await?,
-    );
-    let [.., heartbeat, named] = head.as_slice() else {
-        return Err(FlushError::Table(
-            table.id,
-            "Postgres answered the prune's first statements with fewer results than statements"
-                .into(),
-        ));
-    };
-    if heartbeat.is_empty() {
-        return Err(FlushError::Fenced(job.id, job.attempt));
-    }
+    // The heap delete's capture trigger keeps the chunk's rows as its transition table:
+    // in memory, not in a temporary file (a 50-column table's 5,000 rows take 3 MB).
+    // With the lock and the check, in the same round trip: the job's heartbeat and the
+    // table's name now.
+    let (tx, then) = locked_transaction(
+        client,
+        job,
+        table,
+        &[
+            "SET LOCAL work_mem = '64MB'",
+            joins,
+            "SET LOCAL enable_mergejoin = off",
+        ],
+        &[
+            &format!(
+                "UPDATE coldwire.jobs SET heartbeat_at = now(), rows_done = {rows} \
+                 WHERE id = {} AND attempt = {} AND state = 'running'",
+                job.id, job.attempt
+            ),
+            &name_by_relid(table.id),
+        ],
+    )
+    .await?;
     // The table by its current name: a rename after the activation must not leave the
     // flushed rows in the heap (the prune does not depend on the columns).
-    let name = current_name(&tx, table, named).await?;
+    let name = current_name(&tx, table, &then[1]).await?;
     let delete = statements
         .delete(&tx, table, &name, range.is_some())
         .await?;
-    let (low, high) = range.unwrap_or_default();
-    if range.is_some() {
-        tx.execute(&delete, &[&from, &to, &low, &high]).await?;
-    } else {
-        tx.execute(&delete, &[&from, &to]).await?;
-    }
+    match range {
+        Some((low, high)) => tx.execute(&delete, &[&from, &to, &low, &high]).await?,
+        None => tx.execute(&delete, &[&from, &to]).await?,
+    };
     tx.batch_execute("DELETE FROM coldwire.maintenance WHERE xid = pg_current_xact_id()")
         .await?;
     tx.commit().await?;
@@ -561,7 +552,9 @@ impl LockRetries {
 
 /// A transaction registered in `coldwire.maintenance` (capture skips its changes) that
 /// holds the table's exclusive lock (writers through coldwire hold it shared) and this
-/// attempt's job row, with the finalize's lock timeout.
+/// attempt's job row, with the finalize's lock timeout and `settings` (`SET LOCAL`
+/// statements); then `then`'s statements run, whose rows are returned, one list a
+/// statement. All in one round trip.
 ///
 /// # Errors
 /// The job was reclaimed ([`FlushError::Fenced`]); the lock timed out.
@@ -569,28 +562,42 @@ async fn locked_transaction<'c>(
     client: &'c mut Client,
     job: &Job,
     table: &Tiered,
-) -> Result<tokio_postgres::Transaction<'c>, FlushError> {
+    settings: &[&str],
+    then: &[&str],
+) -> Result<
+    (
+        tokio_postgres::Transaction<'c>,
+        Vec<Vec<tokio_postgres::SimpleQueryRow>>,
+    ),
+    FlushError,
+> {
     let tx = client.transaction().await?;
-    tx.batch_execute(&format!(
-        "SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'; \
-         INSERT INTO coldwire.maintenance (xid) VALUES (pg_current_xact_id());"
-    ))
-    .await?;
-    tx.execute(
-        "SELECT pg_advisory_xact_lock($1, $2)",
-        &[&TABLE_LOCK_CLASS, &(table.id as i32)],
-    )
-    .await?;
-    let ours = tx
-        .query_opt(
-            "SELECT 1 FROM coldwire.jobs WHERE id = $1 AND attempt = $2 AND state = 'running' FOR UPDATE",
-            &[&job.id, &job.attempt],
-        )
-        .await?;
-    if ours.is_none() {
+    let mut statements = vec![format!(
+        "SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'"
+    )];
+    statements.extend(settings.iter().map(|s| (*s).to_owned()));
+    statements.push("INSERT INTO coldwire.maintenance (xid) VALUES (pg_current_xact_id())".into());
+    statements.push(format!(
+        "SELECT pg_advisory_xact_lock({TABLE_LOCK_CLASS}, {})",
+        table.id as i32
+    ));
+    statements.push(format!(
+        "SELECT 1 FROM coldwire.jobs WHERE id = {} AND attempt = {} AND state = 'running' FOR UPDATE",
+        job.id, job.attempt
+    ));
+    let checked = statements.len() - 1;
+    statements.extend(then.iter().map(|s| (*s).to_owned()));
+    let mut rows = statement_rows(tx.simple_query(&statements.join("; ")).await?);
+    if rows.len() != statements.len() {
+        return Err(FlushError::Table(
+            table.id,
+            "Postgres answered the flush's statements with fewer results than statements".into(),
+        ));
+    }
+    if rows[checked].is_empty() {
         return Err(FlushError::Fenced(job.id, job.attempt));
     }
-    Ok(tx)
+    Ok((tx, rows.split_off(checked + 1)))
 }
 
 async fn finalize_once(
@@ -599,7 +606,7 @@ async fn finalize_once(
     table: &Tiered,
     overrides: bool,
 ) -> Result<(), FlushError> {
-    let tx = locked_transaction(client, job, table).await?;
+    let (tx, _) = locked_transaction(client, job, table, &[], &[]).await?;
     check_table(&tx, table).await?;
     let generation: i64 = tx
         .query_one("UPDATE coldwire.tables SET generation = generation + 1 WHERE id = $1 RETURNING generation", &[&table.id])
