@@ -279,7 +279,7 @@ coldwire_launch() { # name bin args...
     LAUNCHED_PORT=$(free_port)
     log "starting $name on 127.0.0.1:$LAUNCHED_PORT ($bin $*)"
     mkdir -p "$WORK/$name"
-    (cd "$WORK/$name" && RUST_LOG=coldwire=warn exec "${SETSID[@]}" "$bin" serve \
+    (cd "$WORK/$name" && RUST_LOG=${COLDWIRE_LOG:-coldwire=warn} exec "${SETSID[@]}" "$bin" serve \
         --listen "127.0.0.1:$LAUNCHED_PORT" "$@" </dev/null >"$WORK/$name.out" 2>"$WORK/$name.log") &
     LAUNCHED_PID=$!
     for ((i = 0; i < 300; i++)); do
@@ -312,7 +312,7 @@ report_coldwire_stderr() {
     local name
     for name in coldwire coldwire-b; do
         if [[ -s $WORK/$name.log ]]; then
-            out "$name stderr (RUST_LOG=coldwire=warn) had $(wc -l <"$WORK/$name.log") line(s); first lines:"
+            out "$name stderr (RUST_LOG=${COLDWIRE_LOG:-coldwire=warn}) had $(wc -l <"$WORK/$name.log") line(s); first lines:"
             head -n 10 "$WORK/$name.log" | sed 's/^/    /' | tee -a "$RESULTS"
         fi
     done

@@ -197,6 +197,72 @@ async fn a_flush_writes_segments_under_the_s3_prefix_exactly_as_recorded() {
     assert_eq!(union, before, "every row is hot or cold, with its values");
 }
 
+/// A segment larger than one upload part goes up as a multipart upload while it is
+/// encoded: the object is whole, recorded with its size, sha256 and etag, and nothing
+/// else is left in the bucket.
+#[tokio::test]
+async fn a_segment_larger_than_an_upload_part_goes_up_in_parts() {
+    let server = s3();
+    let bucket = server.bucket();
+    let db = create_db("s3parts");
+    let prefix = format!("tiers/{db}");
+    let direct = connect_direct(&db).await;
+    // 256 hex digits a row, none repeated: about 15 MiB of Parquet for 60,000 rows.
+    direct
+        .batch_execute(
+            "CREATE TABLE events(id bigint PRIMARY KEY, kind text);
+             INSERT INTO events SELECT g, (SELECT string_agg(md5(g || '.' || i), '') FROM generate_series(1, 8) i)
+             FROM generate_series(1, 60000) g;",
+        )
+        .await
+        .unwrap();
+    let before = rows(&direct, "SELECT id, kind FROM events").await;
+    let proxy = proxy_on(server, &db, &prefix, &[]).await;
+    let c = proxy.connect(&db).await;
+    admin(
+        &c,
+        r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 1000, "min_flush_rows": 1000, "max_rows_per_file": 100000, "auto_flush": false}')"#,
+    )
+    .await;
+    let job = admin(&c, "SELECT coldwire.flush_table('events', wait => true)").await;
+    assert_eq!(job["state"], "completed", "{job}");
+    assert_eq!(
+        (job["rows_done"].as_i64(), job["segments"].as_i64()),
+        (Some(59_000), Some(1)),
+        "{job}"
+    );
+    let size: i64 = direct
+        .query_one("SELECT byte_size FROM coldwire.segments", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        size > coldwire::store::UPLOAD_PART_BYTES as i64,
+        "the segment ({size} bytes) takes more than one part"
+    );
+    let cold = segment_rows(
+        &direct,
+        bucket.as_ref(),
+        &prefix,
+        job["job_id"].as_i64().unwrap(),
+    )
+    .await;
+    let mut union: BTreeMap<i64, Option<String>> =
+        cold.into_iter().map(|(id, _, kind)| (id, kind)).collect();
+    assert_eq!(union.len(), 59_000, "no key twice");
+    union.extend(rows(&direct, "SELECT id, kind FROM events").await);
+    assert_eq!(union, before, "every row is hot or cold, with its values");
+    let (_, data): (BTreeSet<String>, BTreeSet<String>) = bucket_keys(bucket.as_ref())
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with(&format!("{prefix}/")))
+        .partition(|k| is_manifest(k));
+    assert_eq!(data.len(), 1, "{data:?}");
+    // Reads through coldwire see every row once.
+    let through = rows(&c, "SELECT id, kind FROM events").await;
+    assert_eq!(through, before);
+}
+
 #[tokio::test]
 async fn a_flush_against_a_stopped_store_fails_its_job_and_keeps_the_rows_hot() {
     let mut server = tokio::task::spawn_blocking(S3Server::start).await.unwrap();

@@ -107,6 +107,7 @@ pub(super) async fn prune_flushed(
         )
         .await?
         .get(0);
+    let started = std::time::Instant::now();
     let mut statements = PruneStatements::prepare(client, table).await?;
     let (mut from, mut chunks, mut by_range) = (0i64, 0u32, 0u32);
     while from < pairs {
@@ -130,6 +131,7 @@ pub(super) async fn prune_flushed(
         pairs,
         chunks,
         by_range,
+        elapsed_ms = started.elapsed().as_millis() as u64,
         "pruned the flushed pairs from the mirror and their rows from the heap"
     );
     // Every read plans and guards with an index range scan of the mirror over the cold

@@ -48,10 +48,18 @@ pub async fn run(
         });
     };
     // 2.–4. The rows taken, written to segments and published.
+    let started = std::time::Instant::now();
     let Written {
         segments,
         overrides,
     } = write_segments(client, side, store, job, &table, selection).await?;
+    tracing::info!(
+        table = %table.qualified,
+        rows = total,
+        segments,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "flushed rows written to segments"
+    );
 
     // 5. The manifest as it will be once this job's segments are active.
     let generation: i64 = side

@@ -16,7 +16,7 @@ use crate::catalog::jobs::{self, Job};
 use crate::segment::writer::{SegmentColumn, SegmentFacts, SegmentWriter};
 use crate::segment::{writer_properties, OP_COLUMN, SEQ_COLUMN};
 use crate::sql::quote::quote_ident;
-use crate::store::ColdStore;
+use crate::store::{ColdStore, Upload, UPLOAD_PART_BYTES};
 use crate::values::{
     arrow_schema, encode_batch, encode_header, encode_trailer, ColdColumn, ColdType, CopyDecoder,
     ScalarType,
@@ -82,16 +82,6 @@ pub(super) async fn write_segments(
         .collect();
     let pk_schema = std::sync::Arc::new(arrow_schema(&pk_cold_columns));
     let mut maybe_cold: Vec<RecordBatch> = Vec::new();
-    let new_segment = || {
-        SegmentWriter::new(
-            schema.clone(),
-            props.clone(),
-            segment_columns.clone(),
-            pk_positions.clone(),
-            seq_position,
-        )
-    };
-
     let mut segment_number: i64 = client
         .query_one(
             "SELECT count(*) FROM coldwire.segments WHERE table_id = $1",
@@ -99,56 +89,83 @@ pub(super) async fn write_segments(
         )
         .await?
         .get(0);
+    let new_segment = |number: i64| -> Result<OpenSegment, FlushError> {
+        let (segment_id, key) = segment_key(table, number);
+        Ok(OpenSegment {
+            segment_id,
+            writer: SegmentWriter::new(
+                schema.clone(),
+                props.clone(),
+                segment_columns.clone(),
+                pk_positions.clone(),
+                seq_position,
+            )?,
+            upload: store.upload(&key),
+            key,
+        })
+    };
     let mut segments = 0i32;
     let mut rows_done = 0i64;
-    let mut current: Option<SegmentWriter> = None;
+    let mut current: Option<OpenSegment> = None;
 
-    let stream = client.copy_out(copy.as_str()).await?;
-    pin_mut!(stream);
-    loop {
-        let chunk = stream.try_next().await?;
-        match &chunk {
-            Some(bytes) => decoder.decode(bytes)?,
-            None => decoder.finish()?,
-        }
-        while let Some(mut batch) = decoder.next_batch() {
-            let rows = probe.maybe_cold(store, &batch, &pk_positions).await?;
-            if !rows.is_empty() {
-                let rows = UInt32Array::from(rows);
-                let keys = pk_positions
-                    .iter()
-                    .map(|&p| take(batch.column(p), &rows, None))
-                    .collect::<Result<Vec<_>, _>>()?;
-                maybe_cold.push(RecordBatch::try_new(pk_schema.clone(), keys)?);
+    let streamed = async {
+        let stream = client.copy_out(copy.as_str()).await?;
+        pin_mut!(stream);
+        loop {
+            let chunk = stream.try_next().await?;
+            match &chunk {
+                Some(bytes) => decoder.decode(bytes)?,
+                None => decoder.finish()?,
             }
-            while batch.num_rows() > 0 {
-                let writer = match &mut current {
-                    Some(w) => w,
-                    None => current.insert(new_segment()?),
-                };
-                let take = batch.num_rows().min(max_rows - writer.rows());
-                writer.write(&batch.slice(0, take))?;
-                batch = batch.slice(take, batch.num_rows() - take);
-                if writer.rows() >= max_rows {
-                    let done = current.take().expect("written above");
-                    segment_number += 1;
-                    rows_done += done.rows() as i64;
-                    publish(side, store, job, table, done, segment_number).await?;
-                    segments += 1;
-                    jobs::heartbeat(side, job, rows_done).await?;
+            while let Some(mut batch) = decoder.next_batch() {
+                let rows = probe.maybe_cold(store, &batch, &pk_positions).await?;
+                if !rows.is_empty() {
+                    let rows = UInt32Array::from(rows);
+                    let keys = pk_positions
+                        .iter()
+                        .map(|&p| take(batch.column(p), &rows, None))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    maybe_cold.push(RecordBatch::try_new(pk_schema.clone(), keys)?);
+                }
+                while batch.num_rows() > 0 {
+                    let open = match &mut current {
+                        Some(open) => open,
+                        None => current.insert(new_segment(segment_number + 1)?),
+                    };
+                    let take = batch.num_rows().min(max_rows - open.writer.rows());
+                    open.writer.write(&batch.slice(0, take))?;
+                    batch = batch.slice(take, batch.num_rows() - take);
+                    // Closed row groups go up while the next ones are encoded.
+                    if open.writer.produced() >= UPLOAD_PART_BYTES {
+                        let produced = open.writer.take_produced();
+                        open.upload.write(produced).await?;
+                    }
+                    if open.writer.rows() >= max_rows {
+                        rows_done += open.writer.rows() as i64;
+                        segment_number += 1;
+                        publish(side, job, table, &mut current).await?;
+                        segments += 1;
+                        jobs::heartbeat(side, job, rows_done).await?;
+                    }
                 }
             }
+            if chunk.is_none() {
+                break;
+            }
         }
-        if chunk.is_none() {
-            break;
-        }
-    }
-    if let Some(done) = current.take() {
-        if done.rows() > 0 {
+        if current.as_ref().is_some_and(|open| open.writer.rows() > 0) {
             segment_number += 1;
-            publish(side, store, job, table, done, segment_number).await?;
+            publish(side, job, table, &mut current).await?;
             segments += 1;
         }
+        Ok::<_, FlushError>(())
+    }
+    .await;
+    if let Err(e) = streamed {
+        if let Some(open) = current.take() {
+            open.upload.abort().await;
+        }
+        return Err(e);
     }
     let overrides = !maybe_cold.is_empty();
     if overrides {
@@ -233,16 +250,17 @@ async fn take_pairs(
     ))
 }
 
-/// Closes a segment, publishes it create-if-absent, and records it pending with its stats.
-async fn publish(
-    client: &Client,
-    store: &ColdStore,
-    job: &Job,
-    table: &Tiered,
+/// A segment being written and uploaded.
+struct OpenSegment {
     writer: SegmentWriter,
-    number: i64,
-) -> Result<(), FlushError> {
-    let (bytes, facts) = writer.finish()?;
+    upload: Upload,
+    segment_id: uuid::Uuid,
+    key: String,
+}
+
+/// A new segment id, and the key of the table's segment `number` with that id (whose
+/// first 8 hex digits make the key unique).
+fn segment_key(table: &Tiered, number: i64) -> (uuid::Uuid, String) {
     let segment_id = uuid::Uuid::new_v4();
     let key = format!(
         "{}/{:03}/segment-{:06}-{}.parquet",
@@ -251,7 +269,48 @@ async fn publish(
         number,
         &segment_id.simple().to_string()[..8]
     );
-    let published = store.publish(&key, bytes).await?;
+    (segment_id, key)
+}
+
+/// Closes the open segment (`current`, taken), completes its upload (create-if-absent),
+/// and records it pending with its stats. On failure the upload is aborted.
+async fn publish(
+    client: &Client,
+    job: &Job,
+    table: &Tiered,
+    current: &mut Option<OpenSegment>,
+) -> Result<(), FlushError> {
+    let Some(OpenSegment {
+        writer,
+        mut upload,
+        segment_id,
+        key,
+    }) = current.take()
+    else {
+        return Ok(());
+    };
+    let started = std::time::Instant::now();
+    let (bytes, facts) = match writer.finish() {
+        Ok(done) => done,
+        Err(e) => {
+            upload.abort().await;
+            return Err(e.into());
+        }
+    };
+    let encoded = started.elapsed();
+    if let Err(e) = upload.write(bytes).await {
+        upload.abort().await;
+        return Err(e.into());
+    }
+    let published = upload.finish().await?;
+    tracing::info!(
+        key,
+        rows = facts.rows,
+        bytes = published.size,
+        finish_ms = encoded.as_millis() as u64,
+        store_ms = (started.elapsed() - encoded).as_millis() as u64,
+        "segment published"
+    );
     crate::failpoint::hit("after_publish").await;
     record_pending(client, job, table, segment_id, &key, &published, &facts).await?;
     crate::failpoint::hit("after_pending_insert").await;

@@ -94,7 +94,7 @@ struct Counts {
     nans: Vec<i64>,
 }
 
-/// A segment being written: the Parquet bytes in memory (one segment's compressed size)
+/// A segment being written: the Parquet bytes not yet taken (see [`SegmentWriter::take_produced`])
 /// plus running facts.
 pub struct SegmentWriter {
     writer: ArrowWriter<Vec<u8>>,
@@ -146,6 +146,18 @@ impl SegmentWriter {
     /// Rows written so far.
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Bytes of the file produced and not yet taken: whole row groups, as the writer
+    /// closes them.
+    pub fn produced(&self) -> usize {
+        self.writer.inner().len()
+    }
+
+    /// Takes the bytes [`SegmentWriter::produced`] counts; the file is what the takes and
+    /// [`SegmentWriter::finish`] return, in order.
+    pub fn take_produced(&mut self) -> Bytes {
+        Bytes::from(std::mem::take(self.writer.inner_mut()))
     }
 
     /// Writes `batch` and folds it into the running facts.
@@ -204,7 +216,7 @@ impl SegmentWriter {
         }
     }
 
-    /// Closes the file: its bytes and its facts.
+    /// Closes the file: its bytes (those not taken yet) and its facts.
     ///
     /// # Errors
     /// Parquet failures, or a footer whose row groups do not match the rows written.

@@ -130,8 +130,31 @@ impl ColdStore {
     /// # Errors
     /// Store failures, or a different object at `key`.
     pub async fn publish(&self, key: &str, bytes: Bytes) -> Result<Published, StoreError> {
-        let path = Path::from(key);
         let sha256 = hex(&Sha256::digest(&bytes));
+        self.publish_whole(key, bytes, sha256).await
+    }
+
+    /// An object to be published at `key` as its bytes come ([`Upload`]).
+    pub fn upload(&self, key: &str) -> Upload {
+        Upload {
+            store: self.clone(),
+            key: key.to_owned(),
+            sha256: Sha256::new(),
+            size: 0,
+            held: Vec::new(),
+            held_bytes: 0,
+            parts: None,
+        }
+    }
+
+    /// [`ColdStore::publish`] of `bytes` whose sha256 is known.
+    async fn publish_whole(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        sha256: String,
+    ) -> Result<Published, StoreError> {
+        let path = Path::from(key);
         let size = bytes.len();
         let options = PutOptions {
             mode: PutMode::Create,
@@ -248,6 +271,133 @@ impl ColdStore {
     }
 }
 
+/// Bytes a segment is uploaded in once it is larger than that (every part of an S3
+/// multipart upload but the last must be at least 5 MiB).
+pub const UPLOAD_PART_BYTES: usize = 8 * 1024 * 1024;
+/// Parts of one object in flight at once.
+const UPLOAD_PARTS_IN_FLIGHT: usize = 2;
+
+/// An object published as its bytes are produced, so that a large segment's upload
+/// overlaps its encoding instead of following it, and memory holds a few parts of it
+/// rather than the whole file. An object of at most one part is published whole, as
+/// [`ColdStore::publish`] does (create-if-absent). A larger one goes up as a multipart
+/// upload, which makes it visible only when complete: its key must be free when the
+/// upload starts (object_store's multipart uploads cannot be conditional; segment keys
+/// carry a random part and only the holder of the table's flush lock writes under its
+/// prefix, so nobody else can take the key meanwhile). Its size is verified afterwards.
+pub struct Upload {
+    store: ColdStore,
+    key: String,
+    sha256: Sha256,
+    size: usize,
+    /// Bytes held until they make more than one part.
+    held: Vec<Bytes>,
+    held_bytes: usize,
+    parts: Option<object_store::WriteMultipart>,
+}
+
+impl Upload {
+    /// Adds the object's next bytes; once they make more than one part, parts go up in
+    /// the background (at most [`UPLOAD_PARTS_IN_FLIGHT`] at once: this waits for room).
+    ///
+    /// # Errors
+    /// Store failures, or an object already at the key.
+    pub async fn write(&mut self, bytes: Bytes) -> Result<(), StoreError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.sha256.update(&bytes);
+        self.size += bytes.len();
+        if let Some(parts) = &mut self.parts {
+            parts.wait_for_capacity(UPLOAD_PARTS_IN_FLIGHT).await?;
+            parts.put(bytes);
+            return Ok(());
+        }
+        self.held_bytes += bytes.len();
+        self.held.push(bytes);
+        if self.held_bytes <= UPLOAD_PART_BYTES {
+            return Ok(());
+        }
+        let path = Path::from(self.key.as_str());
+        match self.store.store.head(&path).await {
+            Err(object_store::Error::NotFound { .. }) => {}
+            Ok(meta) => {
+                return Err(StoreError::Conflict {
+                    key: self.key.clone(),
+                    found_size: usize::try_from(meta.size).unwrap_or(usize::MAX),
+                    found_sha256: "not read".into(),
+                })
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let upload = self.store.store.put_multipart(&path).await?;
+        let mut parts =
+            object_store::WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART_BYTES);
+        for held in self.held.drain(..) {
+            parts.put(held);
+        }
+        self.held_bytes = 0;
+        self.parts = Some(parts);
+        Ok(())
+    }
+
+    /// Completes the object and verifies its size.
+    ///
+    /// # Errors
+    /// Store failures, or an object already at the key.
+    pub async fn finish(mut self) -> Result<Published, StoreError> {
+        let sha256 = hex(&std::mem::take(&mut self.sha256).finalize());
+        let Some(parts) = self.parts.take() else {
+            let mut whole = bytes::BytesMut::with_capacity(self.held_bytes);
+            for held in self.held.drain(..) {
+                whole.extend_from_slice(&held);
+            }
+            return self
+                .store
+                .publish_whole(&self.key, whole.freeze(), sha256)
+                .await;
+        };
+        let mut parts = parts;
+        if let Err(e) = parts.wait_for_capacity(0).await {
+            abort_parts(&self.key, parts).await;
+            return Err(e.into());
+        }
+        let done = parts.finish().await?;
+        let meta = self
+            .store
+            .store
+            .head(&Path::from(self.key.as_str()))
+            .await?;
+        if meta.size != self.size as u64 {
+            return Err(StoreError::Verify {
+                key: self.key,
+                expected: self.size,
+                found: meta.size,
+            });
+        }
+        Ok(Published {
+            size: self.size,
+            sha256,
+            etag: done.e_tag.or(meta.e_tag),
+        })
+    }
+
+    /// Gives the object up: a multipart upload under way is aborted (its parts deleted).
+    pub async fn abort(mut self) {
+        if let Some(parts) = self.parts.take() {
+            abort_parts(&self.key, parts).await;
+        }
+    }
+}
+
+/// Aborts the multipart upload of `key`, deleting its parts; a failure is logged (the
+/// parts then wait for the store's own expiry of unfinished uploads).
+async fn abort_parts(key: &str, parts: object_store::WriteMultipart) {
+    if let Err(e) = parts.abort().await {
+        tracing::warn!(key, error = %with_cause(&e), "could not abort the upload of an unfinished segment");
+    }
+}
+
 /// `e`'s text, followed by its innermost cause when the text leaves that out: for a
 /// request that never reached the server, object_store says "error sending request"
 /// and only the cause says "Connection refused".
@@ -273,6 +423,93 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `n` bytes that do not repeat in any way a store could shortcut.
+    fn noise(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(6_364_136_223_846_793_005) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    fn files_in(dir: &std::path::Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(d).unwrap() {
+                let e = e.unwrap();
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    out.push(e.path().strip_prefix(dir).unwrap().display().to_string());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[tokio::test]
+    async fn an_upload_goes_up_whole_or_in_parts_and_is_the_bytes_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ColdStore::open(
+            &format!("file://{}", dir.path().display()),
+            &StoreOptions::default(),
+        )
+        .unwrap();
+        for (key, total) in [("t/small", 1000), ("t/large", 3 * UPLOAD_PART_BYTES + 123)] {
+            let bytes = noise(total, total as u64);
+            let mut upload = store.upload(key);
+            // Written in pieces that straddle the part size.
+            for piece in bytes.chunks(UPLOAD_PART_BYTES / 3 + 7) {
+                upload.write(Bytes::copy_from_slice(piece)).await.unwrap();
+            }
+            let published = upload.finish().await.unwrap();
+            assert_eq!(published.size, total, "{key}");
+            assert_eq!(published.sha256, hex(&Sha256::digest(&bytes)), "{key}");
+            assert_eq!(store.get(key).await.unwrap(), Bytes::from(bytes), "{key}");
+        }
+        // Nothing staged is left beside them.
+        assert_eq!(files_in(dir.path()), vec!["t/large", "t/small"]);
+    }
+
+    #[tokio::test]
+    async fn an_upload_in_parts_never_replaces_an_object_and_leaves_nothing_when_aborted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ColdStore::open(
+            &format!("file://{}", dir.path().display()),
+            &StoreOptions::default(),
+        )
+        .unwrap();
+        store
+            .publish("t/taken", Bytes::from_static(b"first"))
+            .await
+            .unwrap();
+        let mut upload = store.upload("t/taken");
+        let e = upload
+            .write(Bytes::from(noise(UPLOAD_PART_BYTES + 1, 1)))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StoreError::Conflict { .. }), "{e}");
+        upload.abort().await;
+        assert_eq!(
+            store.get("t/taken").await.unwrap(),
+            Bytes::from_static(b"first")
+        );
+
+        let mut upload = store.upload("t/dropped");
+        upload
+            .write(Bytes::from(noise(2 * UPLOAD_PART_BYTES + 5, 2)))
+            .await
+            .unwrap();
+        upload.abort().await;
+        assert_eq!(files_in(dir.path()), vec!["t/taken"]);
+    }
 
     #[tokio::test]
     async fn publish_is_create_if_absent_and_idempotent() {
