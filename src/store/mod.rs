@@ -141,7 +141,7 @@ impl ColdStore {
             key: key.to_owned(),
             sha256: Sha256::new(),
             size: 0,
-            held: Vec::new(),
+            held: std::collections::VecDeque::new(),
             held_bytes: 0,
             parts: None,
         }
@@ -285,20 +285,63 @@ const UPLOAD_PARTS_IN_FLIGHT: usize = 2;
 /// upload starts (object_store's multipart uploads cannot be conditional; segment keys
 /// carry a random part and only the holder of the table's flush lock writes under its
 /// prefix, so nobody else can take the key meanwhile). Its size is verified afterwards.
+/// Every failure of a multipart upload aborts it (its parts are deleted).
 pub struct Upload {
     store: ColdStore,
     key: String,
     sha256: Sha256,
     size: usize,
-    /// Bytes held until they make more than one part.
-    held: Vec<Bytes>,
+    /// Bytes not yet sent: all of them while they fit in one part, then less than a part.
+    held: std::collections::VecDeque<Bytes>,
     held_bytes: usize,
-    parts: Option<object_store::WriteMultipart>,
+    parts: Option<Parts>,
+}
+
+/// A multipart upload under way.
+struct Parts {
+    upload: Box<dyn object_store::MultipartUpload>,
+    in_flight: tokio::task::JoinSet<object_store::Result<()>>,
+}
+
+impl Parts {
+    /// Waits until fewer than `room` parts are in flight (none, for 0); the first failed
+    /// part's error.
+    async fn wait(&mut self, room: usize) -> object_store::Result<()> {
+        while !self.in_flight.is_empty() && self.in_flight.len() >= room {
+            match self.in_flight.join_next().await {
+                Some(Ok(done)) => done?,
+                Some(Err(e)) => {
+                    return Err(object_store::Error::Generic {
+                        store: "coldwire",
+                        source: Box::new(e),
+                    })
+                }
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `part` once there is room for it.
+    async fn send(&mut self, part: PutPayload) -> object_store::Result<()> {
+        self.wait(UPLOAD_PARTS_IN_FLIGHT).await?;
+        self.in_flight.spawn(self.upload.put_part(part));
+        Ok(())
+    }
+
+    /// Deletes what was uploaded; a failure is logged (the parts then wait for the
+    /// store's own expiry of unfinished uploads).
+    async fn abort(mut self, key: &str) {
+        self.in_flight.shutdown().await;
+        if let Err(e) = self.upload.abort().await {
+            tracing::warn!(key, error = %with_cause(&e), "could not abort the upload of an unfinished segment");
+        }
+    }
 }
 
 impl Upload {
-    /// Adds the object's next bytes; once they make more than one part, parts go up in
-    /// the background (at most [`UPLOAD_PARTS_IN_FLIGHT`] at once: this waits for room).
+    /// Adds the object's next bytes; once they make more than one part, whole parts go up
+    /// in the background, at most [`UPLOAD_PARTS_IN_FLIGHT`] at once (this waits for room).
     ///
     /// # Errors
     /// Store failures, or an object already at the key.
@@ -308,37 +351,54 @@ impl Upload {
         }
         self.sha256.update(&bytes);
         self.size += bytes.len();
-        if let Some(parts) = &mut self.parts {
-            parts.wait_for_capacity(UPLOAD_PARTS_IN_FLIGHT).await?;
-            parts.put(bytes);
-            return Ok(());
-        }
         self.held_bytes += bytes.len();
-        self.held.push(bytes);
-        if self.held_bytes <= UPLOAD_PART_BYTES {
-            return Ok(());
-        }
-        let path = Path::from(self.key.as_str());
-        match self.store.store.head(&path).await {
-            Err(object_store::Error::NotFound { .. }) => {}
-            Ok(meta) => {
-                return Err(StoreError::Conflict {
-                    key: self.key.clone(),
-                    found_size: usize::try_from(meta.size).unwrap_or(usize::MAX),
-                    found_sha256: "not read".into(),
-                })
+        self.held.push_back(bytes);
+        if self.parts.is_none() {
+            if self.held_bytes <= UPLOAD_PART_BYTES {
+                return Ok(());
             }
-            Err(e) => return Err(e.into()),
+            let path = Path::from(self.key.as_str());
+            match self.store.store.head(&path).await {
+                Err(object_store::Error::NotFound { .. }) => {}
+                Ok(meta) => {
+                    return Err(StoreError::Conflict {
+                        key: self.key.clone(),
+                        found_size: usize::try_from(meta.size).unwrap_or(usize::MAX),
+                        found_sha256: "not read".into(),
+                    })
+                }
+                Err(e) => return Err(e.into()),
+            }
+            self.parts = Some(Parts {
+                upload: self.store.store.put_multipart(&path).await?,
+                in_flight: tokio::task::JoinSet::new(),
+            });
         }
-        let upload = self.store.store.put_multipart(&path).await?;
-        let mut parts =
-            object_store::WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART_BYTES);
-        for held in self.held.drain(..) {
-            parts.put(held);
+        while self.held_bytes >= UPLOAD_PART_BYTES {
+            let part = self.take_held(UPLOAD_PART_BYTES);
+            if let Some(parts) = &mut self.parts {
+                parts.send(part).await?;
+            }
         }
-        self.held_bytes = 0;
-        self.parts = Some(parts);
         Ok(())
+    }
+
+    /// The first `n` held bytes (all of them if fewer), as one payload.
+    fn take_held(&mut self, n: usize) -> PutPayload {
+        let mut part = Vec::new();
+        let mut want = n.min(self.held_bytes);
+        self.held_bytes -= want;
+        while want > 0 {
+            let Some(mut front) = self.held.pop_front() else {
+                break;
+            };
+            if front.len() > want {
+                self.held.push_front(front.split_off(want));
+            }
+            want -= front.len();
+            part.push(front);
+        }
+        part.into_iter().collect()
     }
 
     /// Completes the object and verifies its size.
@@ -347,22 +407,30 @@ impl Upload {
     /// Store failures, or an object already at the key.
     pub async fn finish(mut self) -> Result<Published, StoreError> {
         let sha256 = hex(&std::mem::take(&mut self.sha256).finalize());
-        let Some(parts) = self.parts.take() else {
-            let mut whole = bytes::BytesMut::with_capacity(self.held_bytes);
-            for held in self.held.drain(..) {
-                whole.extend_from_slice(&held);
+        let rest = self.take_held(self.held_bytes);
+        let Some(mut parts) = self.parts.take() else {
+            let mut whole = bytes::BytesMut::with_capacity(rest.content_length());
+            for piece in &rest {
+                whole.extend_from_slice(piece);
             }
-            return self
-                .store
-                .publish_whole(&self.key, whole.freeze(), sha256)
-                .await;
+            let whole = whole.freeze();
+            return self.store.publish_whole(&self.key, whole, sha256).await;
         };
-        let mut parts = parts;
-        if let Err(e) = parts.wait_for_capacity(0).await {
-            abort_parts(&self.key, parts).await;
-            return Err(e.into());
+        let completed = async {
+            if rest.content_length() > 0 {
+                parts.send(rest).await?;
+            }
+            parts.wait(0).await?;
+            parts.upload.complete().await
         }
-        let done = parts.finish().await?;
+        .await;
+        let done = match completed {
+            Ok(done) => done,
+            Err(e) => {
+                parts.abort(&self.key).await;
+                return Err(e.into());
+            }
+        };
         let meta = self
             .store
             .store
@@ -385,16 +453,8 @@ impl Upload {
     /// Gives the object up: a multipart upload under way is aborted (its parts deleted).
     pub async fn abort(mut self) {
         if let Some(parts) = self.parts.take() {
-            abort_parts(&self.key, parts).await;
+            parts.abort(&self.key).await;
         }
-    }
-}
-
-/// Aborts the multipart upload of `key`, deleting its parts; a failure is logged (the
-/// parts then wait for the store's own expiry of unfinished uploads).
-async fn abort_parts(key: &str, parts: object_store::WriteMultipart) {
-    if let Err(e) = parts.abort().await {
-        tracing::warn!(key, error = %with_cause(&e), "could not abort the upload of an unfinished segment");
     }
 }
 
