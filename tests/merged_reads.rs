@@ -1244,7 +1244,9 @@ async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refuse
 /// cold events, and a default counted hot rows only.
 #[tokio::test]
 async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_are_refused() {
-    let TieredEvents { c, direct, .. } = &tiered_events(
+    let TieredEvents {
+        c, direct, _proxy, ..
+    } = &tiered_events(
         "writingtables",
         r#"CREATE FUNCTION count_events() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM events';
              CREATE FUNCTION check_event() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -1337,6 +1339,11 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
             "WITH d AS (DELETE FROM gone RETURNING id) INSERT INTO plain SELECT id FROM d",
             "writes of table public.gone read tiered table events server-side through public.touch,",
         ),
+        // COPY FROM inserts: triggers, defaults and checks run for each row.
+        ("COPY orders FROM STDIN", orders),
+        ("/* load */ copy public.orders (id, event_id) from stdin with (format csv)", orders),
+        (r#"COPY "Tallies" (note) FROM STDIN"#, tallies),
+        ("COPY capped FROM STDIN", capped),
     ] {
         assert_refused(c, sql, message, "SET coldwire.hot_only_reads = on in the session").await;
     }
@@ -1344,6 +1351,64 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
         .execute("INSERT INTO orders VALUES ($1, $2)", &[&3i32, &5i64])
         .await
         .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    // COPY FROM into tables whose writes read nothing tiered, and COPY TO of one that
+    // does, pass.
+    for (sql, rows) in [
+        ("COPY plain FROM STDIN", "41\n42\n"),
+        ("COPY notes (id) FROM STDIN", "7\n"),
+        ("COPY stock FROM STDIN", "9\t1\n"),
+    ] {
+        let sink = c
+            .copy_in::<_, bytes::Bytes>(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        futures_util::pin_mut!(sink);
+        futures_util::SinkExt::send(&mut sink, bytes::Bytes::from(rows))
+            .await
+            .unwrap();
+        sink.finish()
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+    let out = c
+        .copy_out("COPY orders TO STDOUT")
+        .await
+        .expect("COPY TO of orders runs no trigger");
+    futures_util::pin_mut!(out);
+    let mut copied = Vec::new();
+    while let Some(chunk) = futures_util::TryStreamExt::try_next(&mut out)
+        .await
+        .unwrap()
+    {
+        copied.extend_from_slice(&chunk);
+    }
+    assert_eq!(String::from_utf8(copied).unwrap(), "1\t1\n2\t2\n");
+    assert_eq!(
+        simple_rows(
+            c,
+            "SELECT (SELECT count(*) FROM plain), (SELECT count(*) FROM notes)"
+        )
+        .await
+        .unwrap(),
+        [[Some("2".to_owned()), Some("1".to_owned())]],
+        "the COPYs that run no reader went in"
+    );
+    // Refused in the extended protocol too (on a connection of its own: tokio-postgres
+    // loses its place on a connection whose COPY FROM fails at its Execute, whoever
+    // refuses it, Postgres included).
+    let db: String = c
+        .query_one("SELECT current_database()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let err = _proxy
+        .connect(&db)
+        .await
+        .copy_in::<_, bytes::Bytes>("COPY orders FROM STDIN")
+        .await
+        .err()
+        .expect("COPY FROM into orders is refused");
     assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
     // Writes that run none of them pass: the trigger fires on INSERT only, defaults and
     // checks on INSERT and UPDATE.
@@ -1506,5 +1571,80 @@ async fn assert_refused(c: &tokio_postgres::Client, sql: &str, message: &str, hi
     assert!(
         db_err.hint().unwrap_or_default().contains(hint),
         "{sql}: {db_err:?}"
+    );
+}
+
+/// A COPY FROM STDIN in the extended protocol (tokio-postgres' `copy_in`), then reads of
+/// a tiered table on the same connection.
+#[tokio::test]
+async fn reads_after_a_copy_in_of_the_extended_protocol_are_served() {
+    let TieredEvents { c, _proxy, .. } =
+        &tiered_events("copythenread", "CREATE TABLE plain(n int);").await;
+    let sink = c
+        .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
+        .await
+        .unwrap();
+    futures_util::pin_mut!(sink);
+    futures_util::SinkExt::send(&mut sink, bytes::Bytes::from("1\n2\n"))
+        .await
+        .unwrap();
+    assert_eq!(sink.finish().await.unwrap(), 2);
+    let read = |what: &'static str| async move {
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            simple_rows(c, "SELECT count(*) FROM events"),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("the read after {what} hung"));
+        assert_eq!(read.unwrap(), [[Some("1000".to_owned())]], "{what}");
+        let n: i64 = c
+            .query_one("SELECT count(*) FROM events WHERE id > $1", &[&0i64])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 1000, "{what}, extended");
+    };
+    read("a COPY FROM").await;
+    // A COPY the client gives up (CopyFail), then one that ends with several rows.
+    {
+        let sink = c
+            .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
+            .await
+            .unwrap();
+        futures_util::pin_mut!(sink);
+        futures_util::SinkExt::send(&mut sink, bytes::Bytes::from("3\n"))
+            .await
+            .unwrap();
+    }
+    read("a COPY given up").await;
+    let sink = c
+        .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
+        .await
+        .unwrap();
+    futures_util::pin_mut!(sink);
+    for i in 0..100 {
+        futures_util::SinkExt::send(&mut sink, bytes::Bytes::from(format!("{i}\n")))
+            .await
+            .unwrap();
+    }
+    assert_eq!(sink.finish().await.unwrap(), 100);
+    read("a COPY of 100 rows").await;
+    // A COPY inside a transaction block, and reads in it.
+    c.batch_execute("BEGIN").await.unwrap();
+    let sink = c
+        .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
+        .await
+        .unwrap();
+    futures_util::pin_mut!(sink);
+    futures_util::SinkExt::send(&mut sink, bytes::Bytes::from("5\n"))
+        .await
+        .unwrap();
+    assert_eq!(sink.finish().await.unwrap(), 1);
+    read("a COPY in a block").await;
+    c.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(
+        simple_rows(c, "SELECT count(*) FROM plain").await.unwrap(),
+        [[Some("103".to_owned())]],
+        "the given-up COPY left nothing"
     );
 }

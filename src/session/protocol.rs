@@ -38,6 +38,8 @@ pub const UPSTREAM_INSPECTED: &[u8] = &[
     msg::COMMAND_COMPLETE,
     msg::EMPTY_QUERY_RESPONSE,
     msg::PORTAL_SUSPENDED,
+    // Postgres ignores the client's Syncs from here to the client's CopyDone or CopyFail.
+    msg::COPY_IN_RESPONSE,
 ];
 
 /// SQLSTATE `26000` (invalid_sql_statement_name): a prepared statement that does not
@@ -174,6 +176,11 @@ impl ClientSide {
                 }
             }
             _ => {
+                match tag {
+                    msg::EXECUTE => state.execute_sent(),
+                    msg::COPY_DONE | msg::COPY_FAIL => state.copy_in_ended(),
+                    _ => {}
+                }
                 self.group
                     .on_frame(tag, frame, tracked && tag == msg::BIND, state);
                 if !tracked {
@@ -594,6 +601,7 @@ fn track_server_frame(state: &mut SessionState, tag: u8, frame: &[u8]) -> Result
         }
         msg::PARSE_COMPLETE => state.parse_completed(),
         msg::CLOSE_COMPLETE => state.close_completed(),
+        msg::COPY_IN_RESPONSE => state.copy_in_started(),
         msg::COMMAND_COMPLETE => {
             let tag = frame.get(5..).unwrap_or_default();
             if frees_statements(tag) {

@@ -46,6 +46,9 @@ const CLIENT_INSPECTED: &[u8] = &[
     msg::QUERY,
     msg::FUNCTION_CALL,
     msg::TERMINATE,
+    // The end of a COPY FROM STDIN, after which Postgres answers Syncs again.
+    msg::COPY_DONE,
+    msg::COPY_FAIL,
 ];
 /// Terminate, sent upstream when a client vanishes without one.
 const TERMINATE_FRAME: [u8; 5] = [msg::TERMINATE, 0, 0, 0, 4];

@@ -302,6 +302,9 @@ async fn prepare_sql(
         }
         return Ok(Some(QueryRead::Multi(parts)));
     }
+    if let Some(refusal) = reads.copy_refusal(sql).await.map_err(failed)? {
+        return Err(refusal);
+    }
     let Ok(parsed) = pg_query::parse(sql, 0) else {
         return Ok(None);
     };

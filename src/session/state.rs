@@ -119,6 +119,12 @@ pub struct SessionState {
     /// The group being sent, when coldwire put messages of its own into it before its
     /// Sync; it becomes the group's entry at the Sync.
     open_group: Option<RewrittenGroup>,
+    /// A COPY FROM STDIN is under way: Postgres ignores the client's Syncs.
+    copy_in: bool,
+    /// The client's last group-starting message was an Execute (not a Query), and how many
+    /// Syncs it sent since.
+    after_execute: bool,
+    syncs_after_execute: usize,
     /// Completions the client already got for messages of the group being sent, before
     /// its Sync and before any message of coldwire's in it (the client sent Flush, as
     /// asyncpg does after Parse and Describe): coldwire's own messages sent next are
@@ -338,6 +344,9 @@ impl SessionState {
             explain_notice: None,
             groups: VecDeque::new(),
             open_group: None,
+            copy_in: false,
+            after_execute: false,
+            syncs_after_execute: 0,
             txn_generations: HashMap::new(),
             own_failure: None,
             brought_back: HashMap::new(),
@@ -573,10 +582,40 @@ impl SessionState {
             .push_back(Pending::Close(statement.map(str::to_owned)));
     }
 
+    /// The client sent an Execute: a Sync after it is not answered if the statement turns
+    /// out to be a COPY FROM STDIN ([`SessionState::copy_in_started`]).
+    pub fn execute_sent(&mut self) {
+        self.after_execute = true;
+        self.syncs_after_execute = 0;
+    }
+
+    /// The server began a COPY FROM STDIN. Postgres ignores every Sync the client sends
+    /// until its CopyDone or CopyFail (protocol.sgml, "COPY Operations"), so they are not
+    /// waited for: those sent already behind the Execute that began it (tokio-postgres
+    /// sends Bind, Execute and Sync together) are taken back, and later ones not counted.
+    pub fn copy_in_started(&mut self) {
+        self.copy_in = true;
+        if self.after_execute {
+            for _ in 0..std::mem::take(&mut self.syncs_after_execute) {
+                if let Some(at) = self.pending.iter().rposition(|p| *p == Pending::SyncPoint) {
+                    self.pending.remove(at);
+                }
+                self.groups.pop_back();
+                self.outstanding_syncs = self.outstanding_syncs.saturating_sub(1);
+            }
+        }
+    }
+
+    /// The client ended a COPY FROM STDIN (CopyDone or CopyFail): its next Sync is answered.
+    pub fn copy_in_ended(&mut self) {
+        self.copy_in = false;
+    }
+
     /// A simple Query went upstream (its text, when UTF-8): it replaces the unnamed
     /// statement, and the named statements its DEALLOCATE or DISCARD ALL free are
     /// forgotten once Postgres confirms ([`Self::deallocated`]).
     pub fn query_sent(&mut self, sql: Option<&str>) {
+        self.after_execute = false;
         for freed in sql
             .map(crate::sql::classify::freed_statements)
             .unwrap_or_default()
@@ -595,6 +634,12 @@ impl SessionState {
 
     /// The client sent a message that ReadyForQuery answers (Sync, Query, FunctionCall).
     pub fn sync_sent(&mut self) {
+        if self.copy_in {
+            return;
+        }
+        if self.after_execute {
+            self.syncs_after_execute += 1;
+        }
         match self.open_group.take() {
             Some(open) => self.group_sent(Group::Rewritten(open)),
             None => self.group_sent(Group::Client),

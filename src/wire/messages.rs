@@ -59,6 +59,12 @@ pub const FUNCTION_CALL: u8 = b'F';
 /// Frontend: Terminate (`X`).
 pub const TERMINATE: u8 = b'X';
 pub const NOTICE_RESPONSE: u8 = b'N';
+/// CopyInResponse (server): a COPY FROM STDIN is under way.
+pub const COPY_IN_RESPONSE: u8 = b'G';
+/// CopyDone (either direction).
+pub const COPY_DONE: u8 = b'c';
+/// CopyFail (client).
+pub const COPY_FAIL: u8 = b'f';
 
 /// AuthenticationSASL: the request code in an `R` message that lists SASL mechanisms.
 const AUTH_SASL: i32 = 10;

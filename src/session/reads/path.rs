@@ -340,6 +340,27 @@ impl ReadPath {
         }
     }
 
+    /// The refusal of a COPY that runs a function reading tiered tables server-side: the
+    /// INSERT triggers, defaults and CHECKs of the table a `COPY … FROM` fills, or a
+    /// function its query or WHERE calls. (A COPY of a tiered table is served by
+    /// [`crate::sql::copy_to`].)
+    ///
+    /// # Errors
+    /// The registry could not be read.
+    pub async fn copy_refusal(&self, sql: &str) -> Result<Option<ErrorFields>, PlanError> {
+        if !self.may_name_tiered(sql) {
+            return Ok(None);
+        }
+        let registry = self.catalog.registry().await?;
+        let Ok(parsed) = pg_query::parse(sql, 0) else {
+            return Ok(None);
+        };
+        let [statement] = parsed.protobuf.stmts.as_slice() else {
+            return Ok(None);
+        };
+        Ok(reading_function(statement, &parsed, &registry).map(|call| call_refusal(call.function)))
+    }
+
     /// Forgets the list of tiered tables, so the next statement reads it again.
     pub fn invalidate(&self) {
         self.catalog.invalidate();
@@ -705,10 +726,22 @@ fn reading_function<'r>(
     };
     // ALTER (VIEW, TABLE) of a view that calls a reader runs nothing of it.
     let alters = matches!(node, N::AlterTableStmt(_));
+    // COPY FROM inserts into its table (its INSERT triggers, defaults and CHECKs run),
+    // though the walk sees the table named as a read.
+    let copied_into = match node {
+        N::CopyStmt(copy) if copy.is_from => copy.relation.as_ref(),
+        _ => None,
+    };
     let function = walk
         .functions
         .iter()
         .find_map(|(schema, name)| registry.function(schema.as_deref(), name))
+        .or_else(|| {
+            copied_into.and_then(|rv| {
+                let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
+                registry.writing_table(schema, &rv.relname, 4)
+            })
+        })
         .or_else(|| {
             relations().find_map(|r| {
                 let schema = r.schema.as_deref();
