@@ -1344,6 +1344,8 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
         ("/* load */ copy public.orders (id, event_id) from stdin with (format csv)", orders),
         (r#"COPY "Tallies" (note) FROM STDIN"#, tallies),
         ("COPY capped FROM STDIN", capped),
+        // First of several statements.
+        ("COPY orders FROM STDIN; SELECT 1", orders),
     ] {
         assert_refused(c, sql, message, "SET coldwire.hot_only_reads = on in the session").await;
     }
@@ -1617,6 +1619,18 @@ async fn reads_after_a_copy_in_of_the_extended_protocol_are_served() {
             .unwrap();
     }
     read("a COPY given up").await;
+    // One that Postgres fails on a bad row.
+    let sink = c
+        .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
+        .await
+        .unwrap();
+    futures_util::pin_mut!(sink);
+    futures_util::SinkExt::send(&mut sink, bytes::Bytes::from("4\nnot a number\n"))
+        .await
+        .unwrap();
+    let err = sink.finish().await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("22P02"), "{err:?}");
+    read("a COPY Postgres failed").await;
     let sink = c
         .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
         .await

@@ -590,6 +590,9 @@ fn copy_out(
 
 /// What the session learns from a server frame relayed as it is.
 fn track_server_frame(state: &mut SessionState, tag: u8, frame: &[u8]) -> Result<(), WireError> {
+    if matches!(tag, msg::ERROR_RESPONSE | msg::READY_FOR_QUERY) {
+        state.copy_in_ended();
+    }
     match tag {
         msg::READY_FOR_QUERY => state.ready_for_query(
             msg::ready_for_query_status(frame).ok_or(WireError::Malformed("ReadyForQuery"))?,

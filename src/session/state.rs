@@ -606,7 +606,9 @@ impl SessionState {
         }
     }
 
-    /// The client ended a COPY FROM STDIN (CopyDone or CopyFail): its next Sync is answered.
+    /// A COPY FROM STDIN ended: the client sent CopyDone or CopyFail, or Postgres sent an
+    /// error or ReadyForQuery (after an error Postgres drops the client's copy messages,
+    /// and a client need not send them). The client's next Sync is answered.
     pub fn copy_in_ended(&mut self) {
         self.copy_in = false;
     }
@@ -813,7 +815,9 @@ impl SessionState {
     /// request the client sent so far has been answered (given the client has not sent
     /// extended-protocol messages since its last Sync).
     pub fn outstanding_syncs(&self) -> usize {
-        self.outstanding_syncs
+        // A COPY FROM under way is a request not yet answered: nothing of coldwire's own
+        // may go upstream in the middle of it.
+        self.outstanding_syncs + usize::from(self.copy_in)
     }
 
     /// The status byte of ReadyForQuery for the current phase.

@@ -355,10 +355,13 @@ impl ReadPath {
         let Ok(parsed) = pg_query::parse(sql, 0) else {
             return Ok(None);
         };
-        let [statement] = parsed.protobuf.stmts.as_slice() else {
-            return Ok(None);
-        };
-        Ok(reading_function(statement, &parsed, &registry).map(|call| call_refusal(call.function)))
+        // Every statement of the string (a COPY may come first of several).
+        Ok(parsed
+            .protobuf
+            .stmts
+            .iter()
+            .find_map(|statement| reading_function(statement, &parsed, &registry))
+            .map(|call| call_refusal(call.function)))
     }
 
     /// Forgets the list of tiered tables, so the next statement reads it again.
