@@ -138,6 +138,47 @@ newline' WHEN 2 THEN 'back\slash "quoted", comma' WHEN 3 THEN '' WHEN 4 THEN 'ü
         b"1\n"
     );
 
+    // A COPY of a tiered table is served only as a Query of its own. Among several
+    // statements, first or not, it is refused rather than relayed with its hot rows only;
+    // so is any COPY beside a statement on a tiered table. Nothing of the string runs.
+    for sql in [
+        "COPY t TO STDOUT; SELECT 1",
+        "SELECT 1; COPY t TO STDOUT",
+        "/* first */ COPY (SELECT id FROM t WHERE id > 0) TO STDOUT;SELECT 1",
+        "select 1 ;\n  copy public.t (id) to stdout (format csv) ; ",
+        "COPY control TO STDOUT; SELECT count(*) FROM t",
+        "SELECT count(*) FROM t; COPY control TO STDOUT",
+        "COPY control TO STDOUT; UPDATE t SET s = 'changed' WHERE id < 1000",
+    ] {
+        assert_eq!(
+            copy_bytes(&mut tiered, sql).await,
+            Err("0A000".into()),
+            "{sql}"
+        );
+    }
+    let changed: i64 = c
+        .query_one("SELECT count(*) FROM t WHERE s = 'changed'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(changed, 0);
+    // A COPY of a plain table among several statements is Postgres's, message for message.
+    let sql = "COPY control (id, s) TO STDOUT; SELECT 1";
+    let mut answers = Vec::new();
+    for conn in [&mut tiered, &mut plain] {
+        conn.send(&raw::query(sql)).await;
+        let msgs = conn.until_ready().await;
+        let data: Vec<Vec<u8>> = msgs
+            .iter()
+            .filter(|m| m.tag == b'd')
+            .map(|m| m.body.clone())
+            .collect();
+        answers.push((raw::tags(&msgs), data));
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert!(answers[0].0.starts_with('H'), "{}", answers[0].0);
+    assert_eq!(answers[0].1.len(), 1200);
+
     // In the extended protocol (tokio-postgres's copy_out) a COPY of a tiered table is
     // refused rather than answered with its hot rows only.
     let err = c

@@ -25,7 +25,7 @@ use super::state::{
     hot_statement_name, HotForm, OwnPrefix, Phase, Prepared, RewrittenStatement, SessionState,
 };
 use super::SessionError;
-use crate::sql::classify::{contains_ignore_ascii_case, kinds_of, Kind};
+use crate::sql::classify::{contains_ignore_ascii_case, kinds, Kind};
 use crate::sql::copy_to::{copy_to, CopyOptions};
 use crate::sql::params::{BoundParams, Settings};
 use crate::wire::extended::{self as ext, Bind, Parse};
@@ -252,67 +252,107 @@ async fn prepare_sql(
             .unwrap_or_else(PoisonError::into_inner)
             .catalog_changed = true;
     }
-    let is_copy = |sql: &str| {
-        contains_ignore_ascii_case(sql, "copy") && kinds_of(sql).first() == Some(&Kind::Copy)
+    // A COPY anywhere in the string is looked at first: its sub-protocol is Postgres's
+    // own, so coldwire serves a COPY of a tiered table only as a Query of its own.
+    let copying = if contains_ignore_ascii_case(sql, "copy") {
+        pg_query::parse(sql, 0)
+            .ok()
+            .filter(|parsed| kinds(parsed).contains(&Kind::Copy))
+    } else {
+        None
     };
-    let refused = |code: &str, message: String, hint: Option<String>| ErrorFields {
+    if let Some(parsed) = &copying {
+        if let Some(refusal) = reads.copy_refusal(sql, parsed).await.map_err(failed)? {
+            return Err(refusal);
+        }
+        if parsed.protobuf.stmts.len() == 1 {
+            return prepare_copy(sql, parsed, &reads).await;
+        }
+        // Of several statements, none may be a COPY of a tiered table: Postgres would
+        // write its hot rows only.
+        for statement in pg_query::split_with_parser(sql).unwrap_or_default() {
+            let Ok(one) = pg_query::parse(statement, 0) else {
+                continue;
+            };
+            let Some(copy) = copy_to(statement, &one) else {
+                continue;
+            };
+            if reads
+                .prepare(&copy.select_sql(), 0)
+                .await
+                .map_err(failed)?
+                .is_some()
+            {
+                return Err(refused(
+                    "0A000",
+                    "coldwire: a COPY of a tiered table in a Query string of several statements is not supported".into(),
+                    Some("Send the COPY as a Query of its own.".into()),
+                ));
+            }
+        }
+    }
+    match sql_prepared(sql, shared).await.map_err(failed)? {
+        SqlPrepared::Execute(write) => return Ok(Some(QueryRead::Write(write))),
+        // Relayed as it is: its EXECUTEs are planned.
+        SqlPrepared::PrepareWrite => return Ok(None),
+        SqlPrepared::HotOnlyCall(e) => return Ok(Some(QueryRead::HotOnlyCall(e))),
+        SqlPrepared::Other => {}
+    }
+    match reads.prepare(sql, declared_params).await {
+        Ok(Some(read)) => return Ok(Some(QueryRead::Select(read))),
+        Ok(None) => {}
+        Err(super::reads::PlanError::HotOnlyCall(e)) => return Ok(Some(QueryRead::HotOnlyCall(e))),
+        Err(e) => return Err(failed(e)),
+    }
+    if let Some(write) = reads
+        .prepare_write(sql, declared_params)
+        .await
+        .map_err(failed)?
+    {
+        return Ok(Some(QueryRead::Write(write)));
+    }
+    let Some(parts) = reads.prepare_multi(sql).await.map_err(failed)? else {
+        return Ok(None);
+    };
+    // COPY runs its own sub-protocol; beside a statement on a tiered table it would be
+    // served in the extended protocol, where coldwire does not serve COPY.
+    if copying.is_some() {
+        return Err(refused(
+            "0A000",
+            "coldwire: a COPY in the same Query string as a statement on a tiered table is not supported".into(),
+            Some("Send the COPY as a Query of its own.".into()),
+        ));
+    }
+    Ok(Some(QueryRead::Multi(parts)))
+}
+
+/// An error coldwire answers in Postgres's place.
+fn refused(code: &str, message: String, hint: Option<String>) -> ErrorFields {
+    ErrorFields {
         severity: Severity::Error,
         code: code.to_owned(),
         message,
         detail: None,
         hint,
-    };
-    if !is_copy(sql) {
-        match sql_prepared(sql, shared).await.map_err(failed)? {
-            SqlPrepared::Execute(write) => return Ok(Some(QueryRead::Write(write))),
-            // Relayed as it is: its EXECUTEs are planned.
-            SqlPrepared::PrepareWrite => return Ok(None),
-            SqlPrepared::HotOnlyCall(e) => return Ok(Some(QueryRead::HotOnlyCall(e))),
-            SqlPrepared::Other => {}
-        }
-        match reads.prepare(sql, declared_params).await {
-            Ok(Some(read)) => return Ok(Some(QueryRead::Select(read))),
-            Ok(None) => {}
-            Err(super::reads::PlanError::HotOnlyCall(e)) => {
-                return Ok(Some(QueryRead::HotOnlyCall(e)))
-            }
-            Err(e) => return Err(failed(e)),
-        }
-        if let Some(write) = reads
-            .prepare_write(sql, declared_params)
-            .await
-            .map_err(failed)?
-        {
-            return Ok(Some(QueryRead::Write(write)));
-        }
-        let Some(parts) = reads.prepare_multi(sql).await.map_err(failed)? else {
-            return Ok(None);
-        };
-        // COPY runs its own sub-protocol; beside a read of a tiered table it would be
-        // served in the extended protocol, where coldwire does not serve COPY.
-        if parts
-            .iter()
-            .any(|p| matches!(p, Part::Plain(s) if is_copy(s)))
-        {
-            return Err(refused(
-                "0A000",
-                "coldwire: a COPY in the same Query string as a read of a tiered table is not supported".into(),
-                Some("Send the COPY as a Query of its own.".into()),
-            ));
-        }
-        return Ok(Some(QueryRead::Multi(parts)));
     }
-    if let Some(refusal) = reads.copy_refusal(sql).await.map_err(failed)? {
-        return Err(refusal);
-    }
-    let Ok(parsed) = pg_query::parse(sql, 0) else {
-        return Ok(None);
-    };
-    let Some(copy) = copy_to(sql, &parsed) else {
+}
+
+/// [`prepare_sql`] of a single COPY statement `sql`, parsed as `parsed`: a COPY TO of a
+/// tiered table is served (or refused when it cannot be); any other is relayed.
+async fn prepare_copy(
+    sql: &str,
+    parsed: &pg_query::ParseResult,
+    reads: &ReadPath,
+) -> Result<Option<QueryRead>, ErrorFields> {
+    let Some(copy) = copy_to(sql, parsed) else {
         return Ok(None);
     };
     // Only a COPY of a tiered table is coldwire's to serve (or refuse).
-    let Some(read) = reads.prepare(&copy.select_sql(), 0).await.map_err(failed)? else {
+    let Some(read) = reads
+        .prepare(&copy.select_sql(), 0)
+        .await
+        .map_err(|e| e.client_error())?
+    else {
         return Ok(None);
     };
     if copy.to_server {

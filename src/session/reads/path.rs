@@ -340,27 +340,28 @@ impl ReadPath {
         }
     }
 
-    /// The refusal of a COPY that runs a function reading tiered tables server-side: the
-    /// INSERT triggers, defaults and CHECKs of the table a `COPY … FROM` fills, or a
+    /// The refusal of a COPY (`sql`, parsed as `parsed`) that runs a function reading
+    /// tiered tables server-side: the INSERT triggers, defaults and CHECKs of the table a `COPY … FROM` fills, or a
     /// function its query or WHERE calls. (A COPY of a tiered table is served by
     /// [`crate::sql::copy_to`].)
     ///
     /// # Errors
     /// The registry could not be read.
-    pub async fn copy_refusal(&self, sql: &str) -> Result<Option<ErrorFields>, PlanError> {
+    pub async fn copy_refusal(
+        &self,
+        sql: &str,
+        parsed: &pg_query::ParseResult,
+    ) -> Result<Option<ErrorFields>, PlanError> {
         if !self.may_name_tiered(sql) {
             return Ok(None);
         }
         let registry = self.catalog.registry().await?;
-        let Ok(parsed) = pg_query::parse(sql, 0) else {
-            return Ok(None);
-        };
         // Every statement of the string (a COPY may come first of several).
         Ok(parsed
             .protobuf
             .stmts
             .iter()
-            .find_map(|statement| reading_function(statement, &parsed, &registry))
+            .find_map(|statement| reading_function(statement, parsed, &registry))
             .map(|call| call_refusal(call.function)))
     }
 
