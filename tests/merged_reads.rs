@@ -7,6 +7,7 @@
 mod common;
 
 use common::flushing::{Flushing, EXPECTED};
+use common::raw::{self, RawConn};
 use common::{admin_call, cluster, connect_direct, create_db, pg_bin, simple_rows, Proxy};
 use tokio_postgres::SimpleQueryMessage;
 
@@ -1509,6 +1510,7 @@ async fn a_view_replaced_through_the_proxy_is_read_by_its_new_definition() {
 /// What [`tiered_events`] sets up; the proxy and the cold store live as long as it.
 struct TieredEvents {
     _proxy: Proxy,
+    db: String,
     _store: tempfile::TempDir,
     /// A session through the proxy.
     c: tokio_postgres::Client,
@@ -1555,6 +1557,7 @@ async fn tiered_events(name: &str, setup: &str) -> TieredEvents {
     assert!(hot <= 100, "{hot} hot rows");
     TieredEvents {
         _proxy: proxy,
+        db,
         _store: store,
         c,
         direct,
@@ -1661,4 +1664,60 @@ async fn reads_after_a_copy_in_of_the_extended_protocol_are_served() {
         [[Some("103".to_owned())]],
         "the given-up COPY left nothing"
     );
+}
+
+/// A COPY FROM STDIN that Postgres fails, where the client sends neither CopyDone nor
+/// CopyFail after the error (Postgres drops them anyway; pgjdbc sends none), in both
+/// protocols: the COPY ends at Postgres's error, and reads of a tiered table are served
+/// after it.
+#[tokio::test]
+async fn reads_after_a_copy_in_failed_without_copy_done_are_served() {
+    let TieredEvents { _proxy, db, .. } =
+        &tiered_events("copyfailnodone", "CREATE TABLE plain(n int);").await;
+    let mut conn = RawConn::ready(_proxy.addr, db).await;
+    count_events(&mut conn, "before any COPY").await;
+    for extended in [false, true] {
+        if extended {
+            let mut group = raw::parse("", "COPY plain FROM STDIN");
+            group.extend(raw::bind("", &[]));
+            group.extend(raw::execute());
+            group.extend(raw::sync());
+            conn.send(&group).await;
+            let ack = conn.next().await.unwrap();
+            assert_eq!(ack.tag, b'1');
+            assert_eq!(conn.next().await.unwrap().tag, b'2');
+        } else {
+            conn.send(&raw::query("COPY plain FROM STDIN")).await;
+        }
+        assert_eq!(conn.next().await.unwrap().tag, b'G', "extended: {extended}");
+        conn.send(&raw::frame(b'd', b"1\nnot a number\n")).await;
+        let err = conn.next().await.unwrap();
+        assert_eq!(err.tag, b'E');
+        assert_eq!(err.field(b'C').as_deref(), Some("22P02"));
+        if extended {
+            // Postgres drops messages until the client's next Sync, which is answered
+            // (sent together with the next read: the read waits for it).
+            let mut group = raw::sync();
+            group.extend(raw::parse("", "SELECT count(*) FROM events WHERE id > $1"));
+            group.extend(raw::bind("", &["0"]));
+            group.extend(raw::execute());
+            group.extend(raw::sync());
+            conn.send(&group).await;
+            assert_eq!(raw::tags(&conn.until_ready().await), "Z");
+            let msgs = conn.until_ready().await;
+            assert_eq!(raw::tags(&msgs), "12DCZ", "{msgs:?}");
+            assert_eq!(msgs[2].body[6..], *b"1000");
+        } else {
+            assert_eq!(raw::tags(&conn.until_ready().await), "Z");
+        }
+        count_events(&mut conn, if extended { "extended" } else { "simple" }).await;
+    }
+}
+
+/// `SELECT count(*) FROM events` on `conn` answers 1000.
+async fn count_events(conn: &mut RawConn, what: &str) {
+    conn.send(&raw::query("SELECT count(*) FROM events")).await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(raw::tags(&msgs), "TDCZ", "{what}: {msgs:?}");
+    assert_eq!(msgs[1].body[6..], *b"1000", "{what}");
 }

@@ -121,10 +121,9 @@ pub struct SessionState {
     open_group: Option<RewrittenGroup>,
     /// A COPY FROM STDIN is under way: Postgres ignores the client's Syncs.
     copy_in: bool,
-    /// The client's last group-starting message was an Execute (not a Query), and how many
-    /// Syncs it sent since.
-    after_execute: bool,
-    syncs_after_execute: usize,
+    /// How many Syncs the client sent since its last Execute, when that Execute was its
+    /// last group-starting message (`None` after a Query).
+    syncs_since_execute: Option<usize>,
     /// Completions the client already got for messages of the group being sent, before
     /// its Sync and before any message of coldwire's in it (the client sent Flush, as
     /// asyncpg does after Parse and Describe): coldwire's own messages sent next are
@@ -345,8 +344,7 @@ impl SessionState {
             groups: VecDeque::new(),
             open_group: None,
             copy_in: false,
-            after_execute: false,
-            syncs_after_execute: 0,
+            syncs_since_execute: None,
             txn_generations: HashMap::new(),
             own_failure: None,
             brought_back: HashMap::new(),
@@ -585,8 +583,7 @@ impl SessionState {
     /// The client sent an Execute: a Sync after it is not answered if the statement turns
     /// out to be a COPY FROM STDIN ([`SessionState::copy_in_started`]).
     pub fn execute_sent(&mut self) {
-        self.after_execute = true;
-        self.syncs_after_execute = 0;
+        self.syncs_since_execute = Some(0);
     }
 
     /// The server began a COPY FROM STDIN. Postgres ignores every Sync the client sends
@@ -595,8 +592,8 @@ impl SessionState {
     /// sends Bind, Execute and Sync together) are taken back, and later ones not counted.
     pub fn copy_in_started(&mut self) {
         self.copy_in = true;
-        if self.after_execute {
-            for _ in 0..std::mem::take(&mut self.syncs_after_execute) {
+        if let Some(syncs) = &mut self.syncs_since_execute {
+            for _ in 0..std::mem::take(syncs) {
                 if let Some(at) = self.pending.iter().rposition(|p| *p == Pending::SyncPoint) {
                     self.pending.remove(at);
                 }
@@ -617,7 +614,7 @@ impl SessionState {
     /// statement, and the named statements its DEALLOCATE or DISCARD ALL free are
     /// forgotten once Postgres confirms ([`Self::deallocated`]).
     pub fn query_sent(&mut self, sql: Option<&str>) {
-        self.after_execute = false;
+        self.syncs_since_execute = None;
         for freed in sql
             .map(crate::sql::classify::freed_statements)
             .unwrap_or_default()
@@ -639,8 +636,8 @@ impl SessionState {
         if self.copy_in {
             return;
         }
-        if self.after_execute {
-            self.syncs_after_execute += 1;
+        if let Some(syncs) = &mut self.syncs_since_execute {
+            *syncs += 1;
         }
         match self.open_group.take() {
             Some(open) => self.group_sent(Group::Rewritten(open)),
