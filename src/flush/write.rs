@@ -272,36 +272,32 @@ fn segment_key(table: &Tiered, number: i64) -> (uuid::Uuid, String) {
     (segment_id, key)
 }
 
-/// Closes the open segment (`current`, taken), completes its upload (create-if-absent),
-/// and records it pending with its stats. On failure the upload is aborted.
+/// Closes the open segment (`current`), completes its upload (create-if-absent), and
+/// records it pending with its stats. The segment stays in `current` until its upload
+/// completes, so the caller aborts the upload of any failure before that.
 async fn publish(
     client: &Client,
     job: &Job,
     table: &Tiered,
     current: &mut Option<OpenSegment>,
 ) -> Result<(), FlushError> {
+    let Some(open) = current.as_mut() else {
+        return Ok(());
+    };
+    let started = std::time::Instant::now();
+    let (bytes, facts) = open.writer.finish()?;
+    let encoded = started.elapsed();
+    open.upload.write(bytes).await?;
     let Some(OpenSegment {
-        writer,
-        mut upload,
+        upload,
         segment_id,
         key,
+        ..
     }) = current.take()
     else {
         return Ok(());
     };
-    let started = std::time::Instant::now();
-    let (bytes, facts) = match writer.finish() {
-        Ok(done) => done,
-        Err(e) => {
-            upload.abort().await;
-            return Err(e.into());
-        }
-    };
-    let encoded = started.elapsed();
-    if let Err(e) = upload.write(bytes).await {
-        upload.abort().await;
-        return Err(e.into());
-    }
+    // A failure here aborts the upload itself.
     let published = upload.finish().await?;
     tracing::info!(
         key,

@@ -216,11 +216,12 @@ impl SegmentWriter {
         }
     }
 
-    /// Closes the file: its bytes (those not taken yet) and its facts.
+    /// Closes the file: its bytes (those not taken yet) and its facts. Nothing is written
+    /// after.
     ///
     /// # Errors
     /// Parquet failures, or a footer whose row groups do not match the rows written.
-    pub fn finish(mut self) -> Result<(Bytes, SegmentFacts), parquet::errors::ParquetError> {
+    pub fn finish(&mut self) -> Result<(Bytes, SegmentFacts), parquet::errors::ParquetError> {
         let metadata = self.writer.finish()?;
         let bytes = Bytes::from(std::mem::take(self.writer.inner_mut()));
         let expected_groups = self.rows.div_ceil(self.row_group_rows);
@@ -251,8 +252,8 @@ impl SegmentWriter {
             rows: self.rows as i64,
             min_seq: self.min_seq,
             max_seq: self.max_seq,
-            min_pk: self.min_pk,
-            max_pk: self.max_pk,
+            min_pk: self.min_pk.take(),
+            max_pk: self.max_pk.take(),
             stats,
         };
         Ok((bytes, facts))

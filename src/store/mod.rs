@@ -131,7 +131,8 @@ impl ColdStore {
     /// Store failures, or a different object at `key`.
     pub async fn publish(&self, key: &str, bytes: Bytes) -> Result<Published, StoreError> {
         let sha256 = hex(&Sha256::digest(&bytes));
-        self.publish_whole(key, bytes, sha256).await
+        self.publish_whole(key, PutPayload::from(bytes), sha256)
+            .await
     }
 
     /// An object to be published at `key` as its bytes come ([`Upload`]).
@@ -147,24 +148,20 @@ impl ColdStore {
         }
     }
 
-    /// [`ColdStore::publish`] of `bytes` whose sha256 is known.
+    /// [`ColdStore::publish`] of `payload` (its pieces in order) whose sha256 is known.
     async fn publish_whole(
         &self,
         key: &str,
-        bytes: Bytes,
+        payload: PutPayload,
         sha256: String,
     ) -> Result<Published, StoreError> {
         let path = Path::from(key);
-        let size = bytes.len();
+        let size = payload.content_length();
         let options = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
         };
-        let etag = match self
-            .store
-            .put_opts(&path, PutPayload::from(bytes), options)
-            .await
-        {
+        let etag = match self.store.put_opts(&path, payload, options).await {
             Ok(result) => result.e_tag,
             Err(object_store::Error::AlreadyExists { .. }) => {
                 let existing = self.store.get(&path).await?.bytes().await?;
@@ -409,12 +406,7 @@ impl Upload {
         let sha256 = hex(&std::mem::take(&mut self.sha256).finalize());
         let rest = self.take_held(self.held_bytes);
         let Some(mut parts) = self.parts.take() else {
-            let mut whole = bytes::BytesMut::with_capacity(rest.content_length());
-            for piece in &rest {
-                whole.extend_from_slice(piece);
-            }
-            let whole = whole.freeze();
-            return self.store.publish_whole(&self.key, whole, sha256).await;
+            return self.store.publish_whole(&self.key, rest, sha256).await;
         };
         let completed = async {
             if rest.content_length() > 0 {
