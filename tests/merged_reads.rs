@@ -1585,15 +1585,7 @@ async fn assert_refused(c: &tokio_postgres::Client, sql: &str, message: &str, hi
 async fn reads_after_a_copy_in_of_the_extended_protocol_are_served() {
     let TieredEvents { c, _proxy, .. } =
         &tiered_events("copythenread", "CREATE TABLE plain(n int);").await;
-    let sink = c
-        .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
-        .await
-        .unwrap();
-    futures_util::pin_mut!(sink);
-    futures_util::SinkExt::send(&mut sink, bytes::Bytes::from("1\n2\n"))
-        .await
-        .unwrap();
-    assert_eq!(sink.finish().await.unwrap(), 2);
+    assert_eq!(copy_into_plain(c, &["1\n2\n"]).await.unwrap(), 2);
     let read = |what: &'static str| async move {
         let read = tokio::time::timeout(
             std::time::Duration::from_secs(10),
@@ -1623,40 +1615,18 @@ async fn reads_after_a_copy_in_of_the_extended_protocol_are_served() {
     }
     read("a COPY given up").await;
     // One that Postgres fails on a bad row.
-    let sink = c
-        .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
+    let err = copy_into_plain(c, &["4\nnot a number\n"])
         .await
-        .unwrap();
-    futures_util::pin_mut!(sink);
-    futures_util::SinkExt::send(&mut sink, bytes::Bytes::from("4\nnot a number\n"))
-        .await
-        .unwrap();
-    let err = sink.finish().await.unwrap_err();
+        .unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("22P02"), "{err:?}");
     read("a COPY Postgres failed").await;
-    let sink = c
-        .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
-        .await
-        .unwrap();
-    futures_util::pin_mut!(sink);
-    for i in 0..100 {
-        futures_util::SinkExt::send(&mut sink, bytes::Bytes::from(format!("{i}\n")))
-            .await
-            .unwrap();
-    }
-    assert_eq!(sink.finish().await.unwrap(), 100);
+    let sends: Vec<String> = (0..100).map(|i| format!("{i}\n")).collect();
+    let sends: Vec<&str> = sends.iter().map(String::as_str).collect();
+    assert_eq!(copy_into_plain(c, &sends).await.unwrap(), 100);
     read("a COPY of 100 rows").await;
     // A COPY inside a transaction block, and reads in it.
     c.batch_execute("BEGIN").await.unwrap();
-    let sink = c
-        .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
-        .await
-        .unwrap();
-    futures_util::pin_mut!(sink);
-    futures_util::SinkExt::send(&mut sink, bytes::Bytes::from("5\n"))
-        .await
-        .unwrap();
-    assert_eq!(sink.finish().await.unwrap(), 1);
+    assert_eq!(copy_into_plain(c, &["5\n"]).await.unwrap(), 1);
     read("a COPY in a block").await;
     c.batch_execute("COMMIT").await.unwrap();
     assert_eq!(
@@ -1664,6 +1634,25 @@ async fn reads_after_a_copy_in_of_the_extended_protocol_are_served() {
         [[Some("103".to_owned())]],
         "the given-up COPY left nothing"
     );
+}
+
+/// tokio-postgres's `copy_in` into `plain`, one send per item of `sends`: the rows
+/// Postgres counts, or its error.
+async fn copy_into_plain(
+    c: &tokio_postgres::Client,
+    sends: &[&str],
+) -> Result<u64, tokio_postgres::Error> {
+    let sink = c
+        .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
+        .await
+        .unwrap();
+    futures_util::pin_mut!(sink);
+    for send in sends {
+        futures_util::SinkExt::send(&mut sink, bytes::Bytes::from(send.to_string()))
+            .await
+            .unwrap();
+    }
+    sink.finish().await
 }
 
 /// A COPY FROM STDIN that Postgres fails, where the client sends neither CopyDone nor

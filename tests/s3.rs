@@ -114,22 +114,29 @@ async fn rows(c: &Client, sql: &str) -> BTreeMap<i64, Option<String>> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_flush_writes_segments_under_the_s3_prefix_exactly_as_recorded() {
-    let server = s3();
-    let bucket = server.bucket();
-    let db = create_db("s3flush");
+/// A table flushed once to moto, and what the tests look at.
+struct Flushed {
+    prefix: String,
+    direct: Client,
+    _proxy: Proxy,
+    /// A session through the proxy.
+    c: Client,
+    /// `events`' (id, kind) before tiering.
+    before: BTreeMap<i64, Option<String>>,
+    /// The flush job (completed).
+    job: Value,
+    /// (id, op, kind) of the rows of the job's segments, each segment checked against
+    /// its object ([`segment_rows`]).
+    cold: Vec<(i64, i16, Option<String>)>,
+}
+
+/// A database `name` whose `events(id bigint PRIMARY KEY, kind text, …)` `setup` creates
+/// and fills; a proxy on `server` tiers it with `policy` and flushes it once.
+async fn tier_and_flush(server: &S3Server, name: &str, setup: &str, policy: &str) -> Flushed {
+    let db = create_db(name);
     let prefix = format!("tiers/{db}");
     let direct = connect_direct(&db).await;
-    direct
-        .batch_execute(
-            "CREATE TABLE events(id bigint PRIMARY KEY, kind text, at timestamptz);
-             INSERT INTO events SELECT g, CASE WHEN g % 10 = 0 THEN NULL ELSE 'k' || g % 7 END,
-                                       '2026-01-01'::timestamptz + g * interval '1 min'
-             FROM generate_series(1, 1000) g;",
-        )
-        .await
-        .unwrap();
+    direct.batch_execute(setup).await.unwrap();
     let before = rows(&direct, "SELECT id, kind FROM events").await;
     let proxy = proxy_on(server, &db, &prefix, &[]).await;
     assert!(
@@ -140,11 +147,77 @@ async fn a_flush_writes_segments_under_the_s3_prefix_exactly_as_recorded() {
     let c = proxy.connect(&db).await;
     admin(
         &c,
-        r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "max_rows_per_file": 300, "auto_flush": false}')"#,
+        &format!("SELECT coldwire.tier_table('events', '{policy}')"),
     )
     .await;
     let job = admin(&c, "SELECT coldwire.flush_table('events', wait => true)").await;
     assert_eq!(job["state"], "completed", "{job}");
+    let cold = segment_rows(
+        &direct,
+        server.bucket().as_ref(),
+        &prefix,
+        job["job_id"].as_i64().unwrap(),
+    )
+    .await;
+    Flushed {
+        prefix,
+        direct,
+        _proxy: proxy,
+        c,
+        before,
+        job,
+        cold,
+    }
+}
+
+impl Flushed {
+    /// Every row of `before` is hot or cold (`cold_rows` of them), once, with its values,
+    /// and reads through coldwire see them all.
+    async fn assert_every_row_hot_or_cold(&self, cold_rows: usize) {
+        assert!(self.cold.iter().all(|(_, op, _)| *op == 1));
+        let hot = rows(&self.direct, "SELECT id, kind FROM events").await;
+        let cold: BTreeMap<i64, Option<String>> = self
+            .cold
+            .iter()
+            .map(|(id, _, kind)| (*id, kind.clone()))
+            .collect();
+        assert_eq!(cold.len(), cold_rows, "no key twice");
+        assert!(cold.keys().all(|k| !hot.contains_key(k)));
+        let mut union = cold;
+        union.extend(hot);
+        assert_eq!(
+            union, self.before,
+            "every row is hot or cold, with its values"
+        );
+        let through = rows(&self.c, "SELECT id, kind FROM events").await;
+        assert_eq!(through, self.before, "through coldwire");
+    }
+
+    /// The keys under the prefix: (manifests, segments).
+    async fn objects(&self, bucket: &dyn ObjectStore) -> (BTreeSet<String>, BTreeSet<String>) {
+        bucket_keys(bucket)
+            .await
+            .into_iter()
+            .filter(|k| k.starts_with(&format!("{}/", self.prefix)))
+            .partition(|k| is_manifest(k))
+    }
+}
+
+#[tokio::test]
+async fn a_flush_writes_segments_under_the_s3_prefix_exactly_as_recorded() {
+    let server = s3();
+    let bucket = server.bucket();
+    let flushed = tier_and_flush(
+        server,
+        "s3flush",
+        "CREATE TABLE events(id bigint PRIMARY KEY, kind text, at timestamptz);
+         INSERT INTO events SELECT g, CASE WHEN g % 10 = 0 THEN NULL ELSE 'k' || g % 7 END,
+                                   '2026-01-01'::timestamptz + g * interval '1 min'
+         FROM generate_series(1, 1000) g;",
+        r#"{"hot_row_limit": 100, "min_flush_rows": 100, "max_rows_per_file": 300, "auto_flush": false}"#,
+    )
+    .await;
+    let job = &flushed.job;
     assert_eq!(
         (job["rows_done"].as_i64(), job["segments"].as_i64()),
         (Some(900), Some(3)),
@@ -153,23 +226,23 @@ async fn a_flush_writes_segments_under_the_s3_prefix_exactly_as_recorded() {
 
     // The objects are exactly the recorded segments plus the table's manifest, all under
     // the prefix: nothing staged or orphaned is left, nothing is written outside it.
-    let paths: BTreeSet<String> = direct
+    let paths: BTreeSet<String> = flushed
+        .direct
         .query("SELECT path FROM coldwire.segments", &[])
         .await
         .unwrap()
         .iter()
-        .map(|r| format!("{prefix}/{}", r.get::<_, String>(0)))
+        .map(|r| format!("{}/{}", flushed.prefix, r.get::<_, String>(0)))
         .collect();
     assert_eq!(paths.len(), 3);
     let everything = bucket_keys(bucket.as_ref()).await;
     assert!(
         everything
             .iter()
-            .all(|k| k.starts_with(&format!("{prefix}/"))),
+            .all(|k| k.starts_with(&format!("{}/", flushed.prefix))),
         "a key outside the prefix: {everything:?}"
     );
-    let (manifest, data): (BTreeSet<String>, BTreeSet<String>) =
-        everything.into_iter().partition(|k| is_manifest(k));
+    let (manifest, data) = flushed.objects(bucket.as_ref()).await;
     assert_eq!(data, paths);
     assert!(
         manifest.iter().any(|k| k.ends_with("/manifest.json")),
@@ -178,23 +251,7 @@ async fn a_flush_writes_segments_under_the_s3_prefix_exactly_as_recorded() {
     assert!(data.iter().chain(&manifest).all(|k| !k.contains(".tmp/")));
 
     // The Parquet rows are exactly the rows that left the heap.
-    let cold = segment_rows(
-        &direct,
-        bucket.as_ref(),
-        &prefix,
-        job["job_id"].as_i64().unwrap(),
-    )
-    .await;
-    assert!(cold.iter().all(|(_, op, _)| *op == 1));
-    let hot = rows(&direct, "SELECT id, kind FROM events").await;
-    assert_eq!(hot.len(), 100);
-    let cold: BTreeMap<i64, Option<String>> =
-        cold.into_iter().map(|(id, _, kind)| (id, kind)).collect();
-    assert_eq!(cold.len(), 900, "no key twice");
-    assert!(cold.keys().all(|k| !hot.contains_key(k)));
-    let mut union = cold.clone();
-    union.extend(hot);
-    assert_eq!(union, before, "every row is hot or cold, with its values");
+    flushed.assert_every_row_hot_or_cold(900).await;
 }
 
 /// A segment larger than one upload part goes up as a multipart upload while it is
@@ -204,34 +261,24 @@ async fn a_flush_writes_segments_under_the_s3_prefix_exactly_as_recorded() {
 async fn a_segment_larger_than_an_upload_part_goes_up_in_parts() {
     let server = s3();
     let bucket = server.bucket();
-    let db = create_db("s3parts");
-    let prefix = format!("tiers/{db}");
-    let direct = connect_direct(&db).await;
     // 256 hex digits a row, none repeated: about 15 MiB of Parquet for 60,000 rows.
-    direct
-        .batch_execute(
-            "CREATE TABLE events(id bigint PRIMARY KEY, kind text);
-             INSERT INTO events SELECT g, (SELECT string_agg(md5(g || '.' || i), '') FROM generate_series(1, 8) i)
-             FROM generate_series(1, 60000) g;",
-        )
-        .await
-        .unwrap();
-    let before = rows(&direct, "SELECT id, kind FROM events").await;
-    let proxy = proxy_on(server, &db, &prefix, &[]).await;
-    let c = proxy.connect(&db).await;
-    admin(
-        &c,
-        r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 1000, "min_flush_rows": 1000, "max_rows_per_file": 100000, "auto_flush": false}')"#,
+    let flushed = tier_and_flush(
+        server,
+        "s3parts",
+        "CREATE TABLE events(id bigint PRIMARY KEY, kind text);
+         INSERT INTO events SELECT g, (SELECT string_agg(md5(g || '.' || i), '') FROM generate_series(1, 8) i)
+         FROM generate_series(1, 60000) g;",
+        r#"{"hot_row_limit": 1000, "min_flush_rows": 1000, "max_rows_per_file": 100000, "auto_flush": false}"#,
     )
     .await;
-    let job = admin(&c, "SELECT coldwire.flush_table('events', wait => true)").await;
-    assert_eq!(job["state"], "completed", "{job}");
+    let job = &flushed.job;
     assert_eq!(
         (job["rows_done"].as_i64(), job["segments"].as_i64()),
         (Some(59_000), Some(1)),
         "{job}"
     );
-    let size: i64 = direct
+    let size: i64 = flushed
+        .direct
         .query_one("SELECT byte_size FROM coldwire.segments", &[])
         .await
         .unwrap()
@@ -240,27 +287,9 @@ async fn a_segment_larger_than_an_upload_part_goes_up_in_parts() {
         size > coldwire::store::UPLOAD_PART_BYTES as i64,
         "the segment ({size} bytes) takes more than one part"
     );
-    let cold = segment_rows(
-        &direct,
-        bucket.as_ref(),
-        &prefix,
-        job["job_id"].as_i64().unwrap(),
-    )
-    .await;
-    let mut union: BTreeMap<i64, Option<String>> =
-        cold.into_iter().map(|(id, _, kind)| (id, kind)).collect();
-    assert_eq!(union.len(), 59_000, "no key twice");
-    union.extend(rows(&direct, "SELECT id, kind FROM events").await);
-    assert_eq!(union, before, "every row is hot or cold, with its values");
-    let (_, data): (BTreeSet<String>, BTreeSet<String>) = bucket_keys(bucket.as_ref())
-        .await
-        .into_iter()
-        .filter(|k| k.starts_with(&format!("{prefix}/")))
-        .partition(|k| is_manifest(k));
+    flushed.assert_every_row_hot_or_cold(59_000).await;
+    let (_, data) = flushed.objects(bucket.as_ref()).await;
     assert_eq!(data.len(), 1, "{data:?}");
-    // Reads through coldwire see every row once.
-    let through = rows(&c, "SELECT id, kind FROM events").await;
-    assert_eq!(through, before);
 }
 
 #[tokio::test]
