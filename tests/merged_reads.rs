@@ -1710,3 +1710,144 @@ async fn count_events(conn: &mut RawConn, what: &str) {
     assert_eq!(raw::tags(&msgs), "TDCZ", "{what}: {msgs:?}");
     assert_eq!(msgs[1].body[6..], *b"1000", "{what}");
 }
+
+/// Writes that run a function reading a tiered table by routes other than the written
+/// table's own triggers, defaults and CHECKs are refused the same way: a trigger's
+/// `WHEN`, a domain's CHECK, a partition's trigger written through its parent, an
+/// inheritance child's, and a foreign key's cascade into a table with such a trigger.
+/// Writes that reach none of them pass.
+#[tokio::test]
+async fn writes_that_reach_a_reader_through_when_domains_partitions_or_cascades_are_refused() {
+    let TieredEvents { c, direct, .. } = &tiered_events(
+        "reachedtables",
+        r#"CREATE FUNCTION count_events() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM events';
+             CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+             CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN PERFORM count(*) FROM events; RETURN coalesce(NEW, OLD); END $$;
+             -- A trigger whose function reads nothing but whose WHEN calls a reader.
+             CREATE TABLE capped(n bigint);
+             CREATE TRIGGER capped_when BEFORE INSERT ON capped FOR EACH ROW
+                 WHEN (NEW.n > count_events()) EXECUTE FUNCTION noop();
+             -- A domain whose CHECK calls one.
+             CREATE DOMAIN below_events AS bigint CHECK (VALUE <= count_events());
+             CREATE TABLE domained(id int, n below_events);
+             -- A partition's own trigger, and a partitioned parent written through.
+             CREATE TABLE parted(id int, n int) PARTITION BY RANGE (id);
+             CREATE TABLE parted_low PARTITION OF parted FOR VALUES FROM (0) TO (100);
+             CREATE TABLE parted_high PARTITION OF parted FOR VALUES FROM (100) TO (200);
+             CREATE TRIGGER parted_low_touch BEFORE INSERT ON parted_low FOR EACH ROW EXECUTE FUNCTION touch();
+             -- An inheritance child's row trigger, and a statement trigger (which does not
+             -- fire for rows written through the parent).
+             CREATE TABLE base(id int, n int);
+             CREATE TABLE derived() INHERITS (base);
+             CREATE TRIGGER derived_touch BEFORE UPDATE ON derived FOR EACH ROW EXECUTE FUNCTION touch();
+             CREATE FUNCTION touch_all() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN PERFORM count(*) FROM events; RETURN NULL; END $$;
+             CREATE TRIGGER derived_deleted AFTER DELETE ON derived FOR EACH STATEMENT EXECUTE FUNCTION touch_all();
+             -- Cascades: a DELETE into holdings' DELETE trigger, a SET NULL into tags'
+             -- UPDATE trigger, two levels deep into lots.
+             CREATE TABLE accounts(id int PRIMARY KEY);
+             CREATE TABLE holdings(id int PRIMARY KEY, account int REFERENCES accounts ON DELETE CASCADE);
+             CREATE TRIGGER holdings_touch BEFORE DELETE ON holdings FOR EACH ROW EXECUTE FUNCTION touch();
+             CREATE TABLE tags(id int, account int REFERENCES accounts ON DELETE SET NULL);
+             CREATE TRIGGER tags_touch AFTER UPDATE ON tags FOR EACH STATEMENT EXECUTE FUNCTION touch_all();
+             CREATE TABLE firms(id int PRIMARY KEY);
+             CREATE TABLE desks(id int PRIMARY KEY, firm int REFERENCES firms ON UPDATE CASCADE ON DELETE CASCADE);
+             CREATE TABLE lots(id int, desk int REFERENCES desks ON DELETE CASCADE);
+             CREATE TRIGGER lots_touch BEFORE DELETE ON lots FOR EACH ROW EXECUTE FUNCTION touch();
+             INSERT INTO accounts VALUES (1), (2), (3);
+             INSERT INTO firms VALUES (1);"#,
+    )
+    .await;
+    let through = |table: &str, function: &str| {
+        format!("writes of table public.{table} read tiered table events server-side through public.{function},")
+    };
+    for (sql, message) in [
+        (
+            "INSERT INTO capped VALUES (1)",
+            through("capped", "count_events"),
+        ),
+        (
+            "INSERT INTO domained VALUES (1, 1)",
+            through("domained", "count_events"),
+        ),
+        (
+            "UPDATE domained SET n = 2",
+            through("domained", "count_events"),
+        ),
+        (
+            "INSERT INTO parted VALUES (150, 1)",
+            through("parted", "touch"),
+        ),
+        (
+            "/* c */ insert into public.parted select 1, 1",
+            through("parted", "touch"),
+        ),
+        ("COPY parted FROM STDIN", through("parted", "touch")),
+        (
+            "INSERT INTO parted_low VALUES (1, 1)",
+            through("parted_low", "touch"),
+        ),
+        ("UPDATE base SET n = 1", through("base", "touch")),
+        (
+            "DELETE FROM accounts WHERE id = 1",
+            through("accounts", "touch"),
+        ),
+        ("DELETE FROM firms", through("firms", "touch")),
+        (
+            "WITH gone AS (DELETE FROM accounts RETURNING id) SELECT count(*) FROM gone",
+            through("accounts", "touch"),
+        ),
+    ] {
+        assert_refused(
+            c,
+            sql,
+            &message,
+            "SET coldwire.hot_only_reads = on in the session",
+        )
+        .await;
+    }
+    // Writes that run none of them.
+    for sql in [
+        "UPDATE capped SET n = 5",
+        "DELETE FROM domained",
+        "UPDATE parted SET n = 3",
+        "DELETE FROM parted",
+        "INSERT INTO base VALUES (1, 1)",
+        "DELETE FROM base",
+        "INSERT INTO accounts VALUES (4)",
+        "UPDATE accounts SET id = 5 WHERE id = 4",
+        "INSERT INTO desks VALUES (1, 1)",
+        "UPDATE desks SET id = 2",
+        "INSERT INTO lots VALUES (1, 2)",
+    ] {
+        c.simple_query(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+    // A partition attached later, with such a trigger, on another connection: found at
+    // the next refresh.
+    direct
+        .batch_execute(
+            "CREATE TABLE parted_more(id int, n int);
+             CREATE TRIGGER parted_more_touch BEFORE UPDATE ON parted_more FOR EACH ROW EXECUTE FUNCTION touch();
+             ALTER TABLE parted ATTACH PARTITION parted_more FOR VALUES FROM (200) TO (300);",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    assert_refused(
+        c,
+        "UPDATE parted SET n = 4",
+        &through("parted", "touch"),
+        "SET coldwire.hot_only_reads = on in the session",
+    )
+    .await;
+    // Nothing refused ran: the cascades deleted nothing.
+    assert_eq!(
+        simple_rows(c, "SELECT (SELECT count(*) FROM accounts), (SELECT count(*) FROM firms), (SELECT count(*) FROM domained)")
+            .await
+            .unwrap(),
+        [[Some("4".to_owned()), Some("1".to_owned()), Some("0".to_owned())]]
+    );
+}

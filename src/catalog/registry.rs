@@ -36,8 +36,8 @@ const VIEWS: &str = "WITH RECURSIVE dep(view) AS ( \
 /// A cheap digest of the catalog rows the search for functions and views that read
 /// tiered tables depends on: it moves when a function, rewrite rule, view, table (a
 /// rename; temporary tables are left out, though their defaults and triggers move it),
-/// schema, trigger, default or CHECK constraint is created, replaced, altered or dropped
-/// (a new `xmin`, or one row fewer). Objects of the
+/// schema, trigger, default, CHECK or foreign-key constraint, or inheritance (a
+/// partition) is created, replaced, altered or dropped (a new `xmin`, or one row fewer). Objects of the
 /// database's own (oids from 16384, `FirstNormalObjectId`) only, read by index, but every
 /// schema (`public` is older).
 const CATALOG_PROBE: &str = "SELECT concat_ws('/', \
@@ -48,7 +48,8 @@ const CATALOG_PROBE: &str = "SELECT concat_ws('/', \
        (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_namespace), \
        (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_trigger WHERE oid >= 16384), \
        (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_attrdef WHERE oid >= 16384), \
-       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_constraint WHERE oid >= 16384 AND contype = 'c'))";
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_constraint WHERE oid >= 16384 AND contype IN ('c', 'f')), \
+       (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_inherits))";
 
 /// The setting with which a function declares that it reads the hot rows of tiered
 /// tables only, on purpose (`ALTER FUNCTION … SET coldwire.hot_only_reads = on`).

@@ -117,27 +117,63 @@ const CALLING_VIEWS: &str = concat!("SELECT DISTINCT ON (c.oid) c.oid, n.nspname
      ORDER BY c.oid, d.refobjid");
 
 /// The plain tables (not tiered: their writes are coldwire's to plan) whose writes run a
-/// function found (`$1`): an enabled trigger's, a default's or a CHECK constraint's, with
-/// `$2` the tiered tables. Each row (one per table and function): oid, schema, name,
-/// the function's oid, and the writes that run it (`pg_trigger.tgtype`'s bits: 4 INSERT,
-/// 8 DELETE, 16 UPDATE; a default runs on INSERT, and on an UPDATE that sets a column to
-/// it, which the caller counts as an INSERT; a generated column's and a check's on INSERT
-/// and UPDATE).
-const WRITING_TABLES: &str = concat!("SELECT c.oid, n.nspname::text, c.relname::text, f.fn, bit_or(f.events)::int \
-     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-     JOIN LATERAL ( \
-         SELECT t.tgfoid AS fn, (t.tgtype & 28)::int AS events FROM pg_trigger t \
-         WHERE t.tgrelid = c.oid AND NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') AND t.tgfoid = ANY ($1) \
+/// function found (`$1`), with `$2` the tiered tables. Each row (one per table and
+/// function): oid, schema, name, the function's oid, and the writes that run it
+/// (`pg_trigger.tgtype`'s bits: 4 INSERT, 8 DELETE, 16 UPDATE).
+///
+/// `own` lists what a table runs itself: an enabled trigger's function or a function its
+/// `WHEN` calls (Postgres records both as the trigger's dependencies), on the trigger's
+/// events; a default's (on INSERT, and on an UPDATE that sets a column to it, which the
+/// caller counts as an INSERT; a generated column's on INSERT and UPDATE); a CHECK
+/// constraint's, or the CHECK of the domain a column has, on INSERT and UPDATE. `runs`
+/// then carries each up to the tables whose writes reach the table (`row_level` is NULL
+/// for a default, which is the written table's own, and false for a statement trigger,
+/// which fires for a cascade's statement but not for rows written through a parent):
+/// - a partitioned parent: its INSERTs are routed to its partitions, its UPDATEs and
+///   DELETEs reach them (an inheritance parent's UPDATEs and DELETEs only);
+/// - a table referenced by a foreign key of the table with `ON DELETE` or `ON UPDATE`
+///   `CASCADE`, `SET NULL` or `SET DEFAULT`: its DELETEs (or UPDATEs) delete or update
+///   the table's rows (every trigger of the table fires: the cascade is a statement).
+const WRITING_TABLES: &str = concat!("WITH RECURSIVE own(rel, fn, events, row_level) AS ( \
+         SELECT t.tgrelid, d.refobjid, (t.tgtype & 28)::int, t.tgtype & 1 = 1 \
+         FROM pg_trigger t JOIN pg_depend d ON d.classid = 'pg_trigger'::regclass AND d.objid = t.oid \
+         WHERE NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') \
+           AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
        UNION ALL \
-         SELECT d.refobjid, CASE WHEN att.attgenerated = '' THEN 4 ELSE 20 END \
+         SELECT a.adrelid, d.refobjid, CASE WHEN att.attgenerated = '' THEN 4 ELSE 20 END, NULL \
          FROM pg_attrdef a JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = a.oid \
          JOIN pg_attribute att ON att.attrelid = a.adrelid AND att.attnum = a.adnum \
-         WHERE a.adrelid = c.oid AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
+         WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
        UNION ALL \
-         SELECT d.refobjid, 20 FROM pg_constraint k JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid \
-         WHERE k.conrelid = c.oid AND k.contype = 'c' AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
-     ) f ON true \
-     WHERE c.relkind IN ('r', 'p') AND c.oid <> ALL ($2) AND ", own_schema!(), " \
+         SELECT k.conrelid, d.refobjid, 20, true FROM pg_constraint k \
+         JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid \
+         WHERE k.contype = 'c' AND k.conrelid <> 0 AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
+       UNION ALL \
+         SELECT att.attrelid, d.refobjid, 20, true FROM pg_constraint k \
+         JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid \
+         JOIN pg_attribute att ON att.atttypid = k.contypid AND att.attnum > 0 AND NOT att.attisdropped \
+         WHERE k.contype = 'c' AND k.contypid <> 0 AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
+     ), reach(child, parent, inherits, mask, del, upd) AS ( \
+         SELECT i.inhrelid, i.inhparent, true, CASE WHEN p.relkind = 'p' THEN 28 ELSE 24 END, NULL::\"char\", NULL::\"char\" \
+         FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent \
+       UNION ALL \
+         SELECT k.conrelid, k.confrelid, false, 0, k.confdeltype, k.confupdtype FROM pg_constraint k \
+         WHERE k.contype = 'f' AND k.conrelid <> k.confrelid \
+     ), runs(rel, fn, events, row_level) AS ( \
+         SELECT rel, fn, events, row_level FROM own \
+       UNION \
+         SELECT e.parent, r.fn, \
+                CASE WHEN e.inherits THEN r.events & e.mask \
+                ELSE CASE WHEN (e.del = 'c' AND r.events & 8 <> 0) \
+                            OR (e.del IN ('n', 'd') AND r.events & 16 <> 0) THEN 8 ELSE 0 END \
+                   | CASE WHEN e.upd IN ('c', 'n', 'd') AND r.events & 16 <> 0 THEN 16 ELSE 0 END END, \
+                true \
+         FROM runs r JOIN reach e ON e.child = r.rel \
+         WHERE r.events <> 0 AND CASE WHEN e.inherits THEN r.row_level ELSE r.row_level IS NOT NULL END \
+     ) \
+     SELECT c.oid, n.nspname::text, c.relname::text, r.fn, bit_or(r.events)::int \
+     FROM runs r JOIN pg_class c ON c.oid = r.rel JOIN pg_namespace n ON n.oid = c.relnamespace \
+     WHERE r.events <> 0 AND c.relkind IN ('r', 'p') AND c.oid <> ALL ($2) AND ", own_schema!(), " \
      GROUP BY 1, 2, 3, 4 ORDER BY 2, 3, 4");
 
 /// Everything that reads tiered tables server-side, from `start`.
