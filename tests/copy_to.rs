@@ -81,6 +81,9 @@ newline' WHEN 2 THEN 'back\slash "quoted", comma' WHEN 3 THEN '' WHEN 4 THEN 'ü
         "COPY (SELECT * FROM {t} ORDER BY id) TO STDOUT (FORMAT binary)",
         "COPY (SELECT id, s FROM {t} WHERE id BETWEEN 500 AND 700 ORDER BY id) TO STDOUT (DELIMITER '|', NULL '', HEADER)",
         "copy (select s from {t} order by id) to stdout csv",
+        // Comments before the statement or its query, a `;` before it.
+        "/* tool */ COPY (SELECT * FROM {t} ORDER BY id) TO STDOUT",
+        ";COPY /* q */ (SELECT id, s FROM {t} ORDER BY id) TO STDOUT (FORMAT csv)",
     ];
     for sql in ordered {
         let expected = copy_bytes(&mut plain, &sql.replace("{t}", "control"))
@@ -149,6 +152,11 @@ newline' WHEN 2 THEN 'back\slash "quoted", comma' WHEN 3 THEN '' WHEN 4 THEN 'ü
         "COPY control TO STDOUT; SELECT count(*) FROM t",
         "SELECT count(*) FROM t; COPY control TO STDOUT",
         "COPY control TO STDOUT; UPDATE t SET s = 'changed' WHERE id < 1000",
+        "SELECT 1; COPY (SELECT id FROM t FOR UPDATE) TO STDOUT",
+        // Alone, a COPY whose query locks or writes the rows coldwire cannot serve.
+        "COPY (SELECT id FROM t WHERE id < 10 FOR UPDATE) TO STDOUT",
+        "/* c */ COPY (DELETE FROM t WHERE id = 5 RETURNING id) TO STDOUT",
+        "COPY (UPDATE t SET s = 'changed' WHERE id < 1000 RETURNING id) TO STDOUT",
     ] {
         assert_eq!(
             copy_bytes(&mut tiered, sql).await,
@@ -162,6 +170,22 @@ newline' WHEN 2 THEN 'back\slash "quoted", comma' WHEN 3 THEN '' WHEN 4 THEN 'ü
         .unwrap()
         .get(0);
     assert_eq!(changed, 0);
+    let five: i64 = c
+        .query_one("SELECT count(*) FROM t WHERE id = 5", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(five, 1, "the refused DELETE ran nowhere");
+    // A CTE named like the table is the CTE.
+    assert_eq!(
+        copy_bytes(
+            &mut tiered,
+            "COPY (WITH t AS (SELECT 7) SELECT * FROM t) TO STDOUT"
+        )
+        .await
+        .unwrap(),
+        b"7\n"
+    );
     // A COPY of a plain table among several statements is Postgres's, message for message.
     let sql = "COPY control (id, s) TO STDOUT; SELECT 1";
     let mut answers = Vec::new();

@@ -106,7 +106,14 @@ fn query(rng: &mut StdRng) -> Generated {
     let (lo, hi) = (k1.min(k2), k1.max(k2));
     let v = rng.random_range(0..50);
     let b = Builder::default();
-    match rng.random_range(0..31) {
+    match rng.random_range(0..33) {
+        // The TABLE command, alone and as a subquery.
+        31 => b
+            .sql("TABLE {t} ORDER BY id LIMIT 10 OFFSET ")
+            .v(Int8(rng.random_range(0..ROWS))),
+        32 => b
+            .sql("SELECT count(*), sum(a), max(b) FROM (TABLE {t}) s WHERE id > ")
+            .v(Int8(lo)),
         // numeric(10, 2) conditions, evaluated cold-side at the column's scale.
         27 => b
             .sql("SELECT id, c FROM {t} WHERE c > ")

@@ -1755,12 +1755,30 @@ async fn writes_that_reach_a_reader_through_when_domains_partitions_or_cascades_
              CREATE TABLE desks(id int PRIMARY KEY, firm int REFERENCES firms ON UPDATE CASCADE ON DELETE CASCADE);
              CREATE TABLE lots(id int, desk int REFERENCES desks ON DELETE CASCADE);
              CREATE TRIGGER lots_touch BEFORE DELETE ON lots FOR EACH ROW EXECUTE FUNCTION touch();
+             -- A foreign key of a table to itself, whose SET NULL runs its UPDATE trigger;
+             -- a SET DEFAULT that runs a reader default.
+             CREATE TABLE tree(id int PRIMARY KEY, parent int REFERENCES tree ON DELETE SET NULL);
+             CREATE TRIGGER tree_touch BEFORE UPDATE ON tree FOR EACH ROW EXECUTE FUNCTION touch();
+             CREATE TABLE owners(id int PRIMARY KEY);
+             CREATE TABLE pets(id int, owner int DEFAULT count_events() REFERENCES owners ON DELETE SET DEFAULT);
+             -- A partition's statement trigger does not fire for the cascade, which
+             -- deletes through the partitioned table.
+             CREATE TABLE regions(id int PRIMARY KEY);
+             CREATE TABLE sales(id int, region int REFERENCES regions ON DELETE CASCADE) PARTITION BY RANGE (id);
+             CREATE TABLE sales_low PARTITION OF sales FOR VALUES FROM (0) TO (100);
+             CREATE TRIGGER sales_low_all AFTER DELETE ON sales_low FOR EACH STATEMENT EXECUTE FUNCTION touch_all();
+             INSERT INTO regions VALUES (1), (2);
+             INSERT INTO sales VALUES (1, 1);
              INSERT INTO accounts VALUES (1), (2), (3);
              INSERT INTO firms VALUES (1);"#,
     )
     .await;
     let through = |table: &str, function: &str| {
         format!("writes of table public.{table} read tiered table events server-side through public.{function},")
+    };
+    // Reached from another table, which the message names too.
+    let reached = |table: &str, function: &str, of: &str| {
+        format!("writes of table public.{table} read tiered table events server-side through public.{function} (of table public.{of}),")
     };
     for (sql, message) in [
         (
@@ -1777,26 +1795,39 @@ async fn writes_that_reach_a_reader_through_when_domains_partitions_or_cascades_
         ),
         (
             "INSERT INTO parted VALUES (150, 1)",
-            through("parted", "touch"),
+            reached("parted", "touch", "parted_low"),
         ),
         (
             "/* c */ insert into public.parted select 1, 1",
-            through("parted", "touch"),
+            reached("parted", "touch", "parted_low"),
         ),
-        ("COPY parted FROM STDIN", through("parted", "touch")),
+        (
+            "COPY parted FROM STDIN",
+            reached("parted", "touch", "parted_low"),
+        ),
         (
             "INSERT INTO parted_low VALUES (1, 1)",
             through("parted_low", "touch"),
         ),
-        ("UPDATE base SET n = 1", through("base", "touch")),
+        ("UPDATE base SET n = 1", reached("base", "touch", "derived")),
+        // An UPDATE of a partitioned table may move a row into the partition.
+        (
+            "UPDATE parted SET id = 50 WHERE id = 150",
+            reached("parted", "touch", "parted_low"),
+        ),
+        ("DELETE FROM tree WHERE id = 1", through("tree", "touch")),
+        (
+            "DELETE FROM owners",
+            reached("owners", "count_events", "pets"),
+        ),
         (
             "DELETE FROM accounts WHERE id = 1",
-            through("accounts", "touch"),
+            reached("accounts", "touch", "holdings"),
         ),
-        ("DELETE FROM firms", through("firms", "touch")),
+        ("DELETE FROM firms", reached("firms", "touch", "lots")),
         (
             "WITH gone AS (DELETE FROM accounts RETURNING id) SELECT count(*) FROM gone",
-            through("accounts", "touch"),
+            reached("accounts", "touch", "holdings"),
         ),
     ] {
         assert_refused(
@@ -1811,8 +1842,10 @@ async fn writes_that_reach_a_reader_through_when_domains_partitions_or_cascades_
     for sql in [
         "UPDATE capped SET n = 5",
         "DELETE FROM domained",
-        "UPDATE parted SET n = 3",
         "DELETE FROM parted",
+        "INSERT INTO tree VALUES (1, NULL)",
+        "UPDATE owners SET id = 2",
+        "DELETE FROM regions WHERE id = 1",
         "INSERT INTO base VALUES (1, 1)",
         "DELETE FROM base",
         "INSERT INTO accounts VALUES (4)",
@@ -1830,7 +1863,7 @@ async fn writes_that_reach_a_reader_through_when_domains_partitions_or_cascades_
     direct
         .batch_execute(
             "CREATE TABLE parted_more(id int, n int);
-             CREATE TRIGGER parted_more_touch BEFORE UPDATE ON parted_more FOR EACH ROW EXECUTE FUNCTION touch();
+             CREATE TRIGGER parted_more_touch BEFORE DELETE ON parted_more FOR EACH ROW EXECUTE FUNCTION touch();
              ALTER TABLE parted ATTACH PARTITION parted_more FOR VALUES FROM (200) TO (300);",
         )
         .await
@@ -1838,8 +1871,8 @@ async fn writes_that_reach_a_reader_through_when_domains_partitions_or_cascades_
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     assert_refused(
         c,
-        "UPDATE parted SET n = 4",
-        &through("parted", "touch"),
+        "DELETE FROM parted WHERE id = 250",
+        &reached("parted", "touch", "parted_more"),
         "SET coldwire.hot_only_reads = on in the session",
     )
     .await;
@@ -1849,5 +1882,71 @@ async fn writes_that_reach_a_reader_through_when_domains_partitions_or_cascades_
             .await
             .unwrap(),
         [[Some("4".to_owned()), Some("1".to_owned()), Some("0".to_owned())]]
+    );
+}
+
+/// The `TABLE name` command reads every row of a tiered table, or of a view over one,
+/// however it is dressed; TABLESAMPLE of a tiered table is refused (its cold rows have no
+/// heap blocks to sample) rather than sampling the hot rows alone.
+#[tokio::test]
+async fn table_commands_read_every_row_and_tablesample_is_refused() {
+    let TieredEvents { c, .. } = &tiered_events(
+        "tablecommand",
+        "CREATE TABLE plain(n int); INSERT INTO plain VALUES (1), (2);
+         CREATE VIEW recent AS SELECT * FROM events WHERE id > 10;",
+    )
+    .await;
+    for (sql, expected) in [
+        ("SELECT count(*) FROM (TABLE events) s", "1000"),
+        (
+            "SELECT count(*) FROM (table /* c */ only public.events) s",
+            "1000",
+        ),
+        ("WITH e AS (TABLE events) SELECT count(*) FROM e", "1000"),
+        ("SELECT count(*) FROM (TABLE recent) s", "990"),
+        (
+            "SELECT count(*) FROM (TABLE events UNION ALL TABLE events) s",
+            "2000",
+        ),
+    ] {
+        assert_eq!(
+            simple_rows(c, sql).await.unwrap(),
+            [[Some(expected.to_owned())]],
+            "{sql}"
+        );
+    }
+    let first: Vec<Vec<Option<String>>> =
+        simple_rows(c, "-- tag\nTABLE events ORDER BY id LIMIT 2")
+            .await
+            .unwrap();
+    assert_eq!(
+        first,
+        [
+            [Some("1".to_owned()), Some("k1".to_owned())],
+            [Some("2".to_owned()), Some("k2".to_owned())]
+        ]
+    );
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM (TABLE events) s WHERE id > $1",
+            &[&500i64],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 500, "extended protocol");
+    for sql in [
+        "SELECT count(*) FROM events TABLESAMPLE SYSTEM (100)",
+        "select * from public.events as e tablesample bernoulli (10) repeatable (3)",
+        "SELECT (SELECT count(*) FROM events TABLESAMPLE SYSTEM (50))",
+    ] {
+        assert_refused(c, sql, "TABLESAMPLE of tiered table events", "random()").await;
+    }
+    assert_eq!(
+        simple_rows(c, "SELECT count(*) FROM plain TABLESAMPLE SYSTEM (100)")
+            .await
+            .unwrap(),
+        [[Some("2".to_owned())]],
+        "a plain table's sample is Postgres's"
     );
 }

@@ -274,15 +274,7 @@ async fn prepare_sql(
             let Ok(one) = pg_query::parse(statement, 0) else {
                 continue;
             };
-            let Some(copy) = copy_to(statement, &one) else {
-                continue;
-            };
-            if reads
-                .prepare(&copy.select_sql(), 0)
-                .await
-                .map_err(failed)?
-                .is_some()
-            {
+            if reads.copies_tiered(statement, &one).await.map_err(failed)? {
                 return Err(refused(
                     "0A000",
                     "coldwire: a COPY of a tiered table in a Query string of several statements is not supported".into(),
@@ -344,15 +336,22 @@ async fn prepare_copy(
     parsed: &pg_query::ParseResult,
     reads: &ReadPath,
 ) -> Result<Option<QueryRead>, ErrorFields> {
-    let Some(copy) = copy_to(sql, parsed) else {
-        return Ok(None);
+    let failed = |e: super::reads::PlanError| e.client_error();
+    let copy = copy_to(sql, parsed);
+    let read = match &copy {
+        Some(copy) => reads.prepare(&copy.select_sql(), 0).await.map_err(failed)?,
+        None => None,
     };
-    // Only a COPY of a tiered table is coldwire's to serve (or refuse).
-    let Some(read) = reads
-        .prepare(&copy.select_sql(), 0)
-        .await
-        .map_err(|e| e.client_error())?
-    else {
+    let (Some(copy), Some(read)) = (copy, read) else {
+        // Only a COPY of a tiered table is coldwire's to serve; one it cannot (a query
+        // that locks or writes its rows) would write the hot rows only.
+        if reads.copies_tiered(sql, parsed).await.map_err(failed)? {
+            return Err(refused(
+                "0A000",
+                "coldwire: this COPY of a tiered table is not supported (its query locks or writes the table's rows)".into(),
+                Some("COPY a plain SELECT of the table, as a Query of its own.".into()),
+            ));
+        }
         return Ok(None);
     };
     if copy.to_server {

@@ -140,15 +140,23 @@ fn string(node: &Node) -> Option<String> {
     }
 }
 
-/// The text between the parentheses that follow `COPY`.
+/// The text between the parentheses that follow `COPY` (comments, and a `;` before the
+/// statement, skipped).
 fn query_text(sql: &str) -> Option<&str> {
-    let tokens = pg_query::scan(sql).ok()?.tokens;
-    let open = tokens.get(1)?;
+    use pg_query::protobuf::Token;
+    let tokens: Vec<_> = pg_query::scan(sql)
+        .ok()?
+        .tokens
+        .into_iter()
+        .filter(|t| t.token != Token::SqlComment as i32 && t.token != Token::CComment as i32)
+        .collect();
+    let copy = tokens.iter().position(|t| t.token == Token::Copy as i32)?;
+    let open = tokens.get(copy + 1)?;
     if &sql[open.start as usize..open.end as usize] != "(" {
         return None;
     }
     let mut depth = 0;
-    for t in &tokens[1..] {
+    for t in &tokens[copy + 1..] {
         match &sql[t.start as usize..t.end as usize] {
             "(" => depth += 1,
             ")" => {

@@ -31,6 +31,18 @@ fn statements_become_queries_and_options_get_defaults() {
         CopySource::Query("SELECT 1 FROM t WHERE (a) > 0".into())
     );
     assert_eq!(c.options.unwrap().format, CopyFormat::Binary);
+    // Comments before or inside, and a `;` before the statement.
+    for sql in [
+        "/* tool */ COPY (SELECT 1 FROM t) TO STDOUT",
+        "-- tag\nCOPY /* q */ (SELECT 1 FROM t) TO STDOUT",
+        ";COPY (SELECT 1 FROM t) TO STDOUT",
+    ] {
+        assert_eq!(
+            parse(sql).unwrap().unwrap().source,
+            CopySource::Query("SELECT 1 FROM t".into()),
+            "{sql}"
+        );
+    }
     assert!(parse("COPY t TO '/tmp/x'").unwrap().unwrap().to_server);
     assert_eq!(parse("COPY t FROM STDIN").unwrap(), None);
     assert_eq!(parse("SELECT 1").unwrap(), None);

@@ -326,9 +326,10 @@ pub fn rewrite_parsed(
     let mut references = Vec::new();
     let mut param = client_params;
     for (location, table, alias, qualified) in found {
-        let (start, end) = name_span(&tokens, location).ok_or(RewriteError::Parse(
+        let span = name_span(&tokens, location).ok_or(RewriteError::Parse(
             "a table name the scanner does not see".into(),
         ))?;
+        let (start, end) = (span.start, span.end);
         if start < copied {
             return Err(RewriteError::Unsupported(
                 "a table reference inside another",
@@ -339,11 +340,17 @@ pub fn rewrite_parsed(
         let read_names = super::columns::read_names(parsed, &[&name, &table.name], &table.columns);
         let binding = table.binding(read_names.as_ref());
         out.push_str(&sql[copied..start]);
-        out.push_str(&table.derived(param, &binding, &sql[location..end], qualified));
+        span.push(
+            &mut out,
+            &table.derived(param, &binding, &sql[location..end], qualified),
+        );
         if let Some(hot) = &mut hot {
             hot_param += 1;
             hot.push_str(&sql[copied..start]);
-            hot.push_str(&table.hot_derived(hot_param, &sql[location..end], qualified));
+            span.push(
+                hot,
+                &table.hot_derived(hot_param, &sql[location..end], qualified),
+            );
         }
         if alias.is_none() {
             // Column references qualified by the table name keep resolving.
@@ -430,21 +437,22 @@ pub fn expand_views(
     let mut out = String::with_capacity(sql.len() + 512);
     let mut copied = 0;
     for (location, view, aliased, name) in found {
-        let (start, end) = name_span(&tokens, location).ok_or(RewriteError::Parse(
+        let span = name_span(&tokens, location).ok_or(RewriteError::Parse(
             "a view name the scanner does not see".into(),
         ))?;
-        if start < copied {
+        if span.start < copied {
             return Err(RewriteError::Unsupported("a view reference inside another"));
         }
-        out.push_str(&sql[copied..start]);
-        out.push('(');
-        out.push_str(view.definition.trim().trim_end_matches(';'));
-        out.push(')');
+        out.push_str(&sql[copied..span.start]);
+        span.push(
+            &mut out,
+            &format!("({})", view.definition.trim().trim_end_matches(';')),
+        );
         if !aliased {
             out.push_str(" AS ");
             out.push_str(&quote_ident(&name));
         }
-        copied = end;
+        copied = span.end;
     }
     out.push_str(&sql[copied..]);
     Ok(Some(out))
@@ -476,18 +484,57 @@ pub(crate) fn dollar_quoted(text: &str) -> String {
     format!("${tag}${text}${tag}$")
 }
 
-/// The byte span of the relation name starting at `location` (`[ONLY] name[.name[.name]]`).
-fn name_span(tokens: &[pg_query::protobuf::ScanToken], location: usize) -> Option<(usize, usize)> {
-    let at = tokens.iter().position(|t| t.start as usize == location)?;
-    let mut start = tokens[at].start as usize;
-    if at > 0 && tokens[at - 1].token == Token::Only as i32 {
-        start = tokens[at - 1].start as usize;
+/// Where a read reference stands in the statement's text.
+struct Span {
+    start: usize,
+    end: usize,
+    /// The reference is the `TABLE name` command (the span starts at `TABLE`): its
+    /// replacement reads `SELECT * FROM (…)`, since `TABLE` takes a name only.
+    command: bool,
+}
+
+impl Span {
+    /// What replaces the span: `derived` (a parenthesized query), after `SELECT * FROM`
+    /// when the span is a `TABLE` command.
+    fn push(&self, out: &mut String, derived: &str) {
+        if self.command {
+            out.push_str("SELECT * FROM ");
+        }
+        out.push_str(derived);
     }
+}
+
+/// The span of the relation name starting at `location` (`[TABLE] [ONLY]
+/// name[.name[.name]]`).
+fn name_span(tokens: &[pg_query::protobuf::ScanToken], location: usize) -> Option<Span> {
+    let at = tokens.iter().position(|t| t.start as usize == location)?;
+    // The token before `i` that is not a comment, if it is `token`.
+    let before = |i: usize, token: Token| {
+        tokens[..i]
+            .iter()
+            .rposition(|t| t.token != Token::SqlComment as i32 && t.token != Token::CComment as i32)
+            .filter(|&j| tokens[j].token == token as i32)
+    };
+    let mut first = at;
+    if let Some(only) = before(first, Token::Only) {
+        first = only;
+    }
+    // A read reference right after the keyword TABLE is the `TABLE name` command (the
+    // other statements that write TABLE before a name do not read it).
+    let command = before(first, Token::Table);
+    if let Some(table) = command {
+        first = table;
+    }
+    let command = command.is_some();
     let mut last = at;
     while last + 2 < tokens.len() && tokens[last + 1].token == Token::Ascii46 as i32 {
         last += 2;
     }
-    Some((start, tokens[last].end as usize))
+    Some(Span {
+        start: tokens[first].start as usize,
+        end: tokens[last].end as usize,
+        command,
+    })
 }
 
 #[cfg(test)]

@@ -36,6 +36,8 @@ pub struct Walk {
     pub cte_names: Vec<String>,
     /// Some query block has FOR UPDATE/SHARE.
     pub locking: bool,
+    /// Locations of the relations read under `TABLESAMPLE`.
+    pub sampled: Vec<i32>,
     /// The statement fires UPDATE or DELETE triggers: it holds an UPDATE, DELETE or
     /// MERGE, or an INSERT … ON CONFLICT DO UPDATE (also under EXPLAIN or PREPARE).
     pub fires_update_or_delete: bool,
@@ -158,6 +160,16 @@ fn visit(value: &Value, known: &HashSet<i32>, written: &HashSet<i32>, out: &mut 
                     "CallStmt" => {
                         out.functions
                             .extend(inner.get("funccall").and_then(function_name));
+                    }
+                    "RangeTableSample" => {
+                        out.sampled.extend(
+                            inner
+                                .get("relation")
+                                .and_then(|r| r.get("node"))
+                                .and_then(|n| n.get("RangeVar"))
+                                .and_then(range_var)
+                                .map(|r| r.location),
+                        );
                     }
                     "SelectStmt" => {
                         out.locking |= inner

@@ -117,23 +117,29 @@ const CALLING_VIEWS: &str = concat!("SELECT DISTINCT ON (c.oid) c.oid, n.nspname
      ORDER BY c.oid, d.refobjid");
 
 /// The plain tables (not tiered: their writes are coldwire's to plan) whose writes run a
-/// function found (`$1`), with `$2` the tiered tables. Each row (one per table and
-/// function): oid, schema, name, the function's oid, and the writes that run it
-/// (`pg_trigger.tgtype`'s bits: 4 INSERT, 8 DELETE, 16 UPDATE).
+/// function found (`$1`), with `$2` the tiered tables. Each row (one per table,
+/// function and table it belongs to): oid, schema, name, the function's oid, the writes that run it
+/// (`pg_trigger.tgtype`'s bits: 4 INSERT, 8 DELETE, 16 UPDATE), and the table whose
+/// trigger, default or CHECK it is when that is another (qualified, for messages).
 ///
 /// `own` lists what a table runs itself: an enabled trigger's function or a function its
 /// `WHEN` calls (Postgres records both as the trigger's dependencies), on the trigger's
 /// events; a default's (on INSERT, and on an UPDATE that sets a column to it, which the
 /// caller counts as an INSERT; a generated column's on INSERT and UPDATE); a CHECK
 /// constraint's, or the CHECK of the domain a column has, on INSERT and UPDATE. `runs`
-/// then carries each up to the tables whose writes reach the table (`row_level` is NULL
-/// for a default, which is the written table's own, and false for a statement trigger,
-/// which fires for a cascade's statement but not for rows written through a parent):
+/// then carries each up to the tables whose writes reach the table's rows (`row_level`
+/// is NULL for a default, false for a statement trigger, which fire only for a
+/// statement on the table itself):
 /// - a partitioned parent: its INSERTs are routed to its partitions, its UPDATEs and
-///   DELETEs reach them (an inheritance parent's UPDATEs and DELETEs only);
-/// - a table referenced by a foreign key of the table with `ON DELETE` or `ON UPDATE`
-///   `CASCADE`, `SET NULL` or `SET DEFAULT`: its DELETEs (or UPDATEs) delete or update
-///   the table's rows (every trigger of the table fires: the cascade is a statement).
+///   DELETEs reach them, and an UPDATE that moves a row to another partition deletes it
+///   from one and inserts it into the other; an inheritance parent's UPDATEs and
+///   DELETEs reach its children's rows;
+/// - a table (itself included) that a foreign key of the table references with `ON
+///   DELETE` or `ON UPDATE` `CASCADE`, `SET NULL` or `SET DEFAULT`: its DELETEs (or
+///   UPDATEs) run a DELETE or UPDATE statement of the table (`SET DEFAULT` runs its
+///   defaults). A partition's copy of its parent's foreign key runs on the parent, so it
+///   carries the partition's row triggers only. Any UPDATE of the referenced table is
+///   taken to change its key.
 const WRITING_TABLES: &str = concat!("WITH RECURSIVE own(rel, fn, events, row_level) AS ( \
          SELECT t.tgrelid, d.refobjid, (t.tgtype & 28)::int, t.tgtype & 1 = 1 \
          FROM pg_trigger t JOIN pg_depend d ON d.classid = 'pg_trigger'::regclass AND d.objid = t.oid \
@@ -153,28 +159,34 @@ const WRITING_TABLES: &str = concat!("WITH RECURSIVE own(rel, fn, events, row_le
          JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid \
          JOIN pg_attribute att ON att.atttypid = k.contypid AND att.attnum > 0 AND NOT att.attisdropped \
          WHERE k.contype = 'c' AND k.contypid <> 0 AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
-     ), reach(child, parent, inherits, mask, del, upd) AS ( \
-         SELECT i.inhrelid, i.inhparent, true, CASE WHEN p.relkind = 'p' THEN 28 ELSE 24 END, NULL::\"char\", NULL::\"char\" \
+     ), reach(child, parent, inherits, routed, del, upd, cloned) AS ( \
+         SELECT i.inhrelid, i.inhparent, true, p.relkind = 'p', NULL::\"char\", NULL::\"char\", false \
          FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent \
        UNION ALL \
-         SELECT k.conrelid, k.confrelid, false, 0, k.confdeltype, k.confupdtype FROM pg_constraint k \
-         WHERE k.contype = 'f' AND k.conrelid <> k.confrelid \
-     ), runs(rel, fn, events, row_level) AS ( \
-         SELECT rel, fn, events, row_level FROM own \
+         SELECT k.conrelid, k.confrelid, false, false, k.confdeltype, k.confupdtype, k.conparentid <> 0 \
+         FROM pg_constraint k WHERE k.contype = 'f' \
+     ), runs(rel, fn, events, row_level, origin) AS ( \
+         SELECT rel, fn, events, row_level, rel FROM own \
        UNION \
          SELECT e.parent, r.fn, \
-                CASE WHEN e.inherits THEN r.events & e.mask \
+                CASE WHEN e.inherits THEN \
+                     r.events & CASE WHEN e.routed THEN 28 ELSE 24 END \
+                   | CASE WHEN e.routed AND r.events & 12 <> 0 THEN 16 ELSE 0 END \
                 ELSE CASE WHEN (e.del = 'c' AND r.events & 8 <> 0) \
-                            OR (e.del IN ('n', 'd') AND r.events & 16 <> 0) THEN 8 ELSE 0 END \
-                   | CASE WHEN e.upd IN ('c', 'n', 'd') AND r.events & 16 <> 0 THEN 16 ELSE 0 END END, \
-                true \
+                            OR (e.del = 'n' AND r.events & 16 <> 0) \
+                            OR (e.del = 'd' AND r.events & 20 <> 0) THEN 8 ELSE 0 END \
+                   | CASE WHEN (e.upd IN ('c', 'n') AND r.events & 16 <> 0) \
+                            OR (e.upd = 'd' AND r.events & 20 <> 0) THEN 16 ELSE 0 END END, \
+                true, r.origin \
          FROM runs r JOIN reach e ON e.child = r.rel \
-         WHERE r.events <> 0 AND CASE WHEN e.inherits THEN r.row_level ELSE r.row_level IS NOT NULL END \
+         WHERE r.events <> 0 AND CASE WHEN e.inherits OR e.cloned THEN coalesce(r.row_level, false) ELSE true END \
      ) \
-     SELECT c.oid, n.nspname::text, c.relname::text, r.fn, bit_or(r.events)::int \
+     SELECT c.oid, n.nspname::text, c.relname::text, r.fn, bit_or(r.events)::int, \
+            (SELECT o.relnamespace::regnamespace::text || '.' || quote_ident(o.relname::text) \
+             FROM pg_class o WHERE o.oid = r.origin AND o.oid <> c.oid) \
      FROM runs r JOIN pg_class c ON c.oid = r.rel JOIN pg_namespace n ON n.oid = c.relnamespace \
      WHERE r.events <> 0 AND c.relkind IN ('r', 'p') AND c.oid <> ALL ($2) AND ", own_schema!(), " \
-     GROUP BY 1, 2, 3, 4 ORDER BY 2, 3, 4");
+     GROUP BY c.oid, n.nspname, c.relname, r.fn, r.origin ORDER BY 2, 3, 4, r.origin");
 
 /// Everything that reads tiered tables server-side, from `start`.
 ///
@@ -321,12 +333,18 @@ pub async fn find(
             else {
                 continue;
             };
+            // Reached from another table's trigger, default or CHECK: that table too.
+            let origin: Option<String> = row.get(5);
+            let through = match origin {
+                Some(origin) => format!("{} (of table {origin})", f.qualified()),
+                None => f.qualified(),
+            };
             tables.push(ReadingFunction {
                 schema: row.get(1),
                 name: row.get(2),
                 reads: f.reads.clone(),
                 reads_view: f.reads_view,
-                through: Some(f.qualified()),
+                through: Some(through),
                 kind: CallerKind::Table {
                     writes: u8::try_from(row.get::<_, i32>(4)).unwrap_or(28),
                 },

@@ -365,6 +365,32 @@ impl ReadPath {
             .map(|call| call_refusal(call.function)))
     }
 
+    /// Whether `parsed` (the statement text `sql`) holds a `COPY … TO` that reads a
+    /// tiered table or a view over one (a CTE of the same name is the CTE).
+    ///
+    /// # Errors
+    /// The registry could not be read.
+    pub async fn copies_tiered(
+        &self,
+        sql: &str,
+        parsed: &pg_query::ParseResult,
+    ) -> Result<bool, PlanError> {
+        let copies_to = parsed.protobuf.stmts.iter().any(|s| {
+            matches!(s.stmt.as_ref().and_then(|s| s.node.as_ref()), Some(N::CopyStmt(c)) if !c.is_from)
+        });
+        if !copies_to || !self.may_name_tiered(sql) {
+            return Ok(false);
+        }
+        let registry = self.catalog.registry().await?;
+        let walked = crate::sql::tree::walk(parsed);
+        Ok(walked.relations.iter().any(|r| {
+            let schema = r.schema.as_deref();
+            !(schema.is_none() && walked.cte_names.contains(&r.name))
+                && (registry.unique(schema, &r.name).is_some()
+                    || registry.view(schema, &r.name).is_some())
+        }))
+    }
+
     /// Forgets the list of tiered tables, so the next statement reads it again.
     pub fn invalidate(&self) {
         self.catalog.invalidate();
@@ -955,6 +981,20 @@ fn rewrite(
                     }
                 }),
             );
+        }
+    }
+    // TABLESAMPLE samples a table's heap blocks or rows: a tiered table's cold rows have
+    // neither in Postgres.
+    if contains_ignore_ascii_case(sql, "tablesample") {
+        let walked = crate::sql::tree::walk(&parsed);
+        if let Some(r) = walked.relations.iter().find(|r| {
+            walked.sampled.contains(&r.location)
+                && registry.unique(r.schema.as_deref(), &r.name).is_some()
+        }) {
+            return Err(refused(
+                &format!("TABLESAMPLE of tiered table {} is not supported", r.name),
+                "Sample with a condition such as WHERE random() < 0.01, which reads hot and cold rows alike.",
+            ));
         }
     }
     // Views over tiered tables become their definitions (views over views in turn).
