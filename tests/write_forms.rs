@@ -567,3 +567,55 @@ async fn sql_prepare_of_a_read_of_a_tiered_table_is_refused_clearly() {
         .await
         .unwrap();
 }
+
+/// With standard_conforming_strings off, Postgres reads a backslash in a string as an
+/// escape and coldwire's parser does not, so where a string ends can differ: a statement
+/// naming a tiered table that holds a backslash is refused, not planned on a misreading.
+/// Without a backslash, or with the setting on, statements are served as always.
+#[tokio::test]
+async fn backslashes_are_refused_when_strings_do_not_conform() {
+    let Tiered {
+        proxy, db, _dir, ..
+    } = tiered("write_forms_scs", "").await;
+    let c = proxy.connect(&db).await;
+    c.batch_execute("SET standard_conforming_strings = off")
+        .await
+        .unwrap();
+    for sql in [
+        r"UPDATE events SET kind = 'a\'b' WHERE id = 7",
+        // Postgres reads one string where a parser with conforming strings reads a
+        // string, a read of events and a comment.
+        r"SELECT 'x\', (SELECT count(*) FROM events) --'",
+    ] {
+        let err = c.simple_query(sql).await.unwrap_err();
+        let db_err = err
+            .as_db_error()
+            .unwrap_or_else(|| panic!("{sql}: {err:?}"));
+        assert_eq!(db_err.code().code(), "0A000", "{sql}: {db_err:?}");
+        assert!(
+            db_err
+                .hint()
+                .unwrap_or_default()
+                .contains("standard_conforming_strings = on"),
+            "{db_err:?}"
+        );
+    }
+    let rows = common::simple_rows(&c, "SELECT count(*), max(kind) FROM events WHERE id <= 7")
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", proxy.log()));
+    assert_eq!(
+        rows,
+        [[Some("7".to_owned()), Some("k3".to_owned())]],
+        "without a backslash, served; the refused UPDATE changed nothing"
+    );
+    c.batch_execute("SET standard_conforming_strings = on")
+        .await
+        .unwrap();
+    c.batch_execute(r"UPDATE events SET kind = 'a\b' WHERE id = 7")
+        .await
+        .unwrap();
+    let rows = common::simple_rows(&c, "SELECT kind FROM events WHERE id = 7")
+        .await
+        .unwrap();
+    assert_eq!(rows, [[Some(r"a\b".to_owned())]]);
+}

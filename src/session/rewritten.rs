@@ -241,10 +241,26 @@ async fn prepare_sql(
 ) -> Result<Option<QueryRead>, ErrorFields> {
     let reads = read_path(shared);
     let failed = |e: super::reads::PlanError| e.client_error();
-    let in_block = {
+    let (in_block, backslashes_escape) = {
         let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.phase != Phase::Idle || state.outstanding_syncs() > 0
+        (
+            state.phase != Phase::Idle || state.outstanding_syncs() > 0,
+            state
+                .parameters
+                .get("standard_conforming_strings")
+                .is_some_and(|v| v.eq_ignore_ascii_case("off")),
+        )
     };
+    // coldwire's parser reads a backslash in a string as itself; with
+    // standard_conforming_strings off, Postgres reads it as an escape, so where a
+    // string ends (and what is SQL) can differ.
+    if backslashes_escape && sql.contains('\\') {
+        return Err(refused(
+            "0A000",
+            "coldwire plans statements that name tiered tables only with standard_conforming_strings on when they hold a backslash".into(),
+            Some("SET standard_conforming_strings = on (Postgres's default).".into()),
+        ));
+    }
     if reads.check_ddl(sql, in_block).await.map_err(failed)? {
         shared
             .state
