@@ -176,6 +176,33 @@ newline' WHEN 2 THEN 'back\slash "quoted", comma' WHEN 3 THEN '' WHEN 4 THEN 'ü
         .unwrap()
         .get(0);
     assert_eq!(five, 1, "the refused DELETE ran nowhere");
+    // A materialized view over the table is Postgres's to copy (reading one runs
+    // nothing), alone or among statements.
+    direct
+        .batch_execute("CREATE MATERIALIZED VIEW frozen AS SELECT id FROM t")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    for sql in [
+        "COPY (SELECT count(*) FROM frozen) TO STDOUT",
+        "SELECT 1; COPY (SELECT count(*) FROM frozen) TO STDOUT",
+    ] {
+        tiered.send(&raw::query(sql)).await;
+        let msgs = tiered.until_ready().await;
+        assert!(
+            !raw::tags(&msgs).contains('E'),
+            "{sql}: {:?}",
+            msgs.iter()
+                .find(|m| m.tag == b'E')
+                .and_then(|m| m.field(b'M'))
+        );
+        let data: Vec<u8> = msgs
+            .iter()
+            .filter(|m| m.tag == b'd')
+            .flat_map(|m| m.body.clone())
+            .collect();
+        assert_eq!(data, format!("{hot}\n").into_bytes(), "{sql}");
+    }
     // A CTE named like the table is the CTE.
     assert_eq!(
         copy_bytes(

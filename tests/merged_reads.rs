@@ -1769,6 +1769,12 @@ async fn writes_that_reach_a_reader_through_when_domains_partitions_or_cascades_
              CREATE TRIGGER sales_low_all AFTER DELETE ON sales_low FOR EACH STATEMENT EXECUTE FUNCTION touch_all();
              INSERT INTO regions VALUES (1), (2);
              INSERT INTO sales VALUES (1, 1);
+             -- A foreign key to a partitioned table: deleting from its partition runs the
+             -- referencing table's SET DEFAULT.
+             CREATE TABLE plots(id int PRIMARY KEY) PARTITION BY RANGE (id);
+             CREATE TABLE plots_low PARTITION OF plots FOR VALUES FROM (0) TO (100);
+             CREATE TABLE crops(id int, plot int DEFAULT count_events() REFERENCES plots ON DELETE SET DEFAULT);
+             INSERT INTO plots VALUES (1);
              INSERT INTO accounts VALUES (1), (2), (3);
              INSERT INTO firms VALUES (1);"#,
     )
@@ -1825,6 +1831,14 @@ async fn writes_that_reach_a_reader_through_when_domains_partitions_or_cascades_
             reached("accounts", "touch", "holdings"),
         ),
         ("DELETE FROM firms", reached("firms", "touch", "lots")),
+        (
+            "DELETE FROM plots_low WHERE id = 1",
+            reached("plots_low", "count_events", "crops"),
+        ),
+        (
+            "DELETE FROM plots",
+            reached("plots", "count_events", "crops"),
+        ),
         (
             "WITH gone AS (DELETE FROM accounts RETURNING id) SELECT count(*) FROM gone",
             reached("accounts", "touch", "holdings"),

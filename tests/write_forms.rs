@@ -602,12 +602,46 @@ async fn backslashes_are_refused_when_strings_do_not_conform() {
     }
     let rows = common::simple_rows(&c, "SELECT count(*), max(kind) FROM events WHERE id <= 7")
         .await
-        .unwrap_or_else(|e| panic!("{e:?}\n{}", proxy.log()));
+        .unwrap();
     assert_eq!(
         rows,
         [[Some("7".to_owned()), Some("k3".to_owned())]],
-        "without a backslash, served; the refused UPDATE changed nothing"
+        "without a backslash, served"
     );
+    let rows = common::simple_rows(&c, "SELECT kind FROM events WHERE id = 7")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows,
+        [[Some("k3".to_owned())]],
+        "the refused UPDATE changed nothing"
+    );
+    // A backslash in a statement that names no tiered table is Postgres's, also once the
+    // list of tiered tables is older than its time to live.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    c.batch_execute(r"INSERT INTO control (id, kind, n) VALUES (9999, 'C:\x', 0)")
+        .await
+        .unwrap();
+    // A SET sent ahead in the same pipeline, before Postgres reported it: the statement
+    // after it is planned once it is answered, and refused.
+    let mut raw = common::raw::RawConn::ready(proxy.addr, &db).await;
+    let mut both = common::raw::query("SET standard_conforming_strings = off");
+    both.extend(common::raw::query(
+        r"SELECT 'x\', (SELECT count(*) FROM events) --'",
+    ));
+    raw.send(&both).await;
+    let set = common::raw::tags(&raw.until_ready().await);
+    assert!(set.starts_with('C') && set.ends_with('Z'), "{set}");
+    let refused = raw.until_ready().await;
+    assert_eq!(common::raw::tags(&refused), "EZ");
+    assert_eq!(refused[0].field(b'C').as_deref(), Some("0A000"));
+    // ... and in the same Query string as the SET, which then does not run.
+    let on = proxy.connect(&db).await;
+    let err = on
+        .simple_query(r"SET standard_conforming_strings = off; SELECT 'x\', ' FROM events --', 1")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
     c.batch_execute("SET standard_conforming_strings = on")
         .await
         .unwrap();

@@ -241,26 +241,13 @@ async fn prepare_sql(
 ) -> Result<Option<QueryRead>, ErrorFields> {
     let reads = read_path(shared);
     let failed = |e: super::reads::PlanError| e.client_error();
-    let (in_block, backslashes_escape) = {
-        let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-        (
-            state.phase != Phase::Idle || state.outstanding_syncs() > 0,
-            state
-                .parameters
-                .get("standard_conforming_strings")
-                .is_some_and(|v| v.eq_ignore_ascii_case("off")),
-        )
-    };
-    // coldwire's parser reads a backslash in a string as itself; with
-    // standard_conforming_strings off, Postgres reads it as an escape, so where a
-    // string ends (and what is SQL) can differ.
-    if backslashes_escape && sql.contains('\\') {
-        return Err(refused(
-            "0A000",
-            "coldwire plans statements that name tiered tables only with standard_conforming_strings on when they hold a backslash".into(),
-            Some("SET standard_conforming_strings = on (Postgres's default).".into()),
-        ));
+    if sql.contains('\\') {
+        refuse_unless_strings_conform(sql, &reads, shared).await?;
     }
+    let in_block = {
+        let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.phase != Phase::Idle || state.outstanding_syncs() > 0
+    };
     if reads.check_ddl(sql, in_block).await.map_err(failed)? {
         shared
             .state
@@ -332,6 +319,45 @@ async fn prepare_sql(
         ));
     }
     Ok(Some(QueryRead::Multi(parts)))
+}
+
+/// Refuses `sql`, which holds a backslash, when it names a tiered table and Postgres may
+/// read it with `standard_conforming_strings` off: Postgres then reads a backslash in a
+/// string as an escape, coldwire's parser as itself, so the two could disagree on where a
+/// string ends and on what is SQL. The setting is the one Postgres reported once every
+/// earlier request is answered (a `SET` may be in flight ahead of `sql`), or may change
+/// within `sql` itself.
+async fn refuse_unless_strings_conform(
+    sql: &str,
+    reads: &ReadPath,
+    shared: &Shared<'_>,
+) -> Result<(), ErrorFields> {
+    if !reads
+        .names_tiered_now(sql)
+        .await
+        .map_err(|e| e.client_error())?
+    {
+        return Ok(());
+    }
+    let changed_here = contains_ignore_ascii_case(sql, "standard_conforming_strings");
+    if !changed_here {
+        super::answer::wait_until_answered(shared).await;
+    }
+    let off = shared
+        .state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .parameters
+        .get("standard_conforming_strings")
+        .is_some_and(|v| v.eq_ignore_ascii_case("off"));
+    if off || changed_here {
+        return Err(refused(
+            "0A000",
+            "coldwire plans statements that name tiered tables only with standard_conforming_strings on when they hold a backslash".into(),
+            Some("SET standard_conforming_strings = on (Postgres's default), in a statement of its own.".into()),
+        ));
+    }
+    Ok(())
 }
 
 /// An error coldwire answers in Postgres's place.

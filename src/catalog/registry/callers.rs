@@ -137,9 +137,10 @@ const CALLING_VIEWS: &str = concat!("SELECT DISTINCT ON (c.oid) c.oid, n.nspname
 /// - a table (itself included) that a foreign key of the table references with `ON
 ///   DELETE` or `ON UPDATE` `CASCADE`, `SET NULL` or `SET DEFAULT`: its DELETEs (or
 ///   UPDATEs) run a DELETE or UPDATE statement of the table (`SET DEFAULT` runs its
-///   defaults). A partition's copy of its parent's foreign key runs on the parent, so it
-///   carries the partition's row triggers only. Any UPDATE of the referenced table is
-///   taken to change its key.
+///   defaults). A referencing partition's copy of its parent's foreign key runs on the
+///   parent, so it carries the partition's row triggers only (a referenced partition's
+///   copy runs a statement of the referencing table like any other). Any UPDATE of the
+///   referenced table is taken to change its key.
 const WRITING_TABLES: &str = concat!("WITH RECURSIVE own(rel, fn, events, row_level) AS ( \
          SELECT t.tgrelid, d.refobjid, (t.tgtype & 28)::int, t.tgtype & 1 = 1 \
          FROM pg_trigger t JOIN pg_depend d ON d.classid = 'pg_trigger'::regclass AND d.objid = t.oid \
@@ -163,7 +164,8 @@ const WRITING_TABLES: &str = concat!("WITH RECURSIVE own(rel, fn, events, row_le
          SELECT i.inhrelid, i.inhparent, true, p.relkind = 'p', NULL::\"char\", NULL::\"char\", false \
          FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent \
        UNION ALL \
-         SELECT k.conrelid, k.confrelid, false, false, k.confdeltype, k.confupdtype, k.conparentid <> 0 \
+         SELECT k.conrelid, k.confrelid, false, false, k.confdeltype, k.confupdtype, \
+                EXISTS (SELECT 1 FROM pg_constraint pk WHERE pk.oid = k.conparentid AND pk.conrelid <> k.conrelid) \
          FROM pg_constraint k WHERE k.contype = 'f' \
      ), runs(rel, fn, events, row_level, origin) AS ( \
          SELECT rel, fn, events, row_level, rel FROM own \

@@ -365,6 +365,16 @@ impl ReadPath {
             .map(|call| call_refusal(call.function)))
     }
 
+    /// [`ReadPath::may_name_tiered`] against the list of tiered tables read afresh when
+    /// it is older than its time to live.
+    ///
+    /// # Errors
+    /// The registry could not be read.
+    pub async fn names_tiered_now(&self, sql: &str) -> Result<bool, PlanError> {
+        self.catalog.registry().await?;
+        Ok(self.may_name_tiered(sql))
+    }
+
     /// Whether `parsed` (the statement text `sql`) holds a `COPY … TO` that reads a
     /// tiered table or a view over one (a CTE of the same name is the CTE).
     ///
@@ -387,7 +397,9 @@ impl ReadPath {
             let schema = r.schema.as_deref();
             !(schema.is_none() && walked.cte_names.contains(&r.name))
                 && (registry.unique(schema, &r.name).is_some()
-                    || registry.view(schema, &r.name).is_some())
+                    || registry
+                        .view(schema, &r.name)
+                        .is_some_and(|v| !v.materialized))
         }))
     }
 
