@@ -1964,3 +1964,61 @@ async fn table_commands_read_every_row_and_tablesample_is_refused() {
         "a plain table's sample is Postgres's"
     );
 }
+
+/// An unqualified name that tiered tables have in two schemas is refused rather than read
+/// from the heap alone (which one it means depends on the session's search_path, which
+/// coldwire does not know); schema-qualified, each reads every row.
+#[tokio::test]
+async fn a_name_tiered_in_two_schemas_must_be_qualified() {
+    let TieredEvents { c, .. } = &tiered_events(
+        "twoschemas",
+        "CREATE SCHEMA other;
+         CREATE TABLE other.events(id bigint PRIMARY KEY, kind text);
+         INSERT INTO other.events SELECT g, 'o' FROM generate_series(1, 300) g;",
+    )
+    .await;
+    admin_call(c, r#"SELECT coldwire.tier_table('other.events', '{"hot_row_limit": 50, "min_flush_rows": 50, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(
+        c,
+        "SELECT coldwire.flush_table('other.events', wait => true)",
+    )
+    .await
+    .unwrap();
+    for sql in [
+        "SELECT count(*) FROM events",
+        "/* c */ select count(*) from EVENTS e where e.id > 10",
+        "SELECT count(*) FROM public.events p JOIN events o USING (id)",
+        "INSERT INTO other.events SELECT id + 1000, kind FROM events",
+        // Written with Unicode escapes.
+        r#"SELECT count(*) FROM U&"event\0073""#,
+    ] {
+        assert_refused(
+            c,
+            sql,
+            "events names tiered tables or views over them in more than one schema",
+            "Schema-qualify",
+        )
+        .await;
+    }
+    // In the extended protocol too.
+    let err = c
+        .query("SELECT count(*) FROM events WHERE id > 0", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    for (sql, expected) in [
+        ("SELECT count(*) FROM public.events", "1000"),
+        ("SELECT count(*) FROM other.events", "300"),
+        ("WITH events AS (SELECT 1) SELECT count(*) FROM events", "1"),
+        (r#"SELECT count(*) FROM public.U&"event\0073""#, "1000"),
+        (r#"SELECT count(*) FROM other.u&"\0065vents" AS o"#, "300"),
+    ] {
+        assert_eq!(
+            simple_rows(c, sql).await.unwrap(),
+            [[Some(expected.to_owned())]],
+            "{sql}"
+        );
+    }
+}

@@ -173,6 +173,29 @@ impl Registry {
         }
     }
 
+    /// The names that tiered tables, or views over them, have in more than one schema
+    /// (an unqualified reference to one of them is ambiguous to coldwire).
+    pub fn ambiguous_names(&self) -> Vec<&str> {
+        let names = self
+            .tables
+            .iter()
+            .map(|t| (t.table.schema.as_str(), t.table.name.as_str()))
+            .chain(
+                self.views
+                    .iter()
+                    .map(|v| (v.schema.as_str(), v.name.as_str())),
+            );
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        let mut ambiguous = Vec::new();
+        for (schema, name) in names {
+            if seen.iter().any(|&(s, n)| n == name && s != schema) && !ambiguous.contains(&name) {
+                ambiguous.push(name);
+            }
+            seen.push((schema, name));
+        }
+        ambiguous
+    }
+
     /// The one view over tiered tables `schema.name` (as written) names.
     pub fn view(&self, schema: Option<&str>, name: &str) -> Option<&TieredView> {
         let mut candidates = self

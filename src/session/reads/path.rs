@@ -333,10 +333,14 @@ impl ReadPath {
     pub fn may_name_tiered_bytes(&self, sql: &[u8]) -> bool {
         match self.catalog.current_registry() {
             None => true,
-            Some(r) => r
-                .names
-                .iter()
-                .any(|n| crate::sql::classify::bytes_contain_ignore_ascii_case(sql, n)),
+            // A name written with Unicode escapes (`U&"ev\0065nts"`) does not contain
+            // the name's text: the parser decodes it.
+            Some(r) => {
+                r.names
+                    .iter()
+                    .any(|n| crate::sql::classify::bytes_contain_ignore_ascii_case(sql, n))
+                    || crate::sql::classify::bytes_contain_ignore_ascii_case(sql, "u&\"")
+            }
         }
     }
 
@@ -995,17 +999,25 @@ fn rewrite(
             );
         }
     }
-    // TABLESAMPLE samples a table's heap blocks or rows: a tiered table's cold rows have
-    // neither in Postgres.
-    if contains_ignore_ascii_case(sql, "tablesample") {
+    // An unqualified name of tiered tables (or views over them) in several schemas:
+    // which one it means depends on the session's search_path, which coldwire does not
+    // know, and left as it is it would read the heap alone.
+    let ambiguous = registry.ambiguous_names();
+    if ambiguous.iter().any(|n| contains_ignore_ascii_case(sql, n))
+        || (!ambiguous.is_empty() && contains_ignore_ascii_case(sql, "u&\""))
+    {
         let walked = crate::sql::tree::walk(&parsed);
         if let Some(r) = walked.relations.iter().find(|r| {
-            walked.sampled.contains(&r.location)
-                && registry.unique(r.schema.as_deref(), &r.name).is_some()
+            r.schema.is_none()
+                && !walked.cte_names.contains(&r.name)
+                && ambiguous.contains(&r.name.as_str())
         }) {
             return Err(refused(
-                &format!("TABLESAMPLE of tiered table {} is not supported", r.name),
-                "Sample with a condition such as WHERE random() < 0.01, which reads hot and cold rows alike.",
+                &format!(
+                    "{} names tiered tables or views over them in more than one schema",
+                    crate::sql::quote::display_ident(&r.name)
+                ),
+                "Schema-qualify the name (schema.table).",
             ));
         }
     }
@@ -1026,6 +1038,20 @@ fn rewrite(
         };
         text = expanded;
         parsed = again;
+    }
+    // TABLESAMPLE samples a table's heap blocks or rows: a tiered table's cold rows have
+    // neither in Postgres (also when a view's definition samples one).
+    if contains_ignore_ascii_case(&text, "tablesample") {
+        let walked = crate::sql::tree::walk(&parsed);
+        if let Some(r) = walked.relations.iter().find(|r| {
+            walked.sampled.contains(&r.location)
+                && registry.unique(r.schema.as_deref(), &r.name).is_some()
+        }) {
+            return Err(refused(
+                &format!("TABLESAMPLE of tiered table {} is not supported", r.name),
+                "Sample with a condition such as WHERE random() < 0.01, which reads hot and cold rows alike.",
+            ));
+        }
     }
     let highest_param = highest_param(sql);
     let client_params = highest_param.max(declared_params);
