@@ -2002,11 +2002,25 @@ async fn a_name_tiered_in_two_schemas_must_be_qualified() {
         )
         .await;
     }
-    // In the extended protocol too.
+    // In the extended protocol too; with parameters whose types the client declares,
+    // the refusal takes them and the client sees coldwire's error, not a count mismatch.
     let err = c
         .query("SELECT count(*) FROM events WHERE id > 0", &[])
         .await
         .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
+    let typed = c
+        .prepare_typed(
+            "SELECT count(*) FROM events WHERE id > $1 AND kind <> $2",
+            &[
+                tokio_postgres::types::Type::INT8,
+                tokio_postgres::types::Type::TEXT,
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(typed.params().len(), 2);
+    let err = c.query(&typed, &[&0i64, &"x"]).await.unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err:?}");
     for (sql, expected) in [
         ("SELECT count(*) FROM public.events", "1000"),

@@ -624,7 +624,16 @@ pub fn parse_to_send(
                 &error.message,
                 error.hint.as_deref(),
             );
-            ext::encode_parse(&mut out, name, &sql, &[]);
+            // The parameter types the client declared, when it declared every one: the
+            // statement then takes the parameters the client binds (Postgres accepts
+            // declared parameters the text does not use), so the client's Bind reaches
+            // the Execute that raises coldwire's error, rather than a count mismatch.
+            let declared = Parse::decode(frame)
+                .ok()
+                .map(|p| p.param_types)
+                .filter(|types| types.iter().all(|&t| t != 0))
+                .unwrap_or_default();
+            ext::encode_parse(&mut out, name, &sql, &declared);
         }
         // Relayed, so that Postgres describes it as the client wrote it (parameter types
         // it infers included); each Bind runs behind coldwire's check, and so does an

@@ -329,7 +329,7 @@ pub fn rewrite_parsed(
         let span = name_span(&tokens, location).ok_or(RewriteError::Parse(
             "a table name the scanner does not see".into(),
         ))?;
-        let (start, end) = (span.start, span.end);
+        let (start, end, written) = (span.start, span.end, &sql[location..span.name_end]);
         if start < copied {
             return Err(RewriteError::Unsupported(
                 "a table reference inside another",
@@ -342,15 +342,12 @@ pub fn rewrite_parsed(
         out.push_str(&sql[copied..start]);
         span.push(
             &mut out,
-            &table.derived(param, &binding, &sql[location..end], qualified),
+            &table.derived(param, &binding, written, qualified),
         );
         if let Some(hot) = &mut hot {
             hot_param += 1;
             hot.push_str(&sql[copied..start]);
-            span.push(
-                hot,
-                &table.hot_derived(hot_param, &sql[location..end], qualified),
-            );
+            span.push(hot, &table.hot_derived(hot_param, written, qualified));
         }
         if alias.is_none() {
             // Column references qualified by the table name keep resolving.
@@ -488,6 +485,8 @@ pub(crate) fn dollar_quoted(text: &str) -> String {
 struct Span {
     start: usize,
     end: usize,
+    /// Where the name itself ends (before a `*` that follows it).
+    name_end: usize,
     /// The reference is the `TABLE name` command (the span starts at `TABLE`): its
     /// replacement reads `SELECT * FROM (…)`, since `TABLE` takes a name only.
     command: bool,
@@ -505,34 +504,37 @@ impl Span {
 }
 
 /// The span of the relation name starting at `location` (`[TABLE] [ONLY]
-/// name[.name[.name]]`).
+/// name[.name[.name]] [*]`), comments anywhere in it included.
 fn name_span(tokens: &[pg_query::protobuf::ScanToken], location: usize) -> Option<Span> {
-    let at = tokens.iter().position(|t| t.start as usize == location)?;
-    // The token before `i` that is not a comment, if it is `token`.
-    let before = |i: usize, token: Token| {
-        tokens[..i]
-            .iter()
-            .rposition(|t| t.token != Token::SqlComment as i32 && t.token != Token::CComment as i32)
-            .filter(|&j| tokens[j].token == token as i32)
-    };
+    let code: Vec<&pg_query::protobuf::ScanToken> = tokens
+        .iter()
+        .filter(|t| t.token != Token::SqlComment as i32 && t.token != Token::CComment as i32)
+        .collect();
+    let at = code.iter().position(|t| t.start as usize == location)?;
+    let is = |i: usize, token: Token| code.get(i).is_some_and(|t| t.token == token as i32);
     let mut first = at;
-    if let Some(only) = before(first, Token::Only) {
-        first = only;
+    if first > 0 && is(first - 1, Token::Only) {
+        first -= 1;
     }
     // A read reference right after the keyword TABLE is the `TABLE name` command (the
     // other statements that write TABLE before a name do not read it).
-    let command = before(first, Token::Table);
-    if let Some(table) = command {
-        first = table;
+    let command = first > 0 && is(first - 1, Token::Table);
+    if command {
+        first -= 1;
     }
-    let command = command.is_some();
     let mut last = at;
-    while last + 2 < tokens.len() && tokens[last + 1].token == Token::Ascii46 as i32 {
+    while last + 2 < code.len() && is(last + 1, Token::Ascii46) {
         last += 2;
     }
+    let name_end = code[last].end as usize;
+    // `name *`: the table and its descendants (a tiered table has none).
+    if is(last + 1, Token::Ascii42) {
+        last += 1;
+    }
     Some(Span {
-        start: tokens[first].start as usize,
-        end: tokens[last].end as usize,
+        start: code[first].start as usize,
+        end: code[last].end as usize,
+        name_end,
         command,
     })
 }
@@ -629,6 +631,32 @@ mod tests {
     }
 
     #[test]
+    fn the_whole_reference_is_replaced_whatever_surrounds_its_name() {
+        for (sql, expected) in [
+            (
+                "TABLE events ORDER BY id",
+                format!("SELECT * FROM {} AS \"events\" ORDER BY id", derived(1)),
+            ),
+            (
+                "table /* c */ only public.events",
+                format!("SELECT * FROM {} AS \"events\"", derived(1)),
+            ),
+            (
+                "SELECT * FROM events * WHERE id > 1",
+                format!("SELECT * FROM {} AS \"events\" WHERE id > 1", derived(1)),
+            ),
+            (
+                "SELECT * FROM public./* c */events e",
+                format!("SELECT * FROM {} e", derived(1)),
+            ),
+        ] {
+            let r = rewrite(sql, 0, resolve).unwrap().unwrap();
+            assert_eq!(r.sql, expected, "{sql}");
+            assert!(pg_query::parse(&r.sql, 0).is_ok(), "{sql}: {}", r.sql);
+        }
+    }
+
+    #[test]
     fn cold_rows_bind_one_array_per_column_read_or_the_row_type_for_array_columns() {
         let wide = |tags: Option<u32>| TieredTable {
             columns: vec!["id".into(), "kind".into(), "tags".into()],
@@ -699,6 +727,11 @@ mod tests {
                      FROM coldwire.tables g WHERE g.id = 7), coldwire.guard(7, $4::jsonb, $cw$events$cw$))";
         assert_eq!(r.sql.matches(check).count(), 2, "{}", r.sql);
         assert!(r.sql.contains("unnest($2::"), "{}", r.sql);
+        // The name without the `*` that may follow it.
+        let star = rewrite("SELECT * FROM events * WHERE id = $1", 1, guarded)
+            .unwrap()
+            .unwrap();
+        assert_eq!(star.sql.matches(check).count(), 2, "{}", star.sql);
         let r = rewrite(
             "SELECT * FROM public.events a JOIN events b USING (id)",
             0,
