@@ -1246,7 +1246,11 @@ async fn calls_through_wrappers_and_views_that_call_reading_functions_are_refuse
 #[tokio::test]
 async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_are_refused() {
     let TieredEvents {
-        c, direct, _proxy, ..
+        c,
+        direct,
+        _proxy,
+        db,
+        ..
     } = &tiered_events(
         "writingtables",
         r#"CREATE FUNCTION count_events() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM events';
@@ -1362,15 +1366,7 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
         ("COPY notes (id) FROM STDIN", "7\n"),
         ("COPY stock FROM STDIN", "9\t1\n"),
     ] {
-        let sink = c
-            .copy_in::<_, bytes::Bytes>(sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
-        futures_util::pin_mut!(sink);
-        futures_util::SinkExt::send(&mut sink, bytes::Bytes::from(rows))
-            .await
-            .unwrap();
-        sink.finish()
+        copy_in(c, sql, &[rows])
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
     }
@@ -1400,13 +1396,8 @@ async fn writes_of_tables_whose_triggers_defaults_or_checks_read_a_tiered_table_
     // Refused in the extended protocol too (on a connection of its own: tokio-postgres
     // loses its place on a connection whose COPY FROM fails at its Execute, whoever
     // refuses it, Postgres included).
-    let db: String = c
-        .query_one("SELECT current_database()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
     let err = _proxy
-        .connect(&db)
+        .connect(db)
         .await
         .copy_in::<_, bytes::Bytes>("COPY orders FROM STDIN")
         .await
@@ -1585,7 +1576,12 @@ async fn assert_refused(c: &tokio_postgres::Client, sql: &str, message: &str, hi
 async fn reads_after_a_copy_in_of_the_extended_protocol_are_served() {
     let TieredEvents { c, _proxy, .. } =
         &tiered_events("copythenread", "CREATE TABLE plain(n int);").await;
-    assert_eq!(copy_into_plain(c, &["1\n2\n"]).await.unwrap(), 2);
+    assert_eq!(
+        copy_in(c, "COPY plain FROM STDIN", &["1\n2\n"])
+            .await
+            .unwrap(),
+        2
+    );
     let read = |what: &'static str| async move {
         let read = tokio::time::timeout(
             std::time::Duration::from_secs(10),
@@ -1615,18 +1611,24 @@ async fn reads_after_a_copy_in_of_the_extended_protocol_are_served() {
     }
     read("a COPY given up").await;
     // One that Postgres fails on a bad row.
-    let err = copy_into_plain(c, &["4\nnot a number\n"])
+    let err = copy_in(c, "COPY plain FROM STDIN", &["4\nnot a number\n"])
         .await
         .unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("22P02"), "{err:?}");
     read("a COPY Postgres failed").await;
     let sends: Vec<String> = (0..100).map(|i| format!("{i}\n")).collect();
     let sends: Vec<&str> = sends.iter().map(String::as_str).collect();
-    assert_eq!(copy_into_plain(c, &sends).await.unwrap(), 100);
+    assert_eq!(
+        copy_in(c, "COPY plain FROM STDIN", &sends).await.unwrap(),
+        100
+    );
     read("a COPY of 100 rows").await;
     // A COPY inside a transaction block, and reads in it.
     c.batch_execute("BEGIN").await.unwrap();
-    assert_eq!(copy_into_plain(c, &["5\n"]).await.unwrap(), 1);
+    assert_eq!(
+        copy_in(c, "COPY plain FROM STDIN", &["5\n"]).await.unwrap(),
+        1
+    );
     read("a COPY in a block").await;
     c.batch_execute("COMMIT").await.unwrap();
     assert_eq!(
@@ -1636,16 +1638,17 @@ async fn reads_after_a_copy_in_of_the_extended_protocol_are_served() {
     );
 }
 
-/// tokio-postgres's `copy_in` into `plain`, one send per item of `sends`: the rows
-/// Postgres counts, or its error.
-async fn copy_into_plain(
+/// tokio-postgres's `copy_in` of `sql` (a `COPY … FROM STDIN`), one send per item of
+/// `sends`: the rows Postgres counts, or its error.
+async fn copy_in(
     c: &tokio_postgres::Client,
+    sql: &str,
     sends: &[&str],
 ) -> Result<u64, tokio_postgres::Error> {
     let sink = c
-        .copy_in::<_, bytes::Bytes>("COPY plain FROM STDIN")
+        .copy_in::<_, bytes::Bytes>(sql)
         .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
     futures_util::pin_mut!(sink);
     for send in sends {
         futures_util::SinkExt::send(&mut sink, bytes::Bytes::from(send.to_string()))

@@ -138,10 +138,33 @@ pub struct Registry {
     /// Lower-case names (of tables, views and such functions), for the cheap test of
     /// every statement.
     pub names: Vec<String>,
+    /// The names that tiered tables, or views over them, have in more than one schema
+    /// ([`ambiguous_names`]).
+    pub ambiguous: Vec<String>,
     pub version: u64,
     /// The database's secret (`coldwire.secret`, catalog v13), with which coldwire signs
     /// the rows it brings back (`catalog::capture::rehydration_mac`).
     pub secret: Option<SigningKey>,
+}
+
+/// The names that `tables`, or `views` over them, have in more than one schema: an
+/// unqualified reference to one of them is ambiguous to coldwire.
+pub fn ambiguous_names(tables: &[Tiered], views: &[TieredView]) -> Vec<String> {
+    let names = tables
+        .iter()
+        .map(|t| (t.table.schema.as_str(), t.table.name.as_str()))
+        .chain(views.iter().map(|v| (v.schema.as_str(), v.name.as_str())));
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    let mut ambiguous: Vec<String> = Vec::new();
+    for (schema, name) in names {
+        if seen.iter().any(|&(s, n)| n == name && s != schema)
+            && !ambiguous.iter().any(|a| a == name)
+        {
+            ambiguous.push(name.to_owned());
+        }
+        seen.push((schema, name));
+    }
+    ambiguous
 }
 
 /// A database's secret, never shown (`Debug` prints `<redacted>`).
@@ -171,29 +194,6 @@ impl Registry {
             (Some(only), None) => Some(only),
             _ => None,
         }
-    }
-
-    /// The names that tiered tables, or views over them, have in more than one schema
-    /// (an unqualified reference to one of them is ambiguous to coldwire).
-    pub fn ambiguous_names(&self) -> Vec<&str> {
-        let names = self
-            .tables
-            .iter()
-            .map(|t| (t.table.schema.as_str(), t.table.name.as_str()))
-            .chain(
-                self.views
-                    .iter()
-                    .map(|v| (v.schema.as_str(), v.name.as_str())),
-            );
-        let mut seen: Vec<(&str, &str)> = Vec::new();
-        let mut ambiguous = Vec::new();
-        for (schema, name) in names {
-            if seen.iter().any(|&(s, n)| n == name && s != schema) && !ambiguous.contains(&name) {
-                ambiguous.push(name);
-            }
-            seen.push((schema, name));
-        }
-        ambiguous
     }
 
     /// The one view over tiered tables `schema.name` (as written) names.

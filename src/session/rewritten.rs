@@ -25,6 +25,7 @@ use super::state::{
     hot_statement_name, HotForm, OwnPrefix, Phase, Prepared, RewrittenStatement, SessionState,
 };
 use super::SessionError;
+use crate::error::fields;
 use crate::sql::classify::{contains_ignore_ascii_case, kinds, Kind};
 use crate::sql::copy_to::{copy_to, CopyOptions};
 use crate::sql::params::{BoundParams, Settings};
@@ -278,7 +279,7 @@ async fn prepare_sql(
                 continue;
             };
             if reads.copies_tiered(statement, &one).await.map_err(failed)? {
-                return Err(refused(
+                return Err(fields(
                     "0A000",
                     "coldwire: a COPY of a tiered table in a Query string of several statements is not supported".into(),
                     Some("Send the COPY as a Query of its own.".into()),
@@ -312,7 +313,7 @@ async fn prepare_sql(
     // COPY runs its own sub-protocol; beside a statement on a tiered table it would be
     // served in the extended protocol, where coldwire does not serve COPY.
     if copying.is_some() {
-        return Err(refused(
+        return Err(fields(
             "0A000",
             "coldwire: a COPY in the same Query string as a statement on a tiered table is not supported".into(),
             Some("Send the COPY as a Query of its own.".into()),
@@ -351,24 +352,13 @@ async fn refuse_unless_strings_conform(
         .get("standard_conforming_strings")
         .is_some_and(|v| v.eq_ignore_ascii_case("off"));
     if off || changed_here {
-        return Err(refused(
+        return Err(fields(
             "0A000",
             "coldwire plans statements that name tiered tables only with standard_conforming_strings on when they hold a backslash".into(),
             Some("SET standard_conforming_strings = on (Postgres's default), in a statement of its own.".into()),
         ));
     }
     Ok(())
-}
-
-/// An error coldwire answers in Postgres's place.
-fn refused(code: &str, message: String, hint: Option<String>) -> ErrorFields {
-    ErrorFields {
-        severity: Severity::Error,
-        code: code.to_owned(),
-        message,
-        detail: None,
-        hint,
-    }
 }
 
 /// [`prepare_sql`] of a single COPY statement `sql`, parsed as `parsed`: a COPY TO of a
@@ -388,7 +378,7 @@ async fn prepare_copy(
         // Only a COPY of a tiered table is coldwire's to serve; one it cannot (a query
         // that locks or writes its rows) would write the hot rows only.
         if reads.copies_tiered(sql, parsed).await.map_err(failed)? {
-            return Err(refused(
+            return Err(fields(
                 "0A000",
                 "coldwire: this COPY of a tiered table is not supported (its query locks or writes the table's rows)".into(),
                 Some("COPY a plain SELECT of the table, as a Query of its own.".into()),
@@ -397,13 +387,13 @@ async fn prepare_copy(
         return Ok(None);
     };
     if copy.to_server {
-        return Err(refused(
+        return Err(fields(
             "0A000",
             "coldwire: COPY of a tiered table into a server-side file or program would miss its cold rows".into(),
             Some("Use COPY … TO STDOUT (psql's \\copy), which coldwire serves with every row.".into()),
         ));
     }
-    let options = copy.options.map_err(|e| refused(e.code, e.message, None))?;
+    let options = copy.options.map_err(|e| fields(e.code, e.message, None))?;
     Ok(Some(QueryRead::Copy(read, options)))
 }
 

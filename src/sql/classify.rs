@@ -145,6 +145,20 @@ pub fn kinds(parsed: &pg_query::ParseResult) -> Vec<Kind> {
         .collect()
 }
 
+/// The scanner's tokens of `sql` without its comments, which may stand between any two
+/// tokens (`TABLE /* c */ t`, `public./* c */t`).
+///
+/// # Errors
+/// Text the scanner cannot read.
+pub fn code_tokens(sql: &str) -> Result<Vec<pg_query::protobuf::ScanToken>, pg_query::Error> {
+    use pg_query::protobuf::Token;
+    Ok(pg_query::scan(sql)?
+        .tokens
+        .into_iter()
+        .filter(|t| t.token != Token::SqlComment as i32 && t.token != Token::CComment as i32)
+        .collect())
+}
+
 /// The kinds of the statements of `sql` (empty when it does not parse: Postgres will say
 /// why).
 pub fn kinds_of(sql: &str) -> Vec<Kind> {

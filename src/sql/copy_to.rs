@@ -143,14 +143,10 @@ fn string(node: &Node) -> Option<String> {
 /// The text between the parentheses that follow `COPY` (comments, and a `;` before the
 /// statement, skipped).
 fn query_text(sql: &str) -> Option<&str> {
-    use pg_query::protobuf::Token;
-    let tokens: Vec<_> = pg_query::scan(sql)
-        .ok()?
-        .tokens
-        .into_iter()
-        .filter(|t| t.token != Token::SqlComment as i32 && t.token != Token::CComment as i32)
-        .collect();
-    let copy = tokens.iter().position(|t| t.token == Token::Copy as i32)?;
+    let tokens = super::classify::code_tokens(sql).ok()?;
+    let copy = tokens
+        .iter()
+        .position(|t| t.token == pg_query::protobuf::Token::Copy as i32)?;
     let open = tokens.get(copy + 1)?;
     if &sql[open.start as usize..open.end as usize] != "(" {
         return None;

@@ -312,9 +312,8 @@ pub fn rewrite_parsed(
         return Ok(None);
     }
     found.sort_by_key(|(location, ..)| *location);
-    let tokens = pg_query::scan(sql)
-        .map_err(|e| RewriteError::Parse(e.to_string()))?
-        .tokens;
+    let tokens =
+        super::classify::code_tokens(sql).map_err(|e| RewriteError::Parse(e.to_string()))?;
 
     let mut out = String::with_capacity(sql.len() + 256 * found.len());
     let mut hot = found
@@ -428,9 +427,8 @@ pub fn expand_views(
     if found.is_empty() {
         return Ok(None);
     }
-    let tokens = pg_query::scan(sql)
-        .map_err(|e| RewriteError::Parse(e.to_string()))?
-        .tokens;
+    let tokens =
+        super::classify::code_tokens(sql).map_err(|e| RewriteError::Parse(e.to_string()))?;
     let mut out = String::with_capacity(sql.len() + 512);
     let mut copied = 0;
     for (location, view, aliased, name) in found {
@@ -504,12 +502,9 @@ impl Span {
 }
 
 /// The span of the relation name starting at `location` (`[TABLE] [ONLY]
-/// name[.name[.name]] [*]`), comments anywhere in it included.
-fn name_span(tokens: &[pg_query::protobuf::ScanToken], location: usize) -> Option<Span> {
-    let code: Vec<&pg_query::protobuf::ScanToken> = tokens
-        .iter()
-        .filter(|t| t.token != Token::SqlComment as i32 && t.token != Token::CComment as i32)
-        .collect();
+/// name[.name[.name]] [*]`) among `code`, the statement's tokens without its comments
+/// ([`super::classify::code_tokens`]), so comments anywhere in it are included.
+fn name_span(code: &[pg_query::protobuf::ScanToken], location: usize) -> Option<Span> {
     let at = code.iter().position(|t| t.start as usize == location)?;
     let is = |i: usize, token: Token| code.get(i).is_some_and(|t| t.token == token as i32);
     let mut first = at;

@@ -184,6 +184,7 @@ impl CatalogCache {
                     .chain(views.iter().map(|v| v.name.to_lowercase()))
                     .chain(functions.iter().map(|f| f.name.to_lowercase()))
                     .collect(),
+                ambiguous: registry::ambiguous_names(&tables, &views),
                 tables,
                 views,
                 functions,

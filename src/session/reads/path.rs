@@ -1002,15 +1002,13 @@ fn rewrite(
     // An unqualified name of tiered tables (or views over them) in several schemas:
     // which one it means depends on the session's search_path, which coldwire does not
     // know, and left as it is it would read the heap alone.
-    let ambiguous = registry.ambiguous_names();
+    let ambiguous = &registry.ambiguous;
     if ambiguous.iter().any(|n| contains_ignore_ascii_case(sql, n))
         || (!ambiguous.is_empty() && contains_ignore_ascii_case(sql, "u&\""))
     {
         let walked = crate::sql::tree::walk(&parsed);
         if let Some(r) = walked.relations.iter().find(|r| {
-            r.schema.is_none()
-                && !walked.cte_names.contains(&r.name)
-                && ambiguous.contains(&r.name.as_str())
+            r.schema.is_none() && !walked.cte_names.contains(&r.name) && ambiguous.contains(&r.name)
         }) {
             return Err(refused(
                 &format!(
