@@ -1207,3 +1207,202 @@ async fn named_statements_run_their_hot_form_while_no_cold_row_is_bound() {
     let msgs = bind_execute(&mut conn, "r", &["3599"]).await;
     assert!(row_has(&msgs, b"k3"), "{msgs:?}");
 }
+
+#[tokio::test]
+async fn statements_prepared_before_their_table_was_tiered_read_and_write_every_row() {
+    let db = create_db("extstale");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(&format!(
+            "{SCHEMA};
+             CREATE VIEW recent AS SELECT id, kind FROM events;
+             CREATE TABLE events_archive(id bigint PRIMARY KEY, kind text);
+             INSERT INTO events_archive VALUES (1, 'archived');"
+        ))
+        .await
+        .unwrap();
+    let url = cluster().url(&db);
+    let proxy = Proxy::start(&["--service-url", &url, "--cold-store", &store]).await;
+
+    // An application's connections prepare their statements while the table is plain:
+    // tokio-postgres (untyped parameters, described, bound in binary), raw named and
+    // unnamed statements, and SQL-level PREPARE.
+    let app = proxy.connect(&db).await;
+    let count = app
+        .prepare("SELECT count(*), sum(amount) FROM events WHERE id > $1")
+        .await
+        .unwrap();
+    let update = app
+        .prepare("UPDATE events SET kind = $1 WHERE id = $2")
+        .await
+        .unwrap();
+    let through_view = app
+        .prepare("SELECT kind FROM recent WHERE id = $1")
+        .await
+        .unwrap();
+    let archive = app
+        .prepare("SELECT kind FROM events_archive WHERE id = $1")
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        app.query(&count, &[&0i64]).await.unwrap();
+        app.query(&through_view, &[&5i64]).await.unwrap();
+    }
+    let mut conn = RawConn::ready(proxy.addr, &db).await;
+    for sql in [
+        "PREPARE r AS SELECT count(*) FROM events",
+        "PREPARE w(bigint) AS UPDATE events SET kind = 'w' WHERE id = $1",
+    ] {
+        conn.send(&raw::query(sql)).await;
+        assert_eq!(tags(&conn.until_ready().await), "CZ");
+    }
+    // (A simple Query would replace the unnamed statement: none follows it.)
+    let read = "SELECT kind FROM events WHERE id = $1";
+    for name in ["q", "q2", ""] {
+        let msgs = parse_bind_execute(&mut conn, name, read, &["5"]).await;
+        assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
+    }
+
+    // Then the table is tiered and flushed: 2,800 of its 3,000 rows go cold.
+    let admin = proxy.connect(&db).await;
+    admin_call(&admin, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 200, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&admin, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    let heap: i64 = direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(heap, 200);
+
+    // The statements prepared before read and write every row.
+    let expected = direct
+        .query_one("SELECT count(*), sum(amount)::text FROM control WHERE id > 10", &[])
+        .await
+        .unwrap();
+    let got = app.query_one(&count, &[&10i64]).await.unwrap();
+    assert_eq!(got.get::<_, i64>(0), expected.get::<_, i64>(0));
+    let got = app
+        .query_one(
+            "SELECT sum(amount)::text FROM events WHERE id > $1",
+            &[&10i64],
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.get::<_, String>(0), expected.get::<_, String>(1));
+    assert_eq!(app.execute(&update, &[&"moved", &6i64]).await.unwrap(), 1);
+    let kind: String = app.query_one(&through_view, &[&6i64]).await.unwrap().get(0);
+    assert_eq!(kind, "moved");
+    let kind: String = app.query_one(&archive, &[&1i64]).await.unwrap().get(0);
+    assert_eq!(kind, "archived");
+
+    // Named and unnamed statements, bound in groups of their own, read the cold row;
+    // coldwire's replacement of the statement leaves no message of its own.
+    for name in ["q", ""] {
+        let msgs = bind_execute(&mut conn, name, &["7"]).await;
+        assert_eq!(tags(&msgs), "2DCZ", "{name}: {msgs:?}");
+        assert!(row_has(&msgs, b"k3"), "{name}: {msgs:?}");
+    }
+    // Its description shows the client's one parameter.
+    conn.send(&[raw::frame(b'D', b"Sq\0"), raw::sync()].concat())
+        .await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "tTZ", "{msgs:?}");
+    assert_eq!(&msgs[0].body[..2], &[0, 1], "{msgs:?}");
+
+    // An error ahead of the Bind in its group makes Postgres skip coldwire's replacement
+    // too: the statement is replaced at its next Bind.
+    conn.send(
+        &[
+            raw::parse("z", "SELECT 1/0"),
+            raw::bind("z", &[]),
+            raw::execute(),
+            raw::bind("q2", &["9"]),
+            raw::execute(),
+            raw::sync(),
+        ]
+        .concat(),
+    )
+    .await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "1EZ", "{msgs:?}");
+    let msgs = bind_execute(&mut conn, "q2", &["9"]).await;
+    assert_eq!(tags(&msgs), "2DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"k1"), "{msgs:?}");
+
+    // SQL-level EXECUTE: the write is planned (its row is cold), the read refused, as
+    // its PREPARE would be now, rather than counting the hot rows.
+    conn.send(&raw::query("EXECUTE w(11)")).await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "CZ", "{msgs:?}");
+    let kind: String = app.query_one(&through_view, &[&11i64]).await.unwrap().get(0);
+    assert_eq!(kind, "w");
+    conn.send(&raw::query("EXECUTE r")).await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "EZ", "{msgs:?}");
+    assert_eq!(msgs[0].field(b'C').as_deref(), Some("0A000"));
+    let message = msgs[0].field(b'M').unwrap();
+    assert!(message.contains("PREPARE of a read"), "{message}");
+    let rows: i64 = admin
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 3000);
+}
+
+#[tokio::test]
+async fn statements_prepared_while_their_table_was_tiered_run_after_it_is_untiered() {
+    let db = create_db("extuntier");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, admin, direct) = flushed_events(&db, &store, &[]).await;
+    let app = proxy.connect(&db).await;
+    let count = app
+        .prepare("SELECT count(*) FROM events WHERE id > $1")
+        .await
+        .unwrap();
+    let update = app
+        .prepare("UPDATE events SET kind = $1 WHERE id = $2")
+        .await
+        .unwrap();
+    let got: i64 = app.query_one(&count, &[&0i64]).await.unwrap().get(0);
+    assert_eq!(got, 3000);
+    let mut conn = RawConn::ready(proxy.addr, &db).await;
+    let read = "SELECT kind FROM events WHERE id = $1";
+    for name in ["q", ""] {
+        let msgs = parse_bind_execute(&mut conn, name, read, &["5"]).await;
+        assert!(row_has(&msgs, b"k1"), "{msgs:?}");
+    }
+
+    // Every row comes back into the heap, and coldwire's objects for the table go.
+    admin_call(&admin, "SELECT coldwire.untier_table('events')")
+        .await
+        .unwrap();
+
+    // The statements run as the client wrote them.
+    let got: i64 = app.query_one(&count, &[&10i64]).await.unwrap().get(0);
+    assert_eq!(got, 2990);
+    assert_eq!(app.execute(&update, &[&"back", &6i64]).await.unwrap(), 1);
+    for name in ["q", ""] {
+        let msgs = bind_execute(&mut conn, name, &["6"]).await;
+        assert_eq!(tags(&msgs), "2DCZ", "{name}: {msgs:?}");
+        assert!(row_has(&msgs, b"back"), "{name}: {msgs:?}");
+    }
+    conn.send(&[raw::frame(b'D', b"Sq\0"), raw::sync()].concat())
+        .await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "tTZ", "{msgs:?}");
+    assert_eq!(&msgs[0].body[..2], &[0, 1], "{msgs:?}");
+    let kind: String = direct
+        .query_one("SELECT kind FROM events WHERE id = 6", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kind, "back");
+}

@@ -197,7 +197,7 @@ fn track_client_frame(tag: u8, frame: &[u8], state: &mut SessionState) -> Result
         msg::PARSE => {
             let (name, _) = ext::Parse::decode_raw(frame)?;
             state.parse_sent(name);
-            state.statement_parsed(name, None);
+            state.statement_parsed(name, None, Some((frame, 0)));
         }
         msg::CLOSE => match ext::target(frame, msg::CLOSE)? {
             ext::Target::Statement(name) => state.close_sent(Some(name)),
@@ -383,6 +383,9 @@ fn held_back(
                         state.own_parse_answered(parses, false);
                     }
                     state.hot_closes_skipped(own.closes);
+                    if let Some(replanned) = own.replanned {
+                        state.replan_skipped(replanned);
+                    }
                 }
                 if own_error.as_deref().is_some_and(statement_broken) && !refusal {
                     state.forget_own_prepared();

@@ -271,6 +271,18 @@ async fn client_to_upstream(
                 out.unsplit(parse);
                 continue;
             }
+            Some(Stop::Replan(mut frame)) => {
+                if let Some((frames, mut own)) = rewritten::replan(&frame, shared).await? {
+                    own.before = side.group.take_completions();
+                    shared.locked().own_messages_sent(own);
+                    side.sent_since_sync = true;
+                    out.unsplit(frames);
+                }
+                // The Bind again, now of the statement as planned.
+                frame.unsplit(input.split());
+                input = frame;
+                continue;
+            }
             Some(Stop::Bind(frame)) => {
                 let boundary = side.at_boundary(&streamed);
                 let rewritten::Bound {

@@ -22,7 +22,8 @@ use super::reads::{
 use super::shared::Shared;
 use super::sql_prepared::{may_use_sql_prepared, sql_prepared, SqlPrepared};
 use super::state::{
-    hot_statement_name, HotForm, OwnPrefix, Phase, Prepared, RewrittenStatement, SessionState,
+    hot_statement_name, HotForm, OwnPrefix, Phase, Planned, Prepared, RewrittenStatement,
+    SessionState,
 };
 use super::SessionError;
 use crate::error::fields;
@@ -45,6 +46,9 @@ pub enum Stop {
     Prepare(BytesMut),
     /// Give a Bind of a rewritten statement its cold parameters.
     Bind(BytesMut),
+    /// Plan the statement of a Bind, relayed as the client wrote it when it named no
+    /// tiered table, that may name one now ([`replan`]); then take the Bind again.
+    Replan(BytesMut),
     /// A retry was decided on before this frame (not yet recorded) was seen: run it
     /// first, then take the frame again.
     RetryFirst(BytesMut),
@@ -58,7 +62,7 @@ pub fn read_stop(
     tag: u8,
     frame: &[u8],
     reads: &ReadPath,
-    state: &SessionState,
+    state: &mut SessionState,
 ) -> Result<Option<Stop>, WireError> {
     Ok(match tag {
         msg::QUERY => {
@@ -81,14 +85,39 @@ pub fn read_stop(
             stop.then(|| Stop::Prepare(BytesMut::from(frame)))
         }
         msg::BIND => {
-            if !state.has_rewritten_statements() {
+            let replanned = std::mem::take(&mut state.bind_replanned);
+            if !state.has_rewritten_statements() && !state.has_passed_statements() {
                 return Ok(None);
             }
-            let bind = Bind::decode(frame)?;
-            state
-                .rewritten_statement(bind.statement)
-                .is_some()
-                .then(|| Stop::Bind(BytesMut::from(frame)))
+            let name = match Bind::statement_of(frame) {
+                Ok(name) => name,
+                Err(e) if state.has_rewritten_statements() => return Err(e),
+                // Postgres says what is wrong with it.
+                Err(_) => return Ok(None),
+            };
+            if state.rewritten_statement(name).is_some() {
+                let again = !replanned
+                    && state.rewritten_to_plan(
+                        name,
+                        || reads.names_version(),
+                        |tables| reads.all_tiered(tables),
+                    );
+                Some(if again {
+                    Stop::Replan(BytesMut::from(frame))
+                } else {
+                    Stop::Bind(BytesMut::from(frame))
+                })
+            } else if !replanned
+                && state.passed_to_plan(
+                    name,
+                    || reads.names_version(),
+                    |q| reads.may_name_tiered_bytes(q),
+                )
+            {
+                Some(Stop::Replan(BytesMut::from(frame)))
+            } else {
+                None
+            }
         }
         _ => None,
     })
@@ -97,7 +126,7 @@ pub fn read_stop(
 /// Whether coldwire may have to plan `sql`: it may name a tiered table, or use a write
 /// the session prepared with SQL-level PREPARE.
 fn may_plan(sql: &str, reads: &ReadPath, state: &SessionState) -> bool {
-    reads.may_name_tiered(sql) || may_use_sql_prepared(sql, state)
+    reads.may_name_tiered(sql) || may_use_sql_prepared(sql, state, || reads.names_version())
 }
 
 /// The SQL text of a Query frame.
@@ -597,18 +626,19 @@ pub fn parse_to_send(
 ) -> Result<BytesMut, SessionError> {
     // The query itself need not be UTF-8 for a Parse relayed as it is or refused.
     let (name, _) = Parse::decode_raw(frame)?;
+    let names_at = read_path(shared).names_version().unwrap_or(0);
     let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
     state.parse_sent(name);
     let mut out = BytesMut::new();
     match rewrite {
         ParseRewrite::Unchanged => {
-            state.statement_parsed(name, None);
+            state.statement_parsed(name, None, Some((frame, names_at)));
             out.extend_from_slice(frame);
         }
         // The name holds a statement that fails: nothing under it can run what coldwire
         // refused (an SQL-level EXECUTE of it included).
         ParseRewrite::Refused(error) => {
-            state.statement_parsed(name, None);
+            state.statement_parsed(name, None, None);
             let sql = crate::sql::rewrite::refusal_sql(
                 &error.code,
                 &error.message,
@@ -635,7 +665,10 @@ pub fn parse_to_send(
                     prepared: Prepared::HotOnlyCall(error),
                     param_types: Vec::new(),
                     id: 0,
+                    parse: bytes::Bytes::copy_from_slice(frame),
+                    names_at,
                 }),
+                None,
             );
             out.extend_from_slice(frame);
         }
@@ -648,7 +681,10 @@ pub fn parse_to_send(
                     prepared: Prepared::Read(read),
                     param_types: parse.param_types,
                     id: 0,
+                    parse: bytes::Bytes::copy_from_slice(frame),
+                    names_at,
                 }),
+                None,
             );
         }
         ParseRewrite::Write(write) => {
@@ -660,11 +696,132 @@ pub fn parse_to_send(
                     prepared: Prepared::Write(write),
                     param_types: parse.param_types,
                     id: 0,
+                    parse: bytes::Bytes::copy_from_slice(frame),
+                    names_at,
                 }),
+                None,
             );
         }
     }
     Ok(out)
+}
+
+/// Plans again the statement that the client's Bind `frame` binds, as if the client
+/// parsed it now: a statement relayed as written when it named no tiered table that may
+/// name one now (a table was tiered, or a view over one created, while the client kept
+/// it prepared), or one coldwire rewrote whose table is no longer tiered. When what
+/// Postgres holds under the name must change (a read rewritten, or no longer; coldwire's
+/// refusal), returns the messages that replace it (a Close and a Parse, with the types
+/// the client declared or Postgres inferred) and their own part, which the client must
+/// not see; `None` when only coldwire's record of the statement changes. The caller
+/// sends the Bind after them.
+///
+/// # Errors
+/// A malformed Parse or Bind.
+pub async fn replan(
+    frame: &[u8],
+    shared: &Shared<'_>,
+) -> Result<Option<(BytesMut, OwnPrefix)>, SessionError> {
+    let name = Bind::statement_of(frame)?;
+    let Some(origin) = shared.locked().statement_origin(name) else {
+        return Ok(None);
+    };
+    let rewrite = prepare(&origin.parse, shared).await?;
+    let names_at = read_path(shared).names_version().unwrap_or(0);
+    let mut state = shared.locked();
+    // Only the client direction parses and closes: a DEALLOCATE answered meanwhile may
+    // have freed it.
+    if !state.still_holds(name, origin.id) {
+        return Ok(None);
+    }
+    let types = origin.param_types;
+    let statement = |prepared, param_types| RewrittenStatement {
+        prepared,
+        param_types,
+        id: 0,
+        parse: origin.parse.clone(),
+        names_at,
+    };
+    // What is to be planned, and the text Postgres is to hold (`None`: the client's).
+    let (now, held) = match rewrite {
+        ParseRewrite::Unchanged if origin.kind.is_none() => {
+            state.passed_checked(name, names_at);
+            state.bind_replanned = true;
+            return Ok(None);
+        }
+        ParseRewrite::Unchanged => (
+            Planned::Passed {
+                parse: origin.parse.clone(),
+                names_at,
+                inferred: types.clone(),
+            },
+            None,
+        ),
+        ParseRewrite::Write(write) => (
+            Planned::Rewritten(statement(Prepared::Write(write), types.clone())),
+            None,
+        ),
+        ParseRewrite::HotOnlyCall(error) => (
+            Planned::Rewritten(statement(Prepared::HotOnlyCall(error), Vec::new())),
+            None,
+        ),
+        ParseRewrite::Read(read) => {
+            let sql = read.sql.clone();
+            (
+                Planned::Rewritten(statement(Prepared::Read(read), types.clone())),
+                Some(sql),
+            )
+        }
+        ParseRewrite::Refused(error) => (
+            Planned::Refused,
+            Some(crate::sql::rewrite::refusal_sql(
+                &error.code,
+                &error.message,
+                error.hint.as_deref(),
+            )),
+        ),
+    };
+    let changes = held != origin.held;
+    // The same text under the name, and the same kind of plan: its record is renewed.
+    let same_kind = match &now {
+        Planned::Rewritten(r) => origin.kind == Some(std::mem::discriminant(&r.prepared)),
+        _ => false,
+    };
+    let now = match now {
+        Planned::Rewritten(r) if !changes && same_kind => {
+            state.rewritten_checked(name, names_at, r.prepared);
+            return Ok(None);
+        }
+        now => now,
+    };
+    let replanned = state.statement_replanned(name, now);
+    if !changes {
+        return Ok(None);
+    }
+    let mut out = BytesMut::new();
+    ext::encode_close(&mut out, b'S', name);
+    match held {
+        // As for a Parse refused (`parse_to_send`), the types when the client declared
+        // or Postgres inferred every one: the client's Bind then reaches the Execute that
+        // raises coldwire's error.
+        Some(sql) => {
+            let declare = if types.iter().all(|&t| t != 0) {
+                types
+            } else {
+                Vec::new()
+            };
+            ext::encode_parse(&mut out, name, &sql, &declare);
+        }
+        None => out.extend_from_slice(&origin.parse),
+    }
+    Ok(Some((
+        out,
+        OwnPrefix {
+            left: 2,
+            replanned,
+            ..OwnPrefix::default()
+        },
+    )))
 }
 
 /// What the client's Bind `frame` binds, looked up once: the tables of the rewritten

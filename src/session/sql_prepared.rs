@@ -14,12 +14,19 @@ use crate::sql::classify::{contains_ignore_ascii_case, Kind};
 const SQL_PREPARED_WORDS: [&str; 4] = ["prepare", "execute", "deallocate", "discard"];
 
 /// Whether `sql` may be a SQL-level PREPARE, EXECUTE, DEALLOCATE or DISCARD that the
-/// session must follow (a superset: a substring test).
-pub fn may_use_sql_prepared(sql: &str, state: &SessionState) -> bool {
+/// session must follow (a superset: a substring test); `names`, the version of the
+/// registry now (`None`: not known fresh).
+pub fn may_use_sql_prepared(
+    sql: &str,
+    state: &SessionState,
+    names: impl FnOnce() -> Option<u64>,
+) -> bool {
     SQL_PREPARED_WORDS[1..]
         .iter()
         .any(|w| contains_ignore_ascii_case(sql, w))
-        && (state.has_sql_prepared_writes() || state.has_hot_only_calls())
+        && (state.has_sql_prepared_writes()
+            || state.has_hot_only_calls()
+            || state.has_sql_passed_unchecked(names()))
 }
 
 /// What [`sql_prepared`] found.
@@ -99,6 +106,7 @@ pub(super) async fn sql_prepared(
                 .unwrap_or_else(PoisonError::into_inner)
                 .forget_sql_prepared(None),
             Kind::Execute { name } => {
+                plan_sql_passed(&name, shared).await?;
                 let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
                 // A statement prepared with Parse that calls a function reading tiered
                 // tables runs behind coldwire's check, alone in its text; among others,
@@ -122,4 +130,47 @@ pub(super) async fn sql_prepared(
         }
     }
     Ok(found)
+}
+
+/// A statement the client prepared with SQL-level PREPARE when it named no tiered table
+/// (relayed as written), about to be executed: planned as its PREPARE would be now, once
+/// per registry version. A write is remembered, so that its EXECUTE is planned as the
+/// write; a read is refused, as its PREPARE would be now (its EXECUTE would read the hot
+/// rows only).
+///
+/// # Errors
+/// The refusal; the catalog could not be read.
+async fn plan_sql_passed(name: &str, shared: &Shared<'_>) -> Result<(), super::reads::PlanError> {
+    let reads = read_path(shared);
+    let names = reads.names_version_now().await?;
+    let Some(text) = shared.locked().sql_passed_to_check(name, names) else {
+        return Ok(());
+    };
+    if reads.may_name_tiered(&text) {
+        // As `prepare_sql` takes a PREPARE: a write first, then anything else.
+        if let Some(write) = reads.prepare_write(&text, 0).await? {
+            let types = pg_query::parse(&text, 0)
+                .ok()
+                .and_then(|parsed| {
+                    let node = parsed.protobuf.stmts.first()?.stmt.as_ref()?.node.clone()?;
+                    Some(crate::sql::classify::prepare_param_types(&node))
+                })
+                .unwrap_or_default();
+            shared
+                .locked()
+                .sql_prepared_write(name.to_owned(), write, types);
+        } else if let Err(e) = reads.prepare(&text, 0).await {
+            return Err(match e {
+                super::reads::PlanError::Refused(mut fields) => {
+                    fields.detail.get_or_insert_with(|| {
+                        format!("Prepared statement \"{name}\" was prepared before a table it reads was tiered.")
+                    });
+                    super::reads::PlanError::Refused(fields)
+                }
+                e => e,
+            });
+        }
+    }
+    shared.locked().sql_passed_checked(name, names);
+    Ok(())
 }

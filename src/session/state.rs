@@ -52,12 +52,12 @@ enum Pending {
     Parse(String),
     /// Close of a statement (`Some`) or portal (`None`), answered by CloseComplete.
     Close(Option<String>),
-    /// Describe of a statement, answered by ParameterDescription: the rewritten
-    /// statement it describes, if coldwire rewrote it (its `id`, to learn the types
-    /// Postgres inferred), and `Some(n)` when its description must show the client's `n`
-    /// parameters only.
+    /// Describe of a statement, answered by ParameterDescription: the statement it
+    /// describes, if coldwire rewrote it or follows it as relayed (its name and `id`, to
+    /// learn the types Postgres inferred), and `Some(n)` when its description must show
+    /// the client's `n` parameters only.
     DescribeStatement {
-        rewritten: Option<(String, u64)>,
+        statement: Option<(String, u64)>,
         trim: Option<usize>,
     },
     /// `DEALLOCATE name` (`None`: `DEALLOCATE ALL` or `DISCARD ALL`) in a simple Query,
@@ -132,7 +132,19 @@ pub struct SessionState {
     /// Client statements (by name, "" for the unnamed one) that coldwire rewrote at Parse
     /// and gives cold parameters at each Bind.
     rewritten_statements: HashMap<String, RewrittenStatement>,
-    /// Parses of rewritten statements so far (their ids).
+    /// Client statements (by name) relayed as the client wrote them, with their Parse:
+    /// planned again at a Bind once the names of tiered tables changed since they were
+    /// last checked ([`Self::passed_to_plan`]), so that a statement prepared before its
+    /// table was tiered still reads and writes every row.
+    passed: HashMap<String, PassedStatement>,
+    /// Statements the client prepared with SQL-level PREPARE, relayed as written, by
+    /// name: planned as their PREPARE would be now at an EXECUTE once the names of tiered
+    /// tables changed since they were last checked (`sql_prepared::sql_prepared`).
+    sql_passed: HashMap<String, SqlPassed>,
+    /// The next Bind was just planned again ([`Self::statement_replanned`]): its
+    /// statement is not checked a second time (the registry may be unreadable).
+    pub bind_replanned: bool,
+    /// Parses of client statements so far (their ids).
     statement_ids: u64,
     /// The hot forms Postgres has or is preparing, by their statement's id
     /// ([`hot_statement_name`]): a rewritten read's Bind that binds no cold row runs its
@@ -223,6 +235,54 @@ pub struct RewrittenStatement {
     pub param_types: Vec<u32>,
     /// Set by [`SessionState::statement_parsed`]: which Parse of the name this is.
     pub id: u64,
+    /// The client's Parse, planned again at a Bind once a table the statement reads or
+    /// writes is no longer tiered ([`SessionState::rewritten_to_plan`]).
+    pub parse: bytes::Bytes,
+    /// The registry version it was last planned or checked under.
+    pub names_at: u64,
+}
+
+/// A client statement relayed as the client wrote it (coldwire had no tiered table to
+/// plan it for), remembered so that it can be planned once it may name one.
+#[derive(Debug, Clone)]
+pub struct PassedStatement {
+    /// The client's Parse.
+    pub parse: bytes::Bytes,
+    /// The registry version whose names it was last checked against (0: none yet).
+    names_at: u64,
+    /// Which Parse of the name this is (as [`RewrittenStatement::id`]).
+    id: u64,
+    /// The types Postgres inferred for its parameters, once a ParameterDescription of
+    /// the statement showed them.
+    pub inferred: Vec<u32>,
+}
+
+impl PassedStatement {
+    /// The parameter types the client declared, those it left out (0 or missing) as
+    /// Postgres inferred them.
+    pub fn param_types(&self, declared: &[u32]) -> Vec<u32> {
+        let mut types = declared.to_vec();
+        if types.len() < self.inferred.len() {
+            types.resize(self.inferred.len(), 0);
+        }
+        for (t, inferred) in types.iter_mut().zip(&self.inferred) {
+            if *t == 0 {
+                *t = *inferred;
+            }
+        }
+        types
+    }
+}
+
+/// A statement the client prepared with SQL-level PREPARE, as it went upstream.
+#[derive(Debug, Clone)]
+struct SqlPassed {
+    /// The PREPARE's text.
+    text: String,
+    /// The registry version whose names it was last checked against (0: none yet).
+    names_at: u64,
+    /// Which statement of the session's it is (as [`RewrittenStatement::id`]).
+    id: u64,
 }
 
 /// Where a rewritten statement's hot form stands upstream.
@@ -289,6 +349,68 @@ pub struct RewrittenGroup {
     pub rollback_to: bool,
 }
 
+/// A client statement as coldwire plans it again (`rewritten::replan`).
+pub struct Origin {
+    /// Which Parse of the name it is.
+    pub id: u64,
+    /// The client's Parse.
+    pub parse: bytes::Bytes,
+    /// The parameter types the client declared, or Postgres inferred where it did not.
+    pub param_types: Vec<u32>,
+    /// The text Postgres holds under the name (`None`: the client's own).
+    pub held: Option<String>,
+    /// The kind of coldwire's plan of it (`None`: relayed as written).
+    pub kind: Option<std::mem::Discriminant<Prepared>>,
+}
+
+/// What a client statement is after coldwire planned it again (`rewritten::replan`).
+pub enum Planned {
+    Rewritten(RewrittenStatement),
+    /// Relayed as written: its Parse, the registry version it was checked against, and
+    /// the parameter types Postgres inferred for it.
+    Passed {
+        parse: bytes::Bytes,
+        names_at: u64,
+        inferred: Vec<u32>,
+    },
+    /// The name holds coldwire's refusal.
+    Refused,
+}
+
+/// What a client statement's name held before coldwire planned it again.
+#[derive(Debug, Clone)]
+enum Held {
+    Passed(PassedStatement),
+    Rewritten(RewrittenStatement),
+}
+
+impl Held {
+    fn id(&self) -> u64 {
+        match self {
+            Held::Passed(p) => p.id,
+            Held::Rewritten(r) => r.id,
+        }
+    }
+}
+
+/// A client statement that coldwire planned again and replaced upstream (a Close and a
+/// Parse of coldwire's, [`OwnPrefix::replanned`]): restored if Postgres skips them.
+#[derive(Debug, Clone)]
+pub struct Replanned {
+    name: String,
+    before: Held,
+    /// The id of what replaced it.
+    id: u64,
+}
+
+impl PartialEq for Replanned {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.id == other.id && self.before.id() == other.before.id()
+    }
+}
+
+impl Eq for Replanned {}
+
 /// Where coldwire's own messages sit among a group's: after `before` completions of the
 /// client's messages since the previous own part (or the group's start), and answered by
 /// `left` completions of their own (ParseComplete, BindComplete, CloseComplete,
@@ -319,6 +441,9 @@ pub struct OwnPrefix {
     /// coldwire's own statement raises a refusal of the client's (it may fail with 0A000
     /// by design): its error says nothing about coldwire's prepared statements.
     pub refusal: bool,
+    /// Its Close and Parse replace a client statement relayed as written by coldwire's
+    /// plan of it: restored if they are skipped.
+    pub replanned: Option<Replanned>,
 }
 
 /// A `COPY … TO STDOUT` being served from the rows of its rewritten query.
@@ -352,6 +477,9 @@ impl SessionState {
             own_prepared_ids: 0,
             early_completions: 0,
             rewritten_statements: HashMap::new(),
+            passed: HashMap::new(),
+            sql_passed: HashMap::new(),
+            bind_replanned: false,
             statement_ids: 0,
             hot_forms: HashMap::new(),
             hot_to_close: Vec::new(),
@@ -417,9 +545,16 @@ impl SessionState {
         !self.rewritten_statements.is_empty()
     }
 
-    /// The client's Parse of `name` went upstream, rewritten (`Some`) or as it was. A
-    /// named statement Postgres already has is left alone: Postgres refuses to redefine it.
-    pub fn statement_parsed(&mut self, name: &str, rewrite: Option<RewrittenStatement>) {
+    /// The client's Parse of `name` went upstream, rewritten (`Some`) or as it was; `passed`:
+    /// as it was, the client's Parse frame, and the registry version whose names it was
+    /// checked against (0: none). A named statement Postgres already has is left alone:
+    /// Postgres refuses to redefine it.
+    pub fn statement_parsed(
+        &mut self,
+        name: &str,
+        rewrite: Option<RewrittenStatement>,
+        passed: Option<(&[u8], u64)>,
+    ) {
         // A Close or DEALLOCATE of the name sent ahead of the Parse frees it first.
         let closing = self.pending.iter().any(|p| match p {
             Pending::Close(Some(n)) | Pending::Deallocate(Some(n), _) => n == name,
@@ -429,15 +564,256 @@ impl SessionState {
         if !name.is_empty() && self.statements.contains(name) && !closing {
             return;
         }
+        self.statement_ids += 1;
+        let id = self.statement_ids;
+        match passed {
+            Some((parse, names_at)) => {
+                self.passed.insert(
+                    name.to_owned(),
+                    PassedStatement {
+                        parse: bytes::Bytes::copy_from_slice(parse),
+                        names_at,
+                        id,
+                        inferred: Vec::new(),
+                    },
+                );
+            }
+            None => {
+                self.passed.remove(name);
+            }
+        }
         let replaced = match rewrite {
             Some(mut r) => {
-                self.statement_ids += 1;
-                r.id = self.statement_ids;
+                r.id = id;
                 self.rewritten_statements.insert(name.to_owned(), r)
             }
             None => self.rewritten_statements.remove(name),
         };
         self.retire(replaced);
+    }
+
+    /// Whether any client statement is followed as relayed (so Bind must be inspected).
+    pub fn has_passed_statements(&self) -> bool {
+        !self.passed.is_empty()
+    }
+
+    /// Whether a Bind of the client's statement `name`, relayed as the client wrote it,
+    /// must be planned first: the names of tiered tables changed since it was checked
+    /// (`names`: the version of the registry now, `None` when it is not known fresh) and
+    /// its text may name one (`may_name`). A statement found not to is marked checked.
+    pub fn passed_to_plan(
+        &mut self,
+        name: &str,
+        names: impl FnOnce() -> Option<u64>,
+        may_name: impl FnOnce(&[u8]) -> bool,
+    ) -> bool {
+        let Some(passed) = self.passed.get_mut(name) else {
+            return false;
+        };
+        let Some(version) = names() else {
+            return true;
+        };
+        if passed.names_at == version {
+            return false;
+        }
+        let query = crate::wire::extended::Parse::decode_raw(&passed.parse)
+            .map(|(_, q)| q)
+            .unwrap_or_default();
+        if may_name(query) {
+            return true;
+        }
+        passed.names_at = version;
+        false
+    }
+
+    /// The client's statement `name` as relayed, if coldwire follows it so.
+    pub fn passed_statement(&self, name: &str) -> Option<&PassedStatement> {
+        self.passed.get(name)
+    }
+
+    /// Whether a statement the client prepared with SQL-level PREPARE was not checked
+    /// against the names of registry version `names` (`None`: not known fresh).
+    pub fn has_sql_passed_unchecked(&self, names: Option<u64>) -> bool {
+        self.sql_passed.values().any(|p| Some(p.names_at) != names)
+    }
+
+    /// The PREPARE of the client's SQL-level prepared statement `name`, relayed as
+    /// written, unless it was checked against the names of registry version `names`.
+    pub fn sql_passed_to_check(&self, name: &str, names: u64) -> Option<String> {
+        self.sql_passed
+            .get(name)
+            .filter(|p| p.names_at != names)
+            .map(|p| p.text.clone())
+    }
+
+    /// The SQL-level prepared statement `name` was checked against the names of registry
+    /// version `names`.
+    pub fn sql_passed_checked(&mut self, name: &str, names: u64) {
+        if let Some(p) = self.sql_passed.get_mut(name) {
+            p.names_at = names;
+        }
+    }
+
+    /// Whether a Bind of the client's statement `name`, which coldwire rewrote, must be
+    /// planned again first: the registry changed since (`names`: the version of the
+    /// registry now, `None` when it is not known fresh) and a table it reads or writes is
+    /// no longer tiered (`tiered`: whether all of these are), or it is a checked call
+    /// (whose function may no longer read one). A statement found to need nothing is
+    /// marked checked. While the registry is not known fresh (after a tiering through
+    /// this proxy, or once its time to live passed), it is planned again: its plan is
+    /// cached, and the planning reads the registry afresh.
+    pub fn rewritten_to_plan(
+        &mut self,
+        name: &str,
+        names: impl FnOnce() -> Option<u64>,
+        tiered: impl FnOnce(&[i64]) -> bool,
+    ) -> bool {
+        let Some(statement) = self.rewritten_statements.get_mut(name) else {
+            return false;
+        };
+        let Some(version) = names() else {
+            return true;
+        };
+        if statement.names_at == version {
+            return false;
+        }
+        let tables = match &statement.prepared {
+            Prepared::Read(read) => read.table_ids(),
+            Prepared::Write(write) => vec![write.table_id],
+            Prepared::HotOnlyCall(_) => return true,
+        };
+        if !tiered(&tables) {
+            return true;
+        }
+        statement.names_at = version;
+        false
+    }
+
+    /// What the client's statement `name` is planned from again, if coldwire follows it.
+    pub fn statement_origin(&self, name: &str) -> Option<Origin> {
+        if let Some(passed) = self.passed.get(name) {
+            let declared = crate::wire::extended::Parse::decode(&passed.parse)
+                .map(|p| p.param_types)
+                .unwrap_or_default();
+            return Some(Origin {
+                id: passed.id,
+                parse: passed.parse.clone(),
+                param_types: passed.param_types(&declared),
+                held: None,
+                kind: None,
+            });
+        }
+        let statement = self.rewritten_statements.get(name)?;
+        let held = match &statement.prepared {
+            Prepared::Read(read) => Some(read.sql.clone()),
+            Prepared::Write(_) | Prepared::HotOnlyCall(_) => None,
+        };
+        Some(Origin {
+            id: statement.id,
+            parse: statement.parse.clone(),
+            param_types: statement.param_types.clone(),
+            held,
+            kind: Some(std::mem::discriminant(&statement.prepared)),
+        })
+    }
+
+    /// Whether the name `name` still holds statement `id` (not parsed again, closed or
+    /// freed).
+    pub fn still_holds(&self, name: &str, id: u64) -> bool {
+        self.passed.get(name).map(|p| p.id) == Some(id)
+            || self.rewritten_statements.get(name).map(|r| r.id) == Some(id)
+    }
+
+    /// The statement `name`, which coldwire rewrote, was planned again to the same text
+    /// under registry version `names_at`: `prepared` is its plan now.
+    pub fn rewritten_checked(&mut self, name: &str, names_at: u64, prepared: Prepared) {
+        if let Some(statement) = self.rewritten_statements.get_mut(name) {
+            statement.names_at = names_at;
+            statement.prepared = prepared;
+        }
+        self.bind_replanned = true;
+    }
+
+    /// The statement `name`, relayed as written, was planned again and stays as it is,
+    /// checked against the names of registry version `names_at`.
+    pub fn passed_checked(&mut self, name: &str, names_at: u64) {
+        if let Some(passed) = self.passed.get_mut(name) {
+            passed.names_at = names_at;
+        }
+    }
+
+    /// The client's statement `name` was planned again and is now `now`. Returns what it
+    /// was, to be restored if Postgres skips coldwire's messages that replace it
+    /// ([`Self::replan_skipped`]); `None` if the name holds no statement coldwire follows.
+    pub fn statement_replanned(&mut self, name: &str, now: Planned) -> Option<Replanned> {
+        let before = match self.passed.remove(name) {
+            Some(passed) => Held::Passed(passed),
+            None => {
+                let rewritten = self.rewritten_statements.remove(name)?;
+                // Its hot form holds its old plan.
+                self.retire(Some(rewritten.clone()));
+                Held::Rewritten(rewritten)
+            }
+        };
+        self.bind_replanned = true;
+        self.statement_ids += 1;
+        let id = self.statement_ids;
+        match now {
+            Planned::Rewritten(mut r) => {
+                r.id = id;
+                self.rewritten_statements.insert(name.to_owned(), r);
+            }
+            Planned::Passed {
+                parse,
+                names_at,
+                inferred,
+            } => {
+                self.passed.insert(
+                    name.to_owned(),
+                    PassedStatement {
+                        parse,
+                        names_at,
+                        id,
+                        inferred,
+                    },
+                );
+            }
+            Planned::Refused => {}
+        }
+        Some(Replanned {
+            name: name.to_owned(),
+            before,
+            id,
+        })
+    }
+
+    /// Postgres skipped coldwire's messages that replaced a client statement with its
+    /// new plan (an error earlier in their group, or in them): the name still holds what
+    /// it held (or nothing, if only the Parse failed), which is planned again at its next
+    /// Bind.
+    pub fn replan_skipped(&mut self, replanned: Replanned) {
+        let Replanned { name, before, id } = replanned;
+        let holds_new = match (self.passed.get(&name), self.rewritten_statements.get(&name)) {
+            (Some(p), _) => p.id == id,
+            (None, Some(r)) => r.id == id,
+            (None, None) => true,
+        };
+        if !holds_new {
+            return;
+        }
+        self.passed.remove(&name);
+        let gone = self.rewritten_statements.remove(&name);
+        self.retire(gone);
+        match before {
+            Held::Passed(mut passed) => {
+                passed.names_at = 0;
+                self.passed.insert(name, passed);
+            }
+            Held::Rewritten(mut rewritten) => {
+                rewritten.names_at = 0;
+                self.rewritten_statements.insert(name, rewritten);
+            }
+        }
     }
 
     /// A rewritten statement is gone: its hot form, if Postgres has or is preparing one,
@@ -510,9 +886,12 @@ impl SessionState {
             Some(Prepared::Read(read)) => Some(read.client_params),
             _ => None,
         };
-        let rewritten = statement.map(|r| (name.to_owned(), r.id));
+        let statement = statement
+            .map(|r| r.id)
+            .or_else(|| self.passed.get(name).map(|p| p.id))
+            .map(|id| (name.to_owned(), id));
         self.pending
-            .push_back(Pending::DescribeStatement { rewritten, trim });
+            .push_back(Pending::DescribeStatement { statement, trim });
     }
 
     /// The server answered ParameterDescription, whose parameter types `types` reads
@@ -528,16 +907,22 @@ impl SessionState {
         &mut self,
         types: impl FnOnce() -> Result<Vec<u32>, E>,
     ) -> Result<Option<Vec<u32>>, E> {
-        let Some(Pending::DescribeStatement { rewritten, trim }) =
+        let Some(Pending::DescribeStatement { statement, trim }) =
             self.pop_until(|p| matches!(p, Pending::DescribeStatement { .. }))
         else {
             return Ok(None);
         };
-        if rewritten.is_none() && trim.is_none() {
+        if statement.is_none() && trim.is_none() {
             return Ok(None);
         }
         let mut types = types()?;
-        if let Some((name, id)) = rewritten {
+        if let Some(passed) = statement
+            .as_ref()
+            .and_then(|(name, id)| self.passed.get_mut(name).filter(|p| p.id == *id))
+        {
+            passed.inferred.clone_from(&types);
+        }
+        if let Some((name, id)) = statement {
             if let Some(statement) = self
                 .rewritten_statements
                 .get_mut(&name)
@@ -573,6 +958,7 @@ impl SessionState {
     /// The client sent Close for a statement (`Some(name)`) or a portal.
     pub fn close_sent(&mut self, statement: Option<&str>) {
         if let Some(name) = statement {
+            self.passed.remove(name);
             let closed = self.rewritten_statements.remove(name);
             self.retire(closed);
         }
@@ -622,6 +1008,21 @@ impl SessionState {
             self.pending
                 .push_back(Pending::Deallocate(freed, self.statement_ids));
         }
+        for (name, text) in sql
+            .map(crate::sql::classify::sql_prepares)
+            .unwrap_or_default()
+        {
+            self.statement_ids += 1;
+            let id = self.statement_ids;
+            self.sql_passed.insert(
+                name,
+                SqlPassed {
+                    text,
+                    names_at: 0,
+                    id,
+                },
+            );
+        }
         self.forget_unnamed();
         self.sync_sent();
     }
@@ -629,6 +1030,7 @@ impl SessionState {
     /// The unnamed statement was replaced by one coldwire did not rewrite.
     pub fn forget_unnamed(&mut self) {
         self.rewritten_statements.remove("");
+        self.passed.remove("");
     }
 
     /// The client sent a message that ReadyForQuery answers (Sync, Query, FunctionCall).
@@ -871,6 +1273,12 @@ impl SessionState {
         match freed {
             Some(name) => {
                 self.statements.remove(&name);
+                if self.passed.get(&name).is_some_and(|p| p.id <= newest) {
+                    self.passed.remove(&name);
+                }
+                if self.sql_passed.get(&name).is_some_and(|p| p.id <= newest) {
+                    self.sql_passed.remove(&name);
+                }
                 if self
                     .rewritten_statements
                     .get(&name)
@@ -885,6 +1293,9 @@ impl SessionState {
                 self.statements.clear();
                 self.rewritten_statements
                     .retain(|name, s| name.is_empty() || s.id > newest);
+                self.passed
+                    .retain(|name, p| name.is_empty() || p.id > newest);
+                self.sql_passed.retain(|_, p| p.id > newest);
                 self.hot_forms.retain(|id, _| *id > newest);
                 self.hot_to_close.retain(|id| *id > newest);
             }

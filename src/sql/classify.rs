@@ -184,6 +184,31 @@ pub fn freed_statements(sql: &str) -> Vec<Option<String>> {
         .collect()
 }
 
+/// The statements `sql` prepares with SQL-level PREPARE: each one's name, with the text
+/// of its PREPARE. Parsed only when the word occurs.
+pub fn sql_prepares(sql: &str) -> Vec<(String, String)> {
+    if !contains_ignore_ascii_case(sql, "prepare") {
+        return Vec::new();
+    }
+    let kinds = kinds_of(sql);
+    if !kinds.iter().any(|k| matches!(k, Kind::Prepare { .. })) {
+        return Vec::new();
+    }
+    let texts = if kinds.len() > 1 {
+        pg_query::split_with_parser(sql).unwrap_or_default()
+    } else {
+        vec![sql]
+    };
+    kinds
+        .into_iter()
+        .zip(texts)
+        .filter_map(|(kind, text)| match kind {
+            Kind::Prepare { name } => Some((name, text.to_owned())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The statement `node` runs: the one an `EXPLAIN ANALYZE` explains (nested EXPLAINs
 /// unwrapped), else `node` itself. `EXPLAIN` without ANALYZE runs nothing and is returned
 /// as it is.

@@ -113,6 +113,17 @@ impl<'a> Parse<'a> {
 }
 
 impl<'a> Bind<'a> {
+    /// The name of the statement a Bind binds, without decoding its parameters.
+    ///
+    /// # Errors
+    /// A frame that does not begin as a Bind does.
+    pub fn statement_of(frame: &'a [u8]) -> Result<&'a str, WireError> {
+        const WHAT: &str = "Bind";
+        let mut b = body(frame, b'B', WHAT)?;
+        b.cstr(WHAT)?;
+        b.cstr(WHAT)
+    }
+
     /// # Errors
     /// A frame that is not a well-formed Bind.
     pub fn decode(frame: &'a [u8]) -> Result<Self, WireError> {

@@ -328,6 +328,30 @@ impl ReadPath {
         self.may_name_tiered_bytes(sql.as_bytes())
     }
 
+    /// The version of the registry whose names [`ReadPath::may_name_tiered`] tests now,
+    /// if it is fresh (else every statement may name a tiered table).
+    pub fn names_version(&self) -> Option<u64> {
+        self.catalog.current_registry().map(|r| r.version)
+    }
+
+    /// Whether every one of `tables` is tiered, as the registry fresh now says (`true`
+    /// when it is not known fresh).
+    pub fn all_tiered(&self, tables: &[i64]) -> bool {
+        self.catalog.current_registry().is_none_or(|r| {
+            tables
+                .iter()
+                .all(|id| r.tables.iter().any(|t| t.table.table_id == *id))
+        })
+    }
+
+    /// The version of the registry, read afresh when it is older than its time to live.
+    ///
+    /// # Errors
+    /// The registry could not be read.
+    pub async fn names_version_now(&self) -> Result<u64, PlanError> {
+        Ok(self.catalog.registry().await?.version)
+    }
+
     /// [`ReadPath::may_name_tiered`] of text in any encoding (a session in another
     /// client_encoding; table names are matched as bytes).
     pub fn may_name_tiered_bytes(&self, sql: &[u8]) -> bool {
