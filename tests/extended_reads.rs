@@ -1270,9 +1270,12 @@ async fn statements_prepared_before_their_table_was_tiered_read_and_write_every_
     admin_call(&admin, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 200, "min_flush_rows": 100, "auto_flush": false}')"#)
         .await
         .unwrap();
-    admin_call(&admin, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    admin_call(
+        &admin,
+        "SELECT coldwire.flush_table('events', wait => true)",
+    )
+    .await
+    .unwrap();
     let heap: i64 = direct
         .query_one("SELECT count(*) FROM events", &[])
         .await
@@ -1282,7 +1285,10 @@ async fn statements_prepared_before_their_table_was_tiered_read_and_write_every_
 
     // The statements prepared before read and write every row.
     let expected = direct
-        .query_one("SELECT count(*), sum(amount)::text FROM control WHERE id > 10", &[])
+        .query_one(
+            "SELECT count(*), sum(amount)::text FROM control WHERE id > 10",
+            &[],
+        )
         .await
         .unwrap();
     let got = app.query_one(&count, &[&10i64]).await.unwrap();
@@ -1340,7 +1346,11 @@ async fn statements_prepared_before_their_table_was_tiered_read_and_write_every_
     conn.send(&raw::query("EXECUTE w(11)")).await;
     let msgs = conn.until_ready().await;
     assert_eq!(tags(&msgs), "CZ", "{msgs:?}");
-    let kind: String = app.query_one(&through_view, &[&11i64]).await.unwrap().get(0);
+    let kind: String = app
+        .query_one(&through_view, &[&11i64])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(kind, "w");
     conn.send(&raw::query("EXECUTE r")).await;
     let msgs = conn.until_ready().await;
@@ -1405,4 +1415,66 @@ async fn statements_prepared_while_their_table_was_tiered_run_after_it_is_untier
         .unwrap()
         .get(0);
     assert_eq!(kind, "back");
+}
+
+#[tokio::test]
+async fn a_prepared_read_of_two_tables_reads_the_second_once_it_is_tiered_even_in_aborted_blocks() {
+    let db = create_db("extsecond");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let (proxy, admin, direct) = flushed_events(&db, &store, &[]).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE notes(id bigint PRIMARY KEY, note text);
+             INSERT INTO notes SELECT g, 'n' || g FROM generate_series(1, 3000, 2) g;",
+        )
+        .await
+        .unwrap();
+    // Prepared while only events is tiered: rewritten for events alone.
+    let app = proxy.connect(&db).await;
+    let joined = app
+        .prepare("SELECT count(*) FROM events JOIN notes USING (id) WHERE id > $1")
+        .await
+        .unwrap();
+    let got: i64 = app.query_one(&joined, &[&0i64]).await.unwrap().get(0);
+    assert_eq!(got, 1500);
+    let mut conn = RawConn::ready(proxy.addr, &db).await;
+    let read = "SELECT note FROM notes WHERE id = $1";
+    let msgs = parse_bind_execute(&mut conn, "n", read, &["5"]).await;
+    assert!(row_has(&msgs, b"n5"), "{msgs:?}");
+
+    admin_call(&admin, r#"SELECT coldwire.tier_table('notes', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&admin, "SELECT coldwire.flush_table('notes', wait => true)")
+        .await
+        .unwrap();
+    let got: i64 = app.query_one(&joined, &[&10i64]).await.unwrap().get(0);
+    assert_eq!(got, 1495);
+
+    // The Bind follows a failed statement in the same pipeline, before coldwire knows the
+    // block is aborted: Postgres runs coldwire's Close but refuses its Parse (25P02), as
+    // it refuses the Bind. After the ROLLBACK the statement is parsed again and reads the
+    // cold row.
+    conn.send(
+        &[
+            raw::query("BEGIN"),
+            raw::query("SELECT 1/0"),
+            raw::bind("n", &["7"]),
+            raw::execute(),
+            raw::sync(),
+        ]
+        .concat(),
+    )
+    .await;
+    assert_eq!(tags(&conn.until_ready().await), "CZ");
+    assert_eq!(tags(&conn.until_ready().await), "EZ");
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "EZ", "{msgs:?}");
+    assert_eq!(msgs[0].field(b'C').as_deref(), Some("25P02"), "{msgs:?}");
+    conn.send(&raw::query("ROLLBACK")).await;
+    assert_eq!(tags(&conn.until_ready().await), "CZ");
+    let msgs = bind_execute(&mut conn, "n", &["7"]).await;
+    assert_eq!(tags(&msgs), "2DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"n7"), "{msgs:?}");
 }

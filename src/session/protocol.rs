@@ -93,6 +93,9 @@ pub struct ClientSide {
     /// A frame other than Sync, Query or FunctionCall went upstream since the last one of
     /// those (frames streamed past the scanner set its flag instead).
     pub sent_since_sync: bool,
+    /// The registry version whose names the Parse being relayed was found not to name
+    /// (0: none), recorded with it (`SessionState::statement_parsed`).
+    names_at: u64,
 }
 
 impl ClientSide {
@@ -119,6 +122,10 @@ impl ClientSide {
             Disposition::Forward => {}
             Disposition::Drop => return Ok(ClientAction::Drop),
             Disposition::Answer(answer) => return Ok(ClientAction::Stop(Stop::Admin(answer))),
+        }
+        if tag == msg::PARSE {
+            // Before the check: names that change meanwhile are met at its Bind.
+            self.names_at = reads.and_then(ReadPath::names_version).unwrap_or(0);
         }
         if let Some(reads) = reads {
             if let Some(stop) = read_stop(tag, frame, reads, state)? {
@@ -184,7 +191,7 @@ impl ClientSide {
                 self.group
                     .on_frame(tag, frame, tracked && tag == msg::BIND, state);
                 if !tracked {
-                    track_client_frame(tag, frame, state)?;
+                    track_client_frame(tag, frame, state, self.names_at)?;
                 }
             }
         }
@@ -192,12 +199,19 @@ impl ClientSide {
     }
 }
 
-fn track_client_frame(tag: u8, frame: &[u8], state: &mut SessionState) -> Result<(), WireError> {
+/// [`ClientSide::forwarded`]'s bookkeeping of a frame relayed as it is; `names_at` as
+/// [`ClientSide`]'s.
+fn track_client_frame(
+    tag: u8,
+    frame: &[u8],
+    state: &mut SessionState,
+    names_at: u64,
+) -> Result<(), WireError> {
     match tag {
         msg::PARSE => {
             let (name, _) = ext::Parse::decode_raw(frame)?;
             state.parse_sent(name);
-            state.statement_parsed(name, None, Some((frame, 0)));
+            state.statement_parsed(name, None, Some((frame, names_at)));
         }
         msg::CLOSE => match ext::target(frame, msg::CLOSE)? {
             ext::Target::Statement(name) => state.close_sent(Some(name)),
@@ -375,6 +389,10 @@ fn held_back(
                 // generation.
                 let guard_failed = in_savepoint && own_error.as_deref() == Some("40001");
                 let skipped: Vec<OwnPrefix> = group.own.drain(..).collect();
+                // The first answers from the error on: its Close of a replaced statement
+                // ran if it is the one answer it got (in an aborted block the Parse fails).
+                let mut closed =
+                    own_error.is_some() && skipped.first().is_some_and(|o| o.left == 1);
                 for own in skipped {
                     if let Some(id) = own.hot {
                         state.hot_form_answered(id, false);
@@ -384,8 +402,9 @@ fn held_back(
                     }
                     state.hot_closes_skipped(own.closes);
                     if let Some(replanned) = own.replanned {
-                        state.replan_skipped(replanned);
+                        state.replan_skipped(replanned, closed);
                     }
+                    closed = false;
                 }
                 if own_error.as_deref().is_some_and(statement_broken) && !refusal {
                     state.forget_own_prepared();

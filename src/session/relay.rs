@@ -16,12 +16,13 @@ use super::reads::{KnownHot, Plan, TxnView};
 use super::retry::{retry, MAX_READ_RETRIES};
 use super::rewritten::{self, QueryRead, Stop};
 use super::shared::Shared;
-use super::state::{CopyOut, Phase, Retry, RewrittenGroup, SessionState};
+use super::state::{CopyOut, OwnPrefix, Phase, Retry, RewrittenGroup, SessionState};
 use super::upstream::Io;
 use super::{SessionContext, SessionError};
 use crate::catalog::registry::REGISTRY_TTL;
 use crate::metrics::BYTES_RELAYED_TOTAL;
 use crate::wire::cancel::CancelRegistration;
+use crate::wire::extended::Bind;
 use crate::wire::messages as msg;
 use crate::wire::startup::CancelKey;
 use crate::wire::{FrameScanner, WireError};
@@ -192,6 +193,9 @@ async fn client_to_upstream(
     let checks_tiers = shared.locked().checks_tiers;
     // Until when the session's database is known to have no tiered tables.
     let mut untiered_until = None;
+    // coldwire's Close and Parse that replace a statement the client's next Bind binds
+    // (`rewritten::replan`), sent just ahead of that Bind's frames.
+    let mut replacing = None;
     loop {
         let mut terminated = false;
         // `out` ends with the Sync of a group that may be retried.
@@ -272,11 +276,17 @@ async fn client_to_upstream(
                 continue;
             }
             Some(Stop::Replan(mut frame)) => {
-                if let Some((frames, mut own)) = rewritten::replan(&frame, shared).await? {
-                    own.before = side.group.take_completions();
-                    shared.locked().own_messages_sent(own);
-                    side.sent_since_sync = true;
-                    out.unsplit(frames);
+                if let Some((frames, own)) = rewritten::replan(&frame, shared).await? {
+                    let rewritten = Bind::statement_of(&frame)
+                        .is_ok_and(|name| shared.locked().rewritten_statement(name).is_some());
+                    if rewritten {
+                        // Sent with the Bind's own frames, once the Bind is planned: from
+                        // where the group stands now (its transaction's generations
+                        // learnt first, if it begins the group).
+                        replacing = Some((frames, own));
+                    } else {
+                        c.own_ahead(&mut side, &mut out, frames, own);
+                    }
                 }
                 // The Bind again, now of the statement as planned.
                 frame.unsplit(input.split());
@@ -319,6 +329,9 @@ async fn client_to_upstream(
                     bound = rewritten::bind(&frame, txn, shared).await?;
                 }
                 super::reads::after_plan().await;
+                if let Some((frames, own)) = replacing.take() {
+                    c.own_ahead(&mut side, &mut out, frames, own);
+                }
                 {
                     let mut state = shared.locked();
                     // Taken only when coldwire puts messages of its own in the group: they
@@ -364,6 +377,21 @@ async fn client_to_upstream(
 }
 
 impl ClientDirection<'_, '_> {
+    /// Puts coldwire's own `frames` (answered as `own`) in the group being sent, after
+    /// everything the client sent before them.
+    fn own_ahead(
+        &self,
+        side: &mut ClientSide,
+        out: &mut BytesMut,
+        frames: BytesMut,
+        mut own: OwnPrefix,
+    ) {
+        own.before = side.group.take_completions();
+        self.shared.locked().own_messages_sent(own);
+        side.sent_since_sync = true;
+        out.unsplit(frames);
+    }
+
     /// Writes `out` upstream. A retry the upstream direction decided on goes first, so
     /// that it runs exactly where the failed attempt ran; `ends_retryable` says whether
     /// `out` ends with the Sync of a group that may itself be retried.

@@ -95,13 +95,10 @@ pub fn read_stop(
                 // Postgres says what is wrong with it.
                 Err(_) => return Ok(None),
             };
+            // In an aborted block the Bind fails as it is; coldwire's Parse would too.
+            let replanned = replanned || state.phase == Phase::FailedTransaction;
             if state.rewritten_statement(name).is_some() {
-                let again = !replanned
-                    && state.rewritten_to_plan(
-                        name,
-                        || reads.names_version(),
-                        |tables| reads.all_tiered(tables),
-                    );
+                let again = !replanned && state.rewritten_to_plan(name, || reads.names_version());
                 Some(if again {
                     Stop::Replan(BytesMut::from(frame))
                 } else {
@@ -247,7 +244,15 @@ pub async fn prepare_query(
 ) -> Result<Option<QueryRead>, ErrorFields> {
     match query_text(query) {
         Some(sql) => prepare_sql(sql, 0, shared).await,
-        None => Err(not_utf8()),
+        // Only text that names a tiered table is refused (the names read afresh).
+        None => match read_path(shared)
+            .names_tiered_now_bytes(query.get(5..).unwrap_or_default())
+            .await
+        {
+            Ok(false) => Ok(None),
+            Ok(true) => Err(not_utf8()),
+            Err(e) => Err(e.client_error()),
+        },
     }
 }
 
@@ -583,14 +588,33 @@ pub enum ParseRewrite {
 /// # Errors
 /// A malformed Parse.
 pub async fn prepare(frame: &[u8], shared: &Shared<'_>) -> Result<ParseRewrite, SessionError> {
+    Ok(prepare_planned(frame, shared)
+        .await?
+        .unwrap_or(ParseRewrite::Unchanged))
+}
+
+/// [`prepare`], `None` when the catalog or the cold tier could not be read (logged).
+///
+/// # Errors
+/// A malformed Parse.
+async fn prepare_planned(
+    frame: &[u8],
+    shared: &Shared<'_>,
+) -> Result<Option<ParseRewrite>, SessionError> {
     let parse = match Parse::decode(frame) {
         Ok(parse) => parse,
         Err(e) => {
-            Parse::decode_raw(frame).map_err(|_| e)?;
-            return Ok(ParseRewrite::Refused(not_utf8()));
+            let (_, query) = Parse::decode_raw(frame).map_err(|_| e)?;
+            return Ok(
+                match read_path(shared).names_tiered_now_bytes(query).await {
+                    Ok(false) => Some(ParseRewrite::Unchanged),
+                    Ok(true) => Some(ParseRewrite::Refused(not_utf8())),
+                    Err(_) => None,
+                },
+            );
         }
     };
-    Ok(
+    Ok(Some(
         match prepare_sql(parse.query, parse.param_types.len(), shared).await {
             Ok(None) => ParseRewrite::Unchanged,
             Ok(Some(QueryRead::Select(read))) => ParseRewrite::Read(read),
@@ -607,11 +631,11 @@ pub async fn prepare(frame: &[u8], shared: &Shared<'_>) -> Result<ParseRewrite, 
             }),
             Err(e) if e.code == "58030" => {
                 tracing::warn!(message = %e.message, "could not prepare a read of a tiered table");
-                ParseRewrite::Unchanged
+                return Ok(None);
             }
             Err(e) => ParseRewrite::Refused(e),
         },
-    )
+    ))
 }
 
 /// The Parse to send for the client's `frame` given its rewrite, recorded under the
@@ -661,13 +685,12 @@ pub fn parse_to_send(
         ParseRewrite::HotOnlyCall(error) => {
             state.statement_parsed(
                 name,
-                Some(RewrittenStatement {
-                    prepared: Prepared::HotOnlyCall(error),
-                    param_types: Vec::new(),
-                    id: 0,
-                    parse: bytes::Bytes::copy_from_slice(frame),
+                Some(RewrittenStatement::new(
+                    Prepared::HotOnlyCall(error),
+                    Vec::new(),
+                    bytes::Bytes::copy_from_slice(frame),
                     names_at,
-                }),
+                )),
                 None,
             );
             out.extend_from_slice(frame);
@@ -677,13 +700,12 @@ pub fn parse_to_send(
             ext::encode_parse(&mut out, parse.statement, &read.sql, &parse.param_types);
             state.statement_parsed(
                 parse.statement,
-                Some(RewrittenStatement {
-                    prepared: Prepared::Read(read),
-                    param_types: parse.param_types,
-                    id: 0,
-                    parse: bytes::Bytes::copy_from_slice(frame),
+                Some(RewrittenStatement::new(
+                    Prepared::Read(read),
+                    parse.param_types,
+                    bytes::Bytes::copy_from_slice(frame),
                     names_at,
-                }),
+                )),
                 None,
             );
         }
@@ -692,13 +714,12 @@ pub fn parse_to_send(
             out.extend_from_slice(frame);
             state.statement_parsed(
                 parse.statement,
-                Some(RewrittenStatement {
-                    prepared: Prepared::Write(write),
-                    param_types: parse.param_types,
-                    id: 0,
-                    parse: bytes::Bytes::copy_from_slice(frame),
+                Some(RewrittenStatement::new(
+                    Prepared::Write(write),
+                    parse.param_types,
+                    bytes::Bytes::copy_from_slice(frame),
                     names_at,
-                }),
+                )),
                 None,
             );
         }
@@ -726,21 +747,28 @@ pub async fn replan(
     let Some(origin) = shared.locked().statement_origin(name) else {
         return Ok(None);
     };
-    let rewrite = prepare(&origin.parse, shared).await?;
-    let names_at = read_path(shared).names_version().unwrap_or(0);
+    // Read before planning: names that change meanwhile are met at the next Bind.
+    let planned = match read_path(shared).names_version_now().await {
+        Ok(names_at) => prepare_planned(&origin.parse, shared)
+            .await?
+            .map(|rewrite| (names_at, rewrite)),
+        Err(_) => None,
+    };
     let mut state = shared.locked();
+    // The catalog or the cold tier could not be read: the Bind runs as coldwire last
+    // planned it (a rewritten one then fails, loudly, planning its cold rows).
+    let Some((names_at, rewrite)) = planned else {
+        state.bind_replanned = true;
+        return Ok(None);
+    };
     // Only the client direction parses and closes: a DEALLOCATE answered meanwhile may
     // have freed it.
     if !state.still_holds(name, origin.id) {
         return Ok(None);
     }
     let types = origin.param_types;
-    let statement = |prepared, param_types| RewrittenStatement {
-        prepared,
-        param_types,
-        id: 0,
-        parse: origin.parse.clone(),
-        names_at,
+    let statement = |prepared, param_types| {
+        RewrittenStatement::new(prepared, param_types, origin.parse.clone(), names_at)
     };
     // What is to be planned, and the text Postgres is to hold (`None`: the client's).
     let (now, held) = match rewrite {
@@ -782,6 +810,7 @@ pub async fn replan(
         ),
     };
     let changes = held != origin.held;
+    let refused = matches!(now, Planned::Refused);
     // The same text under the name, and the same kind of plan: its record is renewed.
     let same_kind = match &now {
         Planned::Rewritten(r) => origin.kind == Some(std::mem::discriminant(&r.prepared)),
@@ -801,17 +830,13 @@ pub async fn replan(
     let mut out = BytesMut::new();
     ext::encode_close(&mut out, b'S', name);
     match held {
-        // As for a Parse refused (`parse_to_send`), the types when the client declared
-        // or Postgres inferred every one: the client's Bind then reaches the Execute that
-        // raises coldwire's error.
-        Some(sql) => {
-            let declare = if types.iter().all(|&t| t != 0) {
-                types
-            } else {
-                Vec::new()
-            };
-            ext::encode_parse(&mut out, name, &sql, &declare);
+        // As for a Parse refused (`parse_to_send`), the types only when the client
+        // declared or Postgres inferred every one: the client's Bind then reaches the
+        // Execute that raises coldwire's error.
+        Some(sql) if refused && types.contains(&0) => {
+            ext::encode_parse(&mut out, name, &sql, &[]);
         }
+        Some(sql) => ext::encode_parse(&mut out, name, &sql, &types),
         None => out.extend_from_slice(&origin.parse),
     }
     Ok(Some((

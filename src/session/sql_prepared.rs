@@ -26,6 +26,7 @@ pub fn may_use_sql_prepared(
         .any(|w| contains_ignore_ascii_case(sql, w))
         && (state.has_sql_prepared_writes()
             || state.has_hot_only_calls()
+            || state.has_sql_passed_refusals()
             || state.has_sql_passed_unchecked(names()))
 }
 
@@ -106,8 +107,11 @@ pub(super) async fn sql_prepared(
                 .unwrap_or_else(PoisonError::into_inner)
                 .forget_sql_prepared(None),
             Kind::Execute { name } => {
-                plan_sql_passed(&name, shared).await?;
+                plan_sql_passed(shared).await;
                 let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(refusal) = state.sql_passed_refusal(&name) {
+                    return Err(super::reads::PlanError::Refused(refusal.clone()));
+                }
                 // A statement prepared with Parse that calls a function reading tiered
                 // tables runs behind coldwire's check, alone in its text; among others,
                 // it is refused.
@@ -132,45 +136,49 @@ pub(super) async fn sql_prepared(
     Ok(found)
 }
 
-/// A statement the client prepared with SQL-level PREPARE when it named no tiered table
-/// (relayed as written), about to be executed: planned as its PREPARE would be now, once
-/// per registry version. A write is remembered, so that its EXECUTE is planned as the
-/// write; a read is refused, as its PREPARE would be now (its EXECUTE would read the hot
-/// rows only).
-///
-/// # Errors
-/// The refusal; the catalog could not be read.
-async fn plan_sql_passed(name: &str, shared: &Shared<'_>) -> Result<(), super::reads::PlanError> {
+/// The statements the client prepared with SQL-level PREPARE when they named no tiered
+/// table (relayed as written), planned as their PREPAREs would be now, once per registry
+/// version: a write is remembered, so that its EXECUTE is planned as the write; an
+/// EXECUTE of a read is refused, as its PREPARE would be now (it would read the hot rows
+/// only). While the catalog cannot be read they stay as they are.
+async fn plan_sql_passed(shared: &Shared<'_>) {
     let reads = read_path(shared);
-    let names = reads.names_version_now().await?;
-    let Some(text) = shared.locked().sql_passed_to_check(name, names) else {
-        return Ok(());
+    let Ok(names) = reads.names_version_now().await else {
+        return;
     };
-    if reads.may_name_tiered(&text) {
-        // As `prepare_sql` takes a PREPARE: a write first, then anything else.
-        if let Some(write) = reads.prepare_write(&text, 0).await? {
-            let types = pg_query::parse(&text, 0)
-                .ok()
-                .and_then(|parsed| {
-                    let node = parsed.protobuf.stmts.first()?.stmt.as_ref()?.node.clone()?;
-                    Some(crate::sql::classify::prepare_param_types(&node))
-                })
-                .unwrap_or_default();
-            shared
-                .locked()
-                .sql_prepared_write(name.to_owned(), write, types);
-        } else if let Err(e) = reads.prepare(&text, 0).await {
-            return Err(match e {
-                super::reads::PlanError::Refused(mut fields) => {
-                    fields.detail.get_or_insert_with(|| {
-                        format!("Prepared statement \"{name}\" was prepared before a table it reads was tiered.")
-                    });
-                    super::reads::PlanError::Refused(fields)
+    let unchecked = shared.locked().sql_passed_unchecked(names);
+    for (name, text) in unchecked {
+        let mut refusal = None;
+        if reads.may_name_tiered(&text) {
+            // As `prepare_sql` takes a PREPARE: a write first, then anything else.
+            match reads.prepare_write(&text, 0).await {
+                Ok(Some(write)) => {
+                    let types = pg_query::parse(&text, 0)
+                        .ok()
+                        .and_then(|parsed| {
+                            let node =
+                                parsed.protobuf.stmts.first()?.stmt.as_ref()?.node.clone()?;
+                            Some(crate::sql::classify::prepare_param_types(&node))
+                        })
+                        .unwrap_or_default();
+                    shared
+                        .locked()
+                        .sql_prepared_write(name.clone(), write, types);
                 }
-                e => e,
-            });
+                Ok(None) => match reads.prepare(&text, 0).await {
+                    Ok(_) => {}
+                    Err(super::reads::PlanError::Refused(mut fields)) => {
+                        fields.detail.get_or_insert_with(|| {
+                            format!("Prepared statement \"{name}\" was prepared before a table it reads was tiered.")
+                        });
+                        refusal = Some(fields);
+                    }
+                    Err(_) => continue,
+                },
+                // Not checked: tried again at the next EXECUTE.
+                Err(_) => continue,
+            }
         }
+        shared.locked().sql_passed_checked(&name, names, refusal);
     }
-    shared.locked().sql_passed_checked(name, names);
-    Ok(())
 }

@@ -240,6 +240,8 @@ pub struct RewrittenStatement {
     pub parse: bytes::Bytes,
     /// The registry version it was last planned or checked under.
     pub names_at: u64,
+    /// As [`PassedStatement`]'s: Postgres holds nothing under the name.
+    pub lost: bool,
 }
 
 /// A client statement relayed as the client wrote it (coldwire had no tiered table to
@@ -255,6 +257,9 @@ pub struct PassedStatement {
     /// The types Postgres inferred for its parameters, once a ParameterDescription of
     /// the statement showed them.
     pub inferred: Vec<u32>,
+    /// coldwire's Close of it ran but its Parse did not (an aborted block): Postgres
+    /// holds nothing under the name until coldwire parses it again.
+    lost: bool,
 }
 
 impl PassedStatement {
@@ -283,6 +288,28 @@ struct SqlPassed {
     names_at: u64,
     /// Which statement of the session's it is (as [`RewrittenStatement::id`]).
     id: u64,
+    /// Its EXECUTE is refused: the PREPARE would be now.
+    refusal: Option<ErrorFields>,
+}
+
+impl RewrittenStatement {
+    /// The client's Parse `parse`, planned as `prepared` under registry version
+    /// `names_at` (its id is set when it is recorded).
+    pub fn new(
+        prepared: Prepared,
+        param_types: Vec<u32>,
+        parse: bytes::Bytes,
+        names_at: u64,
+    ) -> Self {
+        Self {
+            prepared,
+            param_types,
+            id: 0,
+            parse,
+            names_at,
+            lost: false,
+        }
+    }
 }
 
 /// Where a rewritten statement's hot form stands upstream.
@@ -575,6 +602,7 @@ impl SessionState {
                         names_at,
                         id,
                         inferred: Vec::new(),
+                        lost: false,
                     },
                 );
             }
@@ -610,6 +638,9 @@ impl SessionState {
         let Some(passed) = self.passed.get_mut(name) else {
             return false;
         };
+        if passed.lost {
+            return true;
+        }
         let Some(version) = names() else {
             return true;
         };
@@ -637,56 +668,47 @@ impl SessionState {
         self.sql_passed.values().any(|p| Some(p.names_at) != names)
     }
 
-    /// The PREPARE of the client's SQL-level prepared statement `name`, relayed as
-    /// written, unless it was checked against the names of registry version `names`.
-    pub fn sql_passed_to_check(&self, name: &str, names: u64) -> Option<String> {
+    /// The statements the client prepared with SQL-level PREPARE, relayed as written,
+    /// that were not checked against the names of registry version `names`: their names
+    /// and the texts of their PREPAREs.
+    pub fn sql_passed_unchecked(&self, names: u64) -> Vec<(String, String)> {
         self.sql_passed
-            .get(name)
-            .filter(|p| p.names_at != names)
-            .map(|p| p.text.clone())
+            .iter()
+            .filter(|(_, p)| p.names_at != names)
+            .map(|(name, p)| (name.clone(), p.text.clone()))
+            .collect()
     }
 
     /// The SQL-level prepared statement `name` was checked against the names of registry
-    /// version `names`.
-    pub fn sql_passed_checked(&mut self, name: &str, names: u64) {
+    /// version `names`; `refusal`: its EXECUTE is refused so.
+    pub fn sql_passed_checked(&mut self, name: &str, names: u64, refusal: Option<ErrorFields>) {
         if let Some(p) = self.sql_passed.get_mut(name) {
             p.names_at = names;
+            p.refusal = refusal;
         }
     }
 
+    /// The refusal of an EXECUTE of the SQL-level prepared statement `name`, if it has one.
+    pub fn sql_passed_refusal(&self, name: &str) -> Option<&ErrorFields> {
+        self.sql_passed.get(name)?.refusal.as_ref()
+    }
+
+    /// Whether an EXECUTE of some SQL-level prepared statement is refused.
+    pub fn has_sql_passed_refusals(&self) -> bool {
+        self.sql_passed.values().any(|p| p.refusal.is_some())
+    }
+
     /// Whether a Bind of the client's statement `name`, which coldwire rewrote, must be
-    /// planned again first: the registry changed since (`names`: the version of the
-    /// registry now, `None` when it is not known fresh) and a table it reads or writes is
-    /// no longer tiered (`tiered`: whether all of these are), or it is a checked call
-    /// (whose function may no longer read one). A statement found to need nothing is
-    /// marked checked. While the registry is not known fresh (after a tiering through
-    /// this proxy, or once its time to live passed), it is planned again: its plan is
-    /// cached, and the planning reads the registry afresh.
-    pub fn rewritten_to_plan(
-        &mut self,
-        name: &str,
-        names: impl FnOnce() -> Option<u64>,
-        tiered: impl FnOnce(&[i64]) -> bool,
-    ) -> bool {
-        let Some(statement) = self.rewritten_statements.get_mut(name) else {
-            return false;
-        };
-        let Some(version) = names() else {
-            return true;
-        };
-        if statement.names_at == version {
-            return false;
-        }
-        let tables = match &statement.prepared {
-            Prepared::Read(read) => read.table_ids(),
-            Prepared::Write(write) => vec![write.table_id],
-            Prepared::HotOnlyCall(_) => return true,
-        };
-        if !tiered(&tables) {
-            return true;
-        }
-        statement.names_at = version;
-        false
+    /// planned again first: the registry changed since it was planned (`names`: the
+    /// version of the registry now, `None` when it is not known fresh), so the tables it
+    /// names may have been tiered or untiered, or their columns changed. While the
+    /// registry is not known fresh (after an admin call through this proxy, or once its
+    /// time to live passed) it is planned again too: its plan is cached per registry
+    /// version, and the planning reads the registry afresh.
+    pub fn rewritten_to_plan(&self, name: &str, names: impl FnOnce() -> Option<u64>) -> bool {
+        self.rewritten_statements
+            .get(name)
+            .is_some_and(|s| s.lost || names() != Some(s.names_at))
     }
 
     /// What the client's statement `name` is planned from again, if coldwire follows it.
@@ -699,12 +721,14 @@ impl SessionState {
                 id: passed.id,
                 parse: passed.parse.clone(),
                 param_types: passed.param_types(&declared),
-                held: None,
+                held: passed.lost.then(String::new),
                 kind: None,
             });
         }
         let statement = self.rewritten_statements.get(name)?;
         let held = match &statement.prepared {
+            // Nothing: no plan holds it, so it is parsed again whatever the plan.
+            _ if statement.lost => Some(String::new()),
             Prepared::Read(read) => Some(read.sql.clone()),
             Prepared::Write(_) | Prepared::HotOnlyCall(_) => None,
         };
@@ -775,6 +799,7 @@ impl SessionState {
                         names_at,
                         id,
                         inferred,
+                        lost: false,
                     },
                 );
             }
@@ -789,9 +814,10 @@ impl SessionState {
 
     /// Postgres skipped coldwire's messages that replaced a client statement with its
     /// new plan (an error earlier in their group, or in them): the name still holds what
-    /// it held (or nothing, if only the Parse failed), which is planned again at its next
+    /// it held, or nothing when only the Parse failed (`closed`: the Close ran, as it does
+    /// in an aborted block where the Parse does not), and it is planned again at its next
     /// Bind.
-    pub fn replan_skipped(&mut self, replanned: Replanned) {
+    pub fn replan_skipped(&mut self, replanned: Replanned, closed: bool) {
         let Replanned { name, before, id } = replanned;
         let holds_new = match (self.passed.get(&name), self.rewritten_statements.get(&name)) {
             (Some(p), _) => p.id == id,
@@ -807,10 +833,12 @@ impl SessionState {
         match before {
             Held::Passed(mut passed) => {
                 passed.names_at = 0;
+                passed.lost |= closed;
                 self.passed.insert(name, passed);
             }
             Held::Rewritten(mut rewritten) => {
                 rewritten.names_at = 0;
+                rewritten.lost |= closed;
                 self.rewritten_statements.insert(name, rewritten);
             }
         }
@@ -1020,6 +1048,7 @@ impl SessionState {
                     text,
                     names_at: 0,
                     id,
+                    refusal: None,
                 },
             );
         }
@@ -1320,9 +1349,23 @@ impl SessionState {
         self.outstanding_syncs = self.outstanding_syncs.saturating_sub(1);
         self.groups.pop_front();
         // Everything up to the first sync point is answered or was skipped after an error.
+        let mut skipped_parses = Vec::new();
         while let Some(p) = self.pending.pop_front() {
-            if p == Pending::SyncPoint {
-                break;
+            match p {
+                Pending::SyncPoint => break,
+                Pending::Parse(name) if !name.is_empty() => skipped_parses.push(name),
+                _ => {}
+            }
+        }
+        // A named statement whose Parse failed is not Postgres's: nothing to follow (unless
+        // the name is parsed again, or Postgres holds an earlier statement under it).
+        for name in skipped_parses {
+            let again = self
+                .pending
+                .iter()
+                .any(|p| matches!(p, Pending::Parse(n) if *n == name));
+            if !again && !self.statements.contains(&name) {
+                self.passed.remove(&name);
             }
         }
     }

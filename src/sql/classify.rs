@@ -184,10 +184,28 @@ pub fn freed_statements(sql: &str) -> Vec<Option<String>> {
         .collect()
 }
 
+/// Whether `word` occurs in `sql` where a statement may begin with it: at the start, or
+/// after a `;`, the end of a comment or a line break, with only spaces and tabs between
+/// (a superset: a column named `prepared_at`, or a word inside a string, does not
+/// qualify unless it follows one of those).
+fn may_begin_statement(sql: &str, word: &str) -> bool {
+    let (h, n) = (sql.as_bytes(), word.as_bytes());
+    (0..h.len().saturating_sub(n.len() - 1)).any(|at| {
+        h[at..at + n.len()].eq_ignore_ascii_case(n)
+            && matches!(
+                h[..at]
+                    .iter()
+                    .rev()
+                    .find(|&&b| b != b' ' && b != b'\t' && b != b'\r'),
+                None | Some(b';' | b'/' | b'\n' | b'(')
+            )
+    })
+}
+
 /// The statements `sql` prepares with SQL-level PREPARE: each one's name, with the text
 /// of its PREPARE. Parsed only when the word occurs.
 pub fn sql_prepares(sql: &str) -> Vec<(String, String)> {
-    if !contains_ignore_ascii_case(sql, "prepare") {
+    if !may_begin_statement(sql, "prepare") {
         return Vec::new();
     }
     let kinds = kinds_of(sql);
@@ -316,6 +334,25 @@ mod tests {
         let k = kinds_of(sql);
         assert_eq!(k.len(), 1, "{sql}");
         k.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn prepares_are_found_where_a_statement_may_begin() {
+        let sql = "/* pool */ PREPARE a AS SELECT 1; SELECT 'x';\n  prepare b(int) AS SELECT $1";
+        assert_eq!(
+            sql_prepares(sql),
+            vec![
+                ("a".to_owned(), "PREPARE a AS SELECT 1".to_owned()),
+                ("b".to_owned(), "prepare b(int) AS SELECT $1".to_owned()),
+            ]
+        );
+        // The word elsewhere is not parsed for.
+        assert!(!may_begin_statement("SELECT prepared_at FROM t", "prepare"));
+        assert!(!may_begin_statement(
+            "INSERT INTO t VALUES ('x prepare')",
+            "prepare"
+        ));
+        assert!(may_begin_statement("  Prepare x AS SELECT 1", "prepare"));
     }
 
     #[test]

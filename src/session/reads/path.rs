@@ -334,16 +334,6 @@ impl ReadPath {
         self.catalog.current_registry().map(|r| r.version)
     }
 
-    /// Whether every one of `tables` is tiered, as the registry fresh now says (`true`
-    /// when it is not known fresh).
-    pub fn all_tiered(&self, tables: &[i64]) -> bool {
-        self.catalog.current_registry().is_none_or(|r| {
-            tables
-                .iter()
-                .all(|id| r.tables.iter().any(|t| t.table.table_id == *id))
-        })
-    }
-
     /// The version of the registry, read afresh when it is older than its time to live.
     ///
     /// # Errors
@@ -401,6 +391,15 @@ impl ReadPath {
     pub async fn names_tiered_now(&self, sql: &str) -> Result<bool, PlanError> {
         self.catalog.registry().await?;
         Ok(self.may_name_tiered(sql))
+    }
+
+    /// [`ReadPath::names_tiered_now`] of text in any encoding.
+    ///
+    /// # Errors
+    /// The registry could not be read.
+    pub async fn names_tiered_now_bytes(&self, sql: &[u8]) -> Result<bool, PlanError> {
+        self.catalog.registry().await?;
+        Ok(self.may_name_tiered_bytes(sql))
     }
 
     /// Whether `parsed` (the statement text `sql`) holds a `COPY … TO` that reads a
