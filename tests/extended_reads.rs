@@ -1208,6 +1208,23 @@ async fn named_statements_run_their_hot_form_while_no_cold_row_is_bound() {
     assert!(row_has(&msgs, b"k3"), "{msgs:?}");
 }
 
+/// The number of parameters Postgres describes for statement `name` (through coldwire:
+/// the client's own), with a row description.
+async fn described_params(conn: &mut RawConn, name: &str) -> u16 {
+    let body = [name.as_bytes(), b"\0"].concat();
+    conn.send(
+        &[
+            raw::frame(b'D', &[b"S", body.as_slice()].concat()),
+            raw::sync(),
+        ]
+        .concat(),
+    )
+    .await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "tTZ", "{msgs:?}");
+    u16::from_be_bytes([msgs[0].body[0], msgs[0].body[1]])
+}
+
 #[tokio::test]
 async fn statements_prepared_before_their_table_was_tiered_read_and_write_every_row() {
     let db = create_db("extstale");
@@ -1315,11 +1332,7 @@ async fn statements_prepared_before_their_table_was_tiered_read_and_write_every_
         assert!(row_has(&msgs, b"k3"), "{name}: {msgs:?}");
     }
     // Its description shows the client's one parameter.
-    conn.send(&[raw::frame(b'D', b"Sq\0"), raw::sync()].concat())
-        .await;
-    let msgs = conn.until_ready().await;
-    assert_eq!(tags(&msgs), "tTZ", "{msgs:?}");
-    assert_eq!(&msgs[0].body[..2], &[0, 1], "{msgs:?}");
+    assert_eq!(described_params(&mut conn, "q").await, 1);
 
     // An error ahead of the Bind in its group makes Postgres skip coldwire's replacement
     // too: the statement is replaced at its next Bind.
@@ -1404,11 +1417,7 @@ async fn statements_prepared_while_their_table_was_tiered_run_after_it_is_untier
         assert_eq!(tags(&msgs), "2DCZ", "{name}: {msgs:?}");
         assert!(row_has(&msgs, b"back"), "{name}: {msgs:?}");
     }
-    conn.send(&[raw::frame(b'D', b"Sq\0"), raw::sync()].concat())
-        .await;
-    let msgs = conn.until_ready().await;
-    assert_eq!(tags(&msgs), "tTZ", "{msgs:?}");
-    assert_eq!(&msgs[0].body[..2], &[0, 1], "{msgs:?}");
+    assert_eq!(described_params(&mut conn, "q").await, 1);
     let kind: String = direct
         .query_one("SELECT kind FROM events WHERE id = 6", &[])
         .await

@@ -263,7 +263,7 @@ async fn client_to_upstream(
             Some(Stop::Prepare(frame)) => {
                 let boundary = side.at_boundary(&streamed);
                 let rewrite = rewritten::prepare(&frame, shared).await?;
-                if let rewritten::ParseRewrite::Read(read) = &rewrite {
+                if let (rewritten::ParseRewrite::Read(read), _) = &rewrite {
                     c.transaction_generations(&read.table_ids(), boundary)
                         .await?;
                 }

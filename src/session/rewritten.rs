@@ -95,10 +95,12 @@ pub fn read_stop(
                 // Postgres says what is wrong with it.
                 Err(_) => return Ok(None),
             };
-            // In an aborted block the Bind fails as it is; coldwire's Parse would too.
-            let replanned = replanned || state.phase == Phase::FailedTransaction;
+            // While the catalog could not be read lately, statements keep their plans
+            // rather than every Bind waiting on it.
             if state.rewritten_statement(name).is_some() {
-                let again = !replanned && state.rewritten_to_plan(name, || reads.names_version());
+                let again = !replanned
+                    && state.rewritten_to_plan(name, || reads.names_version())
+                    && !reads.catalog_failing();
                 Some(if again {
                     Stop::Replan(BytesMut::from(frame))
                 } else {
@@ -110,6 +112,7 @@ pub fn read_stop(
                     || reads.names_version(),
                     |q| reads.may_name_tiered_bytes(q),
                 )
+                && !reads.catalog_failing()
             {
                 Some(Stop::Replan(BytesMut::from(frame)))
             } else {
@@ -587,10 +590,35 @@ pub enum ParseRewrite {
 ///
 /// # Errors
 /// A malformed Parse.
-pub async fn prepare(frame: &[u8], shared: &Shared<'_>) -> Result<ParseRewrite, SessionError> {
-    Ok(prepare_planned(frame, shared)
+pub async fn prepare(
+    frame: &[u8],
+    shared: &Shared<'_>,
+) -> Result<(ParseRewrite, u64), SessionError> {
+    Ok(planned_now(frame, shared)
         .await?
-        .unwrap_or(ParseRewrite::Unchanged))
+        .unwrap_or((ParseRewrite::Unchanged, 0)))
+}
+
+/// [`prepare_planned`] with the registry version it planned against, read first (names
+/// that change meanwhile are met at the statement's next Bind); `None` when the catalog
+/// or the cold tier could not be read.
+///
+/// # Errors
+/// A malformed Parse.
+async fn planned_now(
+    frame: &[u8],
+    shared: &Shared<'_>,
+) -> Result<Option<(ParseRewrite, u64)>, SessionError> {
+    let reads = read_path(shared);
+    let Ok(names_at) = reads.names_version_now().await else {
+        reads.catalog_failed();
+        return Ok(None);
+    };
+    let planned = prepare_planned(frame, shared).await?;
+    if planned.is_none() {
+        reads.catalog_failed();
+    }
+    Ok(planned.map(|rewrite| (rewrite, names_at)))
 }
 
 /// [`prepare`], `None` when the catalog or the cold tier could not be read (logged).
@@ -638,19 +666,18 @@ async fn prepare_planned(
     ))
 }
 
-/// The Parse to send for the client's `frame` given its rewrite, recorded under the
-/// client's statement name.
+/// The Parse to send for the client's `frame` given its rewrite (planned against
+/// registry version `names_at`, 0 if none), recorded under the client's statement name.
 ///
 /// # Errors
 /// A malformed Parse.
 pub fn parse_to_send(
     frame: &[u8],
-    rewrite: ParseRewrite,
+    (rewrite, names_at): (ParseRewrite, u64),
     shared: &Shared<'_>,
 ) -> Result<BytesMut, SessionError> {
     // The query itself need not be UTF-8 for a Parse relayed as it is or refused.
     let (name, _) = Parse::decode_raw(frame)?;
-    let names_at = read_path(shared).names_version().unwrap_or(0);
     let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
     state.parse_sent(name);
     let mut out = BytesMut::new();
@@ -747,17 +774,13 @@ pub async fn replan(
     let Some(origin) = shared.locked().statement_origin(name) else {
         return Ok(None);
     };
-    // Read before planning: names that change meanwhile are met at the next Bind.
-    let planned = match read_path(shared).names_version_now().await {
-        Ok(names_at) => prepare_planned(&origin.parse, shared)
-            .await?
-            .map(|rewrite| (names_at, rewrite)),
-        Err(_) => None,
-    };
+    tracing::debug!(statement = name, "planning a prepared statement again");
+    let planned = planned_now(&origin.parse, shared).await?;
     let mut state = shared.locked();
     // The catalog or the cold tier could not be read: the Bind runs as coldwire last
-    // planned it (a rewritten one then fails, loudly, planning its cold rows).
-    let Some((names_at, rewrite)) = planned else {
+    // planned it (a rewritten one then fails, loudly, planning its cold rows; one relayed
+    // as written reads what Postgres holds, as a Parse relayed for that reason does).
+    let Some((rewrite, names_at)) = planned else {
         state.bind_replanned = true;
         return Ok(None);
     };
@@ -772,7 +795,7 @@ pub async fn replan(
     };
     // What is to be planned, and the text Postgres is to hold (`None`: the client's).
     let (now, held) = match rewrite {
-        ParseRewrite::Unchanged if origin.kind.is_none() => {
+        ParseRewrite::Unchanged if origin.kind.is_none() && origin.held.is_none() => {
             state.passed_checked(name, names_at);
             state.bind_replanned = true;
             return Ok(None);

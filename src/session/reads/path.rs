@@ -302,6 +302,8 @@ pub struct ReadPath {
     pub(super) max_rehydrate_rows: usize,
     /// As `statements`, for writes.
     pub(super) writes: Mutex<WriteCache>,
+    /// When planning last found the catalog or the cold tier unreadable.
+    catalog_failed_at: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl ReadPath {
@@ -318,6 +320,7 @@ impl ReadPath {
             statements: Mutex::new(HashMap::new()),
             max_rehydrate_rows,
             writes: Mutex::new(HashMap::new()),
+            catalog_failed_at: std::sync::Mutex::new(None),
         }
     }
 
@@ -332,6 +335,25 @@ impl ReadPath {
     /// if it is fresh (else every statement may name a tiered table).
     pub fn names_version(&self) -> Option<u64> {
         self.catalog.current_registry().map(|r| r.version)
+    }
+
+    /// The catalog or the cold tier could not be read to plan a statement: for
+    /// [`REGISTRY_TTL`], prepared statements keep their plans at their Binds
+    /// ([`ReadPath::catalog_failing`]).
+    pub fn catalog_failed(&self) {
+        *self
+            .catalog_failed_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::time::Instant::now());
+    }
+
+    /// Whether planning found the catalog or the cold tier unreadable within the last
+    /// [`REGISTRY_TTL`].
+    pub fn catalog_failing(&self) -> bool {
+        self.catalog_failed_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < crate::catalog::registry::REGISTRY_TTL)
     }
 
     /// The version of the registry, read afresh when it is older than its time to live.
