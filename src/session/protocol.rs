@@ -391,9 +391,8 @@ fn held_back(
                 let skipped: Vec<OwnPrefix> = group.own.drain(..).collect();
                 // The first answers from the error on: its Close of a replaced statement
                 // ran if it is the one answer it got (in an aborted block the Parse fails).
-                let mut closed =
-                    own_error.is_some() && skipped.first().is_some_and(|o| o.left == 1);
-                for own in skipped {
+                let closed = own_error.is_some() && skipped.first().is_some_and(|o| o.left == 1);
+                for (i, own) in skipped.into_iter().enumerate() {
                     if let Some(id) = own.hot {
                         state.hot_form_answered(id, false);
                     }
@@ -402,9 +401,8 @@ fn held_back(
                     }
                     state.hot_closes_skipped(own.closes);
                     if let Some(replanned) = own.replanned {
-                        state.replan_skipped(replanned, closed);
+                        state.replan_skipped(replanned, closed && i == 0);
                     }
-                    closed = false;
                 }
                 if own_error.as_deref().is_some_and(statement_broken) && !refusal {
                     state.forget_own_prepared();

@@ -46,8 +46,9 @@ pub enum Stop {
     Prepare(BytesMut),
     /// Give a Bind of a rewritten statement its cold parameters.
     Bind(BytesMut),
-    /// Plan the statement of a Bind, relayed as the client wrote it when it named no
-    /// tiered table, that may name one now ([`replan`]); then take the Bind again.
+    /// Plan again the statement of a Bind: one relayed as the client wrote it that may
+    /// name a tiered table now, or one rewritten before the registry changed
+    /// ([`replan`]); then take the Bind again.
     Replan(BytesMut),
     /// A retry was decided on before this frame (not yet recorded) was seen: run it
     /// first, then take the frame again.

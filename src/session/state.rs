@@ -235,8 +235,8 @@ pub struct RewrittenStatement {
     pub param_types: Vec<u32>,
     /// Set by [`SessionState::statement_parsed`]: which Parse of the name this is.
     pub id: u64,
-    /// The client's Parse, planned again at a Bind once a table the statement reads or
-    /// writes is no longer tiered ([`SessionState::rewritten_to_plan`]).
+    /// The client's Parse, planned again at a Bind once the registry changed
+    /// ([`SessionState::rewritten_to_plan`]).
     pub parse: bytes::Bytes,
     /// The registry version it was last planned or checked under.
     pub names_at: u64,
@@ -267,15 +267,21 @@ impl PassedStatement {
     /// Postgres inferred them.
     pub fn param_types(&self, declared: &[u32]) -> Vec<u32> {
         let mut types = declared.to_vec();
-        if types.len() < self.inferred.len() {
-            types.resize(self.inferred.len(), 0);
-        }
-        for (t, inferred) in types.iter_mut().zip(&self.inferred) {
-            if *t == 0 {
-                *t = *inferred;
-            }
-        }
+        fill_inferred(&mut types, &self.inferred);
         types
+    }
+}
+
+/// Fills the parameter types a Parse left out (0, or missing at the end) with those
+/// Postgres inferred.
+fn fill_inferred(types: &mut Vec<u32>, inferred: &[u32]) {
+    if types.len() < inferred.len() {
+        types.resize(inferred.len(), 0);
+    }
+    for (t, inferred) in types.iter_mut().zip(inferred) {
+        if *t == 0 {
+            *t = *inferred;
+        }
     }
 }
 
@@ -657,11 +663,6 @@ impl SessionState {
         false
     }
 
-    /// The client's statement `name` as relayed, if coldwire follows it so.
-    pub fn passed_statement(&self, name: &str) -> Option<&PassedStatement> {
-        self.passed.get(name)
-    }
-
     /// Whether a statement the client prepared with SQL-level PREPARE was not checked
     /// against the names of registry version `names` (`None`: not known fresh).
     pub fn has_sql_passed_unchecked(&self, names: Option<u64>) -> bool {
@@ -957,14 +958,7 @@ impl SessionState {
                 .filter(|s| s.id == id)
             {
                 let seen = trim.unwrap_or(types.len()).min(types.len());
-                if statement.param_types.len() < seen {
-                    statement.param_types.resize(seen, 0);
-                }
-                for (declared, inferred) in statement.param_types.iter_mut().zip(&types[..seen]) {
-                    if *declared == 0 {
-                        *declared = *inferred;
-                    }
-                }
+                fill_inferred(&mut statement.param_types, &types[..seen]);
             }
         }
         Ok(trim.map(|client_params| {

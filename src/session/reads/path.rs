@@ -411,8 +411,7 @@ impl ReadPath {
     /// # Errors
     /// The registry could not be read.
     pub async fn names_tiered_now(&self, sql: &str) -> Result<bool, PlanError> {
-        self.catalog.registry().await?;
-        Ok(self.may_name_tiered(sql))
+        self.names_tiered_now_bytes(sql.as_bytes()).await
     }
 
     /// [`ReadPath::names_tiered_now`] of text in any encoding.
