@@ -140,14 +140,20 @@ impl PlanError {
             ),
             e => {
                 tracing::warn!(error = %e, "cold read failed");
-                fields(
-                    "58030",
-                    "coldwire could not read the cold tier".into(),
-                    Some("The proxy's log has the cause.".into()),
-                )
+                cold_tier_unreadable()
             }
         }
     }
+}
+
+/// What the client is told when the catalog or the cold tier could not be read to plan
+/// or serve its statement.
+pub fn cold_tier_unreadable() -> ErrorFields {
+    fields(
+        "58030",
+        "coldwire could not read the cold tier".into(),
+        Some("The proxy's log has the cause.".into()),
+    )
 }
 
 /// An ERROR with `code`, `message` and `hint`: how the read and write paths refuse what

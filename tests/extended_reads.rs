@@ -1487,3 +1487,153 @@ async fn a_prepared_read_of_two_tables_reads_the_second_once_it_is_tiered_even_i
     assert_eq!(tags(&msgs), "2DCZ", "{msgs:?}");
     assert!(row_has(&msgs, b"n7"), "{msgs:?}");
 }
+
+/// The SQLSTATE of a failed statement.
+fn code_of(e: &tokio_postgres::Error) -> Option<&str> {
+    e.code().map(tokio_postgres::error::SqlState::code)
+}
+
+/// The one count a statement returns.
+async fn counted(
+    c: &tokio_postgres::Client,
+    statement: &(impl tokio_postgres::ToStatement + ?Sized),
+) -> Result<i64, tokio_postgres::Error> {
+    Ok(c.query_one(statement, &[&0i64]).await?.get(0))
+}
+
+#[tokio::test]
+async fn while_the_catalog_cannot_be_read_statements_on_tiered_tables_fail_and_others_run() {
+    let db = create_db("extoutage");
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(&format!(
+            "{SCHEMA};
+             CREATE TABLE plain_t AS SELECT g AS id FROM generate_series(1, 50) g;"
+        ))
+        .await
+        .unwrap();
+    // coldwire reads its catalog as a role of its own, which the test can lock out.
+    let service_role = format!("{db}_service");
+    common::psql_admin(
+        "postgres",
+        &format!("CREATE ROLE {service_role} LOGIN SUPERUSER"),
+    );
+    let service = format!(
+        "postgres://{service_role}@127.0.0.1:{}/{db}",
+        cluster().port()
+    );
+    let proxy = Proxy::start(&["--service-url", &service, "--cold-store", &store]).await;
+    let app = proxy.connect(&db).await;
+    let read = "SELECT count(*) FROM events WHERE id > $1";
+    // Prepared while the table is plain (relayed as written), first bound after the
+    // table was tiered while the catalog cannot be read.
+    let before = app.prepare(read).await.unwrap();
+    assert_eq!(counted(&app, &before).await.unwrap(), 3000);
+    admin_call(&app, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 200, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&app, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    // Prepared while the table is tiered (rewritten).
+    let during = app
+        .prepare("SELECT count(*) FROM events WHERE id > $1 AND kind IS NOT NULL")
+        .await
+        .unwrap();
+    assert_eq!(counted(&app, &during).await.unwrap(), 3000);
+    let heap: i64 = direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(heap <= 200, "{heap} rows left hot");
+    let mut conn = RawConn::ready(proxy.addr, &db).await;
+
+    // The catalog cannot be read: the service role may no longer log in, and its
+    // connections are gone.
+    common::psql_admin(
+        "postgres",
+        &format!(
+            "ALTER ROLE {service_role} NOLOGIN;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{service_role}'"
+        ),
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+
+    // Statements that name the tiered table fail, whichever way they come; none reads
+    // the hot rows alone.
+    for _ in 0..2 {
+        let e = counted(&app, read).await.unwrap_err();
+        assert_eq!(code_of(&e), Some("58030"), "a fresh Parse: {e:?}");
+        let e = counted(&app, &before).await.unwrap_err();
+        assert_eq!(
+            code_of(&e),
+            Some("58030"),
+            "a statement relayed before: {e:?}"
+        );
+        let e = counted(&app, &during).await.unwrap_err();
+        assert_eq!(code_of(&e), Some("58030"), "a rewritten statement: {e:?}");
+        let e = app
+            .simple_query("SELECT count(*) FROM events")
+            .await
+            .unwrap_err();
+        assert_eq!(code_of(&e), Some("58030"), "a simple Query: {e:?}");
+        // Those that name no tiered table run.
+        let plain: i64 = app
+            .query_one("SELECT count(*) FROM plain_t WHERE id > $1", &[&0i32])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(plain, 50);
+        app.batch_execute("BEGIN; SELECT count(*) FROM plain_t; COMMIT")
+            .await
+            .unwrap();
+    }
+    // In protocol order: the statements before it in the group run, the refused Parse
+    // answers with the error, and nothing is prepared under its name.
+    conn.send(
+        &[
+            raw::parse("", "SELECT count(*) FROM plain_t"),
+            raw::bind("", &[]),
+            raw::execute(),
+            raw::parse("n1", "SELECT count(*) FROM events"),
+            raw::bind("n1", &[]),
+            raw::execute(),
+            raw::sync(),
+        ]
+        .concat(),
+    )
+    .await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "12DCEZ", "{msgs:?}");
+    let error = msgs.iter().find(|m| m.tag == b'E').unwrap();
+    assert_eq!(error.field(b'C').as_deref(), Some("58030"));
+    assert!(row_has(&msgs, b"50"), "{msgs:?}");
+
+    // The catalog can be read again: every statement reads every row (once a second
+    // passed since the last failure to read it), the refused name is free to be parsed.
+    common::psql_admin("postgres", &format!("ALTER ROLE {service_role} LOGIN"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let mut served = true;
+        for statement in [&during, &before] {
+            served &= counted(&app, statement).await.is_ok();
+        }
+        if served && counted(&app, read).await.is_ok() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the catalog is not read again"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(counted(&app, &during).await.unwrap(), 3000);
+    assert_eq!(counted(&app, &before).await.unwrap(), 3000);
+    assert_eq!(counted(&app, read).await.unwrap(), 3000);
+    let msgs = parse_bind_execute(&mut conn, "n1", "SELECT count(*) FROM events", &[]).await;
+    assert_eq!(tags(&msgs), "12DCZ", "{msgs:?}");
+    assert!(row_has(&msgs, b"3000"), "{msgs:?}");
+}

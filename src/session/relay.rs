@@ -262,7 +262,16 @@ async fn client_to_upstream(
             }
             Some(Stop::Prepare(frame)) => {
                 let boundary = side.at_boundary(&streamed);
-                let rewrite = rewritten::prepare(&frame, shared).await?;
+                let rewrite = match rewritten::prepare(&frame, shared).await? {
+                    Some(rewrite) => rewrite,
+                    // Not plannable now: it fails, and Postgres skips it.
+                    None => {
+                        let error = crate::error::cold_tier_unreadable();
+                        let (frames, own) = rewritten::refusal_ahead(&error);
+                        c.own_ahead(&mut side, &mut out, frames, own);
+                        (rewritten::ParseRewrite::Unchanged, 0)
+                    }
+                };
                 if let (rewritten::ParseRewrite::Read(read), _) = &rewrite {
                     c.transaction_generations(&read.table_ids(), boundary)
                         .await?;
@@ -506,6 +515,17 @@ impl ClientDirection<'_, '_> {
                     }
                     plan => plan,
                 }
+            }
+            // The catalog cannot be read: a Query that names no table of the registry last
+            // read runs as written.
+            Err(error)
+                if error.code == "58030"
+                    && rewritten::runs_unplanned(
+                        query.get(5..).unwrap_or_default(),
+                        self.shared,
+                    ) =>
+            {
+                Plan::PassThrough
             }
             Err(error) => Plan::Fail(error),
         };

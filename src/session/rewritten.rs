@@ -113,8 +113,11 @@ pub fn read_stop(
                     || reads.names_version(),
                     |q| reads.may_name_tiered_bytes(q),
                 )
-                && !reads.catalog_failing()
+                && (!reads.catalog_failing()
+                    || state.passed_may_name(name, |q| reads.may_name_known_tiered_bytes(q)))
             {
+                // While the catalog cannot be read, one that may name a table tiered since
+                // it was checked is refused (`replan`).
                 Some(Stop::Replan(BytesMut::from(frame)))
             } else {
                 None
@@ -458,18 +461,10 @@ pub async fn plan_query(
         QueryRead::HotOnlyCall(e) => {
             // Under the one name coldwire closes each time: a refusal leaves nothing
             // prepared behind.
-            let mut out = own_frames(&refusal_unless_hot_only_sql(e), &[]);
+            let (mut out, own) = refusal_part(&refusal_unless_hot_only_sql(e));
             ext::execute_unnamed(&mut out, query_text(query).unwrap_or_default(), &[], false);
             out.extend_from_slice(&ext::empty(msg::SYNC));
-            Plan::Run(
-                out,
-                vec![OwnPrefix {
-                    before: 0,
-                    left: OWN_COMPLETIONS,
-                    refusal: true,
-                    ..OwnPrefix::default()
-                }],
-            )
+            Plan::Run(out, vec![own])
         }
         QueryRead::Write(write) => {
             let params = BoundParams {
@@ -585,19 +580,33 @@ pub enum ParseRewrite {
     HotOnlyCall(ErrorFields),
 }
 
-/// The rewrite of a Parse's statement (relayed unchanged when it cannot be prepared:
-/// Postgres then sees the hot rows only, as without coldwire, and the statement is
-/// planned again at its next Parse).
+/// The rewrite of a Parse's statement, with the registry version it was planned
+/// against. When the catalog or the cold tier cannot be read, a statement that names no
+/// table of the registry last read is relayed as written (checked again at its next Bind
+/// once the catalog can be read), and for one that may, `None`: the Parse is to fail
+/// ([`refusal_ahead`] of [`crate::error::cold_tier_unreadable`]), since Postgres would see
+/// the hot rows only.
 ///
 /// # Errors
 /// A malformed Parse.
 pub async fn prepare(
     frame: &[u8],
     shared: &Shared<'_>,
-) -> Result<(ParseRewrite, u64), SessionError> {
-    Ok(planned_now(frame, shared)
-        .await?
-        .unwrap_or((ParseRewrite::Unchanged, 0)))
+) -> Result<Option<(ParseRewrite, u64)>, SessionError> {
+    if let Some(planned) = planned_now(frame, shared).await? {
+        return Ok(Some(planned));
+    }
+    let (_, query) = Parse::decode_raw(frame)?;
+    Ok(runs_unplanned(query, shared).then_some((ParseRewrite::Unchanged, 0)))
+}
+
+/// Whether statement text `sql`, which could not be planned for want of the catalog or
+/// the cold tier, runs as written: it names no table of the registry last read, and
+/// executes no statement the session prepared with SQL-level PREPARE (which may).
+pub fn runs_unplanned(sql: &[u8], shared: &Shared<'_>) -> bool {
+    !read_path(shared).may_name_known_tiered_bytes(sql)
+        && !std::str::from_utf8(sql)
+            .is_ok_and(|sql| may_use_sql_prepared(sql, &shared.locked(), || None))
 }
 
 /// [`prepare_planned`] with the registry version it planned against, read first (names
@@ -776,14 +785,25 @@ pub async fn replan(
         return Ok(None);
     };
     tracing::debug!(statement = name, "planning a prepared statement again");
-    let planned = planned_now(&origin.parse, shared).await?;
+    let reads = read_path(shared);
+    // Within a second of a failure to read the catalog, not tried again.
+    let planned = if reads.catalog_failing() {
+        None
+    } else {
+        planned_now(&origin.parse, shared).await?
+    };
     let mut state = shared.locked();
     // The catalog or the cold tier could not be read: the Bind runs as coldwire last
-    // planned it (a rewritten one then fails, loudly, planning its cold rows; one relayed
-    // as written reads what Postgres holds, as a Parse relayed for that reason does).
+    // planned it (a rewritten one then fails, loudly, planning its cold rows), unless it
+    // was relayed as written and may name a table of the registry last read (tiered
+    // since it was checked): Postgres would read the hot rows only, so the Bind fails.
     let Some((rewrite, names_at)) = planned else {
         state.bind_replanned = true;
-        return Ok(None);
+        let (_, query) = Parse::decode_raw(&origin.parse)?;
+        return Ok(
+            (origin.kind.is_none() && reads.may_name_known_tiered_bytes(query))
+                .then(|| refusal_ahead(&crate::error::cold_tier_unreadable())),
+        );
     };
     // Only the client direction parses and closes: a DEALLOCATE answered meanwhile may
     // have freed it.
@@ -912,24 +932,42 @@ pub fn bound(frame: &[u8], shared: &Shared<'_>) -> Bound {
 /// raises it, then the client's Bind, which the server skips (with what follows it) until
 /// Sync, as after any error.
 fn refused_frames(error: &ErrorFields, unless_hot_only: bool, frame: &[u8]) -> BoundFrames {
-    let sql = if unless_hot_only {
-        refusal_unless_hot_only_sql(error)
+    let (mut frames, own) = if unless_hot_only {
+        refusal_part(&refusal_unless_hot_only_sql(error))
     } else {
-        crate::sql::rewrite::refusal_sql(&error.code, &error.message, error.hint.as_deref())
+        refusal_ahead(error)
     };
-    let mut frames = own_frames(&sql, &[]);
     frames.extend_from_slice(frame);
     BoundFrames {
         notice: None,
         frames,
-        own: vec![OwnPrefix {
+        own: vec![own],
+        lock_first: false,
+    }
+}
+
+/// coldwire's own statement that raises `error`, and its part: sent just ahead of a
+/// client's message, it fails that message in protocol order (Postgres skips the
+/// client's messages after it until Sync, as after any error).
+pub fn refusal_ahead(error: &ErrorFields) -> (BytesMut, OwnPrefix) {
+    refusal_part(&crate::sql::rewrite::refusal_sql(
+        &error.code,
+        &error.message,
+        error.hint.as_deref(),
+    ))
+}
+
+/// coldwire's own statement `sql`, which raises a refusal, and its part.
+fn refusal_part(sql: &str) -> (BytesMut, OwnPrefix) {
+    (
+        own_frames(sql, &[]),
+        OwnPrefix {
             before: 0,
             left: OWN_COMPLETIONS,
             refusal: true,
             ..OwnPrefix::default()
-        }],
-        lock_first: false,
-    }
+        },
+    )
 }
 
 /// What to send for a client's Bind of a statement coldwire prepared.

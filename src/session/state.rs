@@ -663,6 +663,18 @@ impl SessionState {
         false
     }
 
+    /// Whether the text of the client's statement `name`, relayed as written, may name a
+    /// tiered table by `may_name`.
+    pub fn passed_may_name(&self, name: &str, may_name: impl FnOnce(&[u8]) -> bool) -> bool {
+        self.passed.get(name).is_some_and(|passed| {
+            may_name(
+                crate::wire::extended::Parse::decode_raw(&passed.parse)
+                    .map(|(_, q)| q)
+                    .unwrap_or_default(),
+            )
+        })
+    }
+
     /// Whether a statement the client prepared with SQL-level PREPARE was not checked
     /// against the names of registry version `names` (`None`: not known fresh).
     pub fn has_sql_passed_unchecked(&self, names: Option<u64>) -> bool {

@@ -43,6 +43,9 @@ pub struct CatalogCache {
     service: tokio_postgres::Config,
     /// The registry, when it was read and the DDL epoch then (`None` until first read).
     registry: RwLock<Option<(Instant, u64, Arc<Registry>)>>,
+    /// The registry last read, whatever its age, kept across [`CatalogCache::invalidate`]:
+    /// while the catalog cannot be read, what names no table of it runs as written.
+    last_read: RwLock<Option<Arc<Registry>>>,
     /// Per table: its cold state and the notification epoch it was last confirmed in.
     cold: RwLock<HashMap<i64, (Arc<ColdTable>, u64)>>,
     /// Cold states of past generations, by table and generation.
@@ -76,6 +79,7 @@ impl CatalogCache {
             pool: CatalogPool::new(service.clone()),
             service,
             registry: RwLock::new(None),
+            last_read: RwLock::new(None),
             last_version: AtomicU64::new(0),
             callers: RwLock::new(None),
             cold: RwLock::new(HashMap::new()),
@@ -99,6 +103,14 @@ impl CatalogCache {
             .as_ref()
             .filter(|(at, seen, _)| at.elapsed() < REGISTRY_TTL && *seen == ddl)
             .map(|(_, _, r)| r.clone())
+    }
+
+    /// The registry last read, however old (`None` before the first read).
+    pub fn last_read_registry(&self) -> Option<Arc<Registry>> {
+        self.last_read
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Forgets the registry, so the next statement reads it again.
@@ -193,6 +205,10 @@ impl CatalogCache {
             }),
         };
         *slot = Some((Instant::now(), ddl, registry.clone()));
+        *self
+            .last_read
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(registry.clone());
         Ok(registry)
     }
 

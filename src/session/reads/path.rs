@@ -288,6 +288,15 @@ pub(super) fn all_known(
     }
 }
 
+/// Whether `sql` may name one of `registry`'s tables, views or functions (a
+/// case-insensitive substring test, so a superset).
+fn may_name(registry: &Registry, sql: &[u8]) -> bool {
+    use crate::sql::classify::bytes_contain_ignore_ascii_case as contains;
+    // A name written with Unicode escapes (`U&"ev\0065nts"`) does not contain the name's
+    // text: the parser decodes it.
+    registry.names.iter().any(|n| contains(sql, n)) || contains(sql, "u&\"")
+}
+
 /// Prepared writes by statement text and declared parameter count, with the registry
 /// version they were prepared for.
 type WriteCache = HashMap<(String, usize), (u64, Option<Arc<PreparedWrite>>)>;
@@ -367,17 +376,19 @@ impl ReadPath {
     /// [`ReadPath::may_name_tiered`] of text in any encoding (a session in another
     /// client_encoding; table names are matched as bytes).
     pub fn may_name_tiered_bytes(&self, sql: &[u8]) -> bool {
-        match self.catalog.current_registry() {
-            None => true,
-            // A name written with Unicode escapes (`U&"ev\0065nts"`) does not contain
-            // the name's text: the parser decodes it.
-            Some(r) => {
-                r.names
-                    .iter()
-                    .any(|n| crate::sql::classify::bytes_contain_ignore_ascii_case(sql, n))
-                    || crate::sql::classify::bytes_contain_ignore_ascii_case(sql, "u&\"")
-            }
-        }
+        self.catalog
+            .current_registry()
+            .is_none_or(|r| may_name(&r, sql))
+    }
+
+    /// Whether `sql` may name a tiered table, a view over one or a function reading one
+    /// by the names of the registry last read, however old (every statement may before
+    /// the first read). While the catalog cannot be read, a statement that names none
+    /// runs as written, and one that does is refused.
+    pub fn may_name_known_tiered_bytes(&self, sql: &[u8]) -> bool {
+        self.catalog
+            .last_read_registry()
+            .is_none_or(|r| may_name(&r, sql))
     }
 
     /// The refusal of a COPY (`sql`, parsed as `parsed`) that runs a function reading
