@@ -2039,3 +2039,125 @@ async fn a_name_tiered_in_two_schemas_must_be_qualified() {
         );
     }
 }
+
+#[tokio::test]
+async fn tables_whose_names_need_quotes_are_read_and_written_whole() {
+    let db = create_db("quotednames");
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    // Each tiered table beside a plain copy, and a plain table of the name Postgres would
+    // fold an unquoted spelling to.
+    let tables = [
+        r#""Events""#,
+        r#""Événements""#,
+        r#""My Schema"."Odd.Name ""q""""#,
+    ];
+    direct
+        .batch_execute(r#"CREATE SCHEMA "My Schema"; CREATE TABLE events(id int PRIMARY KEY, k text, v int); CREATE TABLE "événements"(LIKE events)"#)
+        .await
+        .unwrap();
+    for (i, t) in tables.iter().enumerate() {
+        direct
+            .batch_execute(&format!(
+                "CREATE TABLE {t}(id int PRIMARY KEY, k text, v int);
+                 INSERT INTO {t} SELECT g, 'k' || g % 3, g FROM generate_series(1, 1000) g;
+                 CREATE TABLE control_{i} AS TABLE {t};"
+            ))
+            .await
+            .unwrap();
+    }
+    let proxy = Proxy::start(&[
+        "--service-url",
+        &cluster().url(&db),
+        "--cold-store",
+        &format!("file://{}", store.path().display()),
+    ])
+    .await;
+    let c = proxy.connect(&db).await;
+    for t in tables {
+        let quoted = t.replace('\'', "''");
+        admin_call(&c, &format!(r#"SELECT coldwire.tier_table('{quoted}', '{{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}}')"#))
+            .await
+            .unwrap();
+        admin_call(
+            &c,
+            &format!("SELECT coldwire.flush_table('{quoted}', wait => true)"),
+        )
+        .await
+        .unwrap();
+        let hot: i64 = direct
+            .query_one(&format!("SELECT count(*) FROM {t}"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(hot <= 100, "{t}: {hot} hot rows");
+    }
+    let reads = [
+        "SELECT count(*), sum(v) FROM {t}",
+        "SELECT k, count(*), max(v) FROM {t} GROUP BY k ORDER BY k",
+        "SELECT * FROM {t} WHERE id = 7",
+        "SELECT count(*) FROM {t} a JOIN {t} b USING (id) WHERE a.id > 500",
+        "SELECT id, v FROM {t} ORDER BY v DESC LIMIT 3",
+    ];
+    let writes = [
+        "UPDATE {t} SET v = -v WHERE id IN (8, 950)",
+        "DELETE FROM {t} WHERE id = 9",
+    ];
+    let unqualified = r#""Odd.Name ""q""""#;
+    for (i, t) in tables.iter().enumerate() {
+        let control = format!("control_{i}");
+        let mut spellings = vec![t.to_string()];
+        if t.contains("My Schema") {
+            spellings.push(unqualified.to_owned());
+        }
+        for spelling in &spellings {
+            let session = proxy.connect(&db).await;
+            session
+                .batch_execute(r#"SET search_path = "My Schema", public"#)
+                .await
+                .unwrap();
+            for round in 0..2 {
+                for read in reads {
+                    let got = simple_rows(&session, &read.replace("{t}", spelling))
+                        .await
+                        .unwrap_or_else(|e| panic!("{spelling}: {read}: {e:?}"));
+                    let want = simple_rows(&direct, &read.replace("{t}", &control))
+                        .await
+                        .unwrap();
+                    assert_eq!(got, want, "{spelling}: {read} (round {round})");
+                }
+                let sql = format!("SELECT v FROM {spelling} WHERE id = $1");
+                for id in [7, 950, 9] {
+                    let got: Vec<i32> = session
+                        .query(&sql, &[&id])
+                        .await
+                        .unwrap()
+                        .iter()
+                        .map(|r| r.get(0))
+                        .collect();
+                    let want: Vec<i32> = direct
+                        .query(&format!("SELECT v FROM {control} WHERE id = $1"), &[&id])
+                        .await
+                        .unwrap()
+                        .iter()
+                        .map(|r| r.get(0))
+                        .collect();
+                    assert_eq!(got, want, "{sql} with {id}");
+                }
+                // Written once, through the first spelling; read again after.
+                if round == 0 && spelling == t {
+                    for write in writes {
+                        session
+                            .batch_execute(&write.replace("{t}", spelling))
+                            .await
+                            .unwrap_or_else(|e| panic!("{spelling}: {write}: {e:?}"));
+                        direct
+                            .batch_execute(&write.replace("{t}", &control))
+                            .await
+                            .unwrap();
+                    }
+                }
+            }
+        }
+    }
+}

@@ -135,8 +135,8 @@ pub struct Registry {
     pub views: Vec<TieredView>,
     /// Functions and procedures that read tiered tables server-side.
     pub functions: Arc<[ReadingFunction]>,
-    /// Lower-case names (of tables, views and such functions), for the cheap test of
-    /// every statement.
+    /// The names of tables, views and such functions, as statements may spell them
+    /// ([`written_forms`]), for the cheap test of every statement.
     pub names: Vec<String>,
     /// The names that tiered tables, or views over them, have in more than one schema
     /// ([`ambiguous_names`]).
@@ -145,6 +145,16 @@ pub struct Registry {
     /// The database's secret (`coldwire.secret`, catalog v13), with which coldwire signs
     /// the rows it brings back (`catalog::capture::rehydration_mac`).
     pub secret: Option<SigningKey>,
+}
+
+/// The texts the cheap name test ([`Registry::names`]) looks for in a statement that may
+/// name the table, view or function `name`: the name as Postgres stores it (the test
+/// ignores ASCII case only, as Postgres folds only ASCII letters of an unquoted name),
+/// and for a name holding a double quote, the name as a quoted identifier spells it, each
+/// `"` doubled. (A name spelt with Unicode escapes, `U&"…"`, is the test's own case.)
+pub fn written_forms(name: &str) -> impl Iterator<Item = String> {
+    let quoted = name.contains('"').then(|| name.replace('"', "\"\""));
+    std::iter::once(name.to_owned()).chain(quoted)
 }
 
 /// The names that `tables`, or `views` over them, have in more than one schema: an
@@ -497,3 +507,31 @@ pub(crate) fn names_as_words(mentions: &[Mention<'_>]) -> Option<String> {
 /// the line), as SQL over `pg_proc p`.
 pub(crate) const WITHOUT_COMMENTS: &str =
     "regexp_replace(regexp_replace(p.prosrc, '/\\*.*?\\*/', ' ', 'g'), '--[^\\n]*', ' ', 'g')";
+
+#[cfg(test)]
+mod tests {
+    use super::written_forms;
+    use crate::sql::classify::bytes_contain_ignore_ascii_case as contains;
+
+    /// Whether the name test finds the table stored as `name` in `sql`.
+    fn found(name: &str, sql: &str) -> bool {
+        written_forms(name).any(|form| contains(sql.as_bytes(), &form))
+    }
+
+    #[test]
+    fn the_name_test_finds_a_name_however_a_statement_may_spell_it() {
+        assert!(found("events", "SELECT * FROM EVENTS"));
+        assert!(found("Events", "SELECT * FROM \"Events\""));
+        // Postgres folds only ASCII letters: the name is stored as written in quotes, and
+        // only that spelling (ASCII case aside) names it.
+        assert!(found("Événements", "SELECT * FROM \"Événements\""));
+        assert!(!found("Événements", "SELECT * FROM \"éVÉNEMENTS\""));
+        // A quote in a name is doubled where a statement spells it.
+        assert!(found(
+            "Odd.Name \"q\"",
+            "SELECT * FROM \"Odd.Name \"\"q\"\"\""
+        ));
+        assert!(found("a\"", "TABLE s.\"a\"\"\""));
+        assert!(!found("events", "SELECT * FROM event"));
+    }
+}

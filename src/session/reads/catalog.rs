@@ -192,9 +192,10 @@ impl CatalogCache {
             _ => Arc::new(Registry {
                 names: tables
                     .iter()
-                    .map(|t| t.table.name.to_lowercase())
-                    .chain(views.iter().map(|v| v.name.to_lowercase()))
-                    .chain(functions.iter().map(|f| f.name.to_lowercase()))
+                    .map(|t| t.table.name.as_str())
+                    .chain(views.iter().map(|v| v.name.as_str()))
+                    .chain(functions.iter().map(|f| f.name.as_str()))
+                    .flat_map(registry::written_forms)
                     .collect(),
                 ambiguous: registry::ambiguous_names(&tables, &views),
                 tables,

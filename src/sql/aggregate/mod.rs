@@ -52,6 +52,7 @@ mod tests;
 use pg_query::protobuf::{node::Node as N, SelectStmt, SetOperation};
 
 use super::predicates::ColumnPredicate;
+use super::quote::quote_ident;
 use super::rewrite::{dollar_quoted, TieredTable};
 use crate::values::trunc::TruncUnit;
 use crate::values::{ColdType, ScalarType, TextKind};
@@ -454,7 +455,8 @@ impl<'a> Source<'a> {
         let written = if schema.is_some() {
             "NULL".to_owned()
         } else {
-            dollar_quoted(&range.relname)
+            // As a quoted identifier, so that `to_regclass` reads back the name as parsed.
+            dollar_quoted(&quote_ident(&range.relname))
         };
         Some(Source {
             location: range.location,
