@@ -1510,7 +1510,8 @@ async fn while_the_catalog_cannot_be_read_statements_on_tiered_tables_fail_and_o
     direct
         .batch_execute(&format!(
             "{SCHEMA};
-             CREATE TABLE plain_t AS SELECT g AS id FROM generate_series(1, 50) g;"
+             CREATE TABLE plain_t AS SELECT g AS id FROM generate_series(1, 50) g;
+             CREATE TABLE events_log AS SELECT g::bigint AS id FROM generate_series(1, 40) g;"
         ))
         .await
         .unwrap();
@@ -1531,6 +1532,12 @@ async fn while_the_catalog_cannot_be_read_statements_on_tiered_tables_fail_and_o
     // table was tiered while the catalog cannot be read.
     let before = app.prepare(read).await.unwrap();
     assert_eq!(counted(&app, &before).await.unwrap(), 3000);
+    // So is an SQL-level PREPARE, first executed while the catalog cannot be read.
+    let mut sql_conn = RawConn::ready(proxy.addr, &db).await;
+    sql_conn
+        .send(&raw::query("PREPARE r AS SELECT count(*) FROM events"))
+        .await;
+    assert_eq!(tags(&sql_conn.until_ready().await), "CZ");
     admin_call(&app, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 200, "min_flush_rows": 100, "auto_flush": false}')"#)
         .await
         .unwrap();
@@ -1543,6 +1550,13 @@ async fn while_the_catalog_cannot_be_read_statements_on_tiered_tables_fail_and_o
         .await
         .unwrap();
     assert_eq!(counted(&app, &during).await.unwrap(), 3000);
+    // A plain table whose name holds the tiered one's, its statement checked against the
+    // names coldwire read last.
+    let log = app
+        .prepare("SELECT count(*) FROM events_log WHERE id > $1")
+        .await
+        .unwrap();
+    assert_eq!(counted(&app, &log).await.unwrap(), 40);
     let heap: i64 = direct
         .query_one("SELECT count(*) FROM events", &[])
         .await
@@ -1551,16 +1565,30 @@ async fn while_the_catalog_cannot_be_read_statements_on_tiered_tables_fail_and_o
     assert!(heap <= 200, "{heap} rows left hot");
     let mut conn = RawConn::ready(proxy.addr, &db).await;
 
-    // The catalog cannot be read: the service role may no longer log in, and its
+    // The catalog cannot be read: the service role may no longer log in, and then its
     // connections are gone.
+    common::psql_admin("postgres", &format!("ALTER ROLE {service_role} NOLOGIN"));
     common::psql_admin(
         "postgres",
         &format!(
-            "ALTER ROLE {service_role} NOLOGIN;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{service_role}'"
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{service_role}'"
         ),
     );
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+
+    // A Bind of the statement relayed before the tiering, planned again (more than a
+    // second after the last failure to read the catalog: none yet).
+    let e = counted(&app, &before).await.unwrap_err();
+    assert_eq!(
+        code_of(&e),
+        Some("58030"),
+        "a statement relayed before: {e:?}"
+    );
+    // An SQL EXECUTE while the catalog cannot be read.
+    sql_conn.send(&raw::query("EXECUTE r")).await;
+    let msgs = sql_conn.until_ready().await;
+    assert_eq!(tags(&msgs), "EZ", "{msgs:?}");
+    assert_eq!(msgs[0].field(b'C').as_deref(), Some("58030"), "{msgs:?}");
 
     // Statements that name the tiered table fail, whichever way they come; none reads
     // the hot rows alone.
@@ -1580,7 +1608,8 @@ async fn while_the_catalog_cannot_be_read_statements_on_tiered_tables_fail_and_o
             .await
             .unwrap_err();
         assert_eq!(code_of(&e), Some("58030"), "a simple Query: {e:?}");
-        // Those that name no tiered table run.
+        // Those that name no tiered table run, one whose text holds its name among them.
+        assert_eq!(counted(&app, &log).await.unwrap(), 40);
         let plain: i64 = app
             .query_one("SELECT count(*) FROM plain_t WHERE id > $1", &[&0i32])
             .await

@@ -262,21 +262,22 @@ async fn client_to_upstream(
             }
             Some(Stop::Prepare(frame)) => {
                 let boundary = side.at_boundary(&streamed);
-                let rewrite = match rewritten::prepare(&frame, shared).await? {
-                    Some(rewrite) => rewrite,
+                let parse = match rewritten::prepare(&frame, shared).await? {
+                    Some(rewrite) => {
+                        if let (rewritten::ParseRewrite::Read(read), _) = &rewrite {
+                            c.transaction_generations(&read.table_ids(), boundary)
+                                .await?;
+                        }
+                        rewritten::parse_to_send(&frame, rewrite, shared)?
+                    }
                     // Not plannable now: it fails, and Postgres skips it.
                     None => {
                         let error = crate::error::cold_tier_unreadable();
                         let (frames, own) = rewritten::refusal_ahead(&error);
                         c.own_ahead(&mut side, &mut out, frames, own);
-                        (rewritten::ParseRewrite::Unchanged, 0)
+                        rewritten::parse_refused(&frame, shared)?
                     }
                 };
-                if let (rewritten::ParseRewrite::Read(read), _) = &rewrite {
-                    c.transaction_generations(&read.table_ids(), boundary)
-                        .await?;
-                }
-                let parse = rewritten::parse_to_send(&frame, rewrite, shared)?;
                 side.forwarded(&mut shared.locked(), msg::PARSE, &frame, true, &streamed)?;
                 side.sent_since_sync = true;
                 // Written with the frames that follow it in the client's read (its Bind,

@@ -113,8 +113,7 @@ pub fn read_stop(
                     || reads.names_version(),
                     |q| reads.may_name_tiered_bytes(q),
                 )
-                && (!reads.catalog_failing()
-                    || state.passed_may_name(name, |q| reads.may_name_known_tiered_bytes(q)))
+                && (!reads.catalog_failing() || passed_unplannable(name, reads, state))
             {
                 // While the catalog cannot be read, one that may name a table tiered since
                 // it was checked is refused (`replan`).
@@ -605,8 +604,30 @@ pub async fn prepare(
 /// executes no statement the session prepared with SQL-level PREPARE (which may).
 pub fn runs_unplanned(sql: &[u8], shared: &Shared<'_>) -> bool {
     !read_path(shared).may_name_known_tiered_bytes(sql)
-        && !std::str::from_utf8(sql)
-            .is_ok_and(|sql| may_use_sql_prepared(sql, &shared.locked(), || None))
+        && !match std::str::from_utf8(sql) {
+            Ok(sql) => may_use_sql_prepared(sql, &shared.locked(), || None),
+            Err(_) => crate::sql::classify::bytes_contain_ignore_ascii_case(sql, "execute"),
+        }
+}
+
+/// Whether the client's statement `name`, relayed as written, cannot run while the
+/// catalog cannot be read: its text may name a table of the registry last read, and it
+/// was not checked against that registry (the table was tiered since).
+fn passed_unplannable(name: &str, reads: &ReadPath, state: &SessionState) -> bool {
+    state.passed_may_name(name, reads.known_names_version(), |q| {
+        reads.may_name_known_tiered_bytes(q)
+    })
+}
+
+/// The client's Parse `frame`, which coldwire's refusal ahead of it fails: sent so that
+/// Postgres skips it (and what follows until Sync), with no record of a statement.
+///
+/// # Errors
+/// A malformed Parse.
+pub fn parse_refused(frame: &[u8], shared: &Shared<'_>) -> Result<BytesMut, SessionError> {
+    let (name, _) = Parse::decode_raw(frame)?;
+    shared.locked().parse_sent(name);
+    Ok(BytesMut::from(frame))
 }
 
 /// [`prepare_planned`] with the registry version it planned against, read first (names
@@ -799,11 +820,8 @@ pub async fn replan(
     // since it was checked): Postgres would read the hot rows only, so the Bind fails.
     let Some((rewrite, names_at)) = planned else {
         state.bind_replanned = true;
-        let (_, query) = Parse::decode_raw(&origin.parse)?;
-        return Ok(
-            (origin.kind.is_none() && reads.may_name_known_tiered_bytes(query))
-                .then(|| refusal_ahead(&crate::error::cold_tier_unreadable())),
-        );
+        return Ok(passed_unplannable(name, &reads, &state)
+            .then(|| refusal_ahead(&crate::error::cold_tier_unreadable())));
     };
     // Only the client direction parses and closes: a DEALLOCATE answered meanwhile may
     // have freed it.

@@ -664,14 +664,21 @@ impl SessionState {
     }
 
     /// Whether the text of the client's statement `name`, relayed as written, may name a
-    /// tiered table by `may_name`.
-    pub fn passed_may_name(&self, name: &str, may_name: impl FnOnce(&[u8]) -> bool) -> bool {
+    /// tiered table by `may_name`, the names of registry version `known`, unless it was
+    /// checked against that version.
+    pub fn passed_may_name(
+        &self,
+        name: &str,
+        known: Option<u64>,
+        may_name: impl FnOnce(&[u8]) -> bool,
+    ) -> bool {
         self.passed.get(name).is_some_and(|passed| {
-            may_name(
-                crate::wire::extended::Parse::decode_raw(&passed.parse)
-                    .map(|(_, q)| q)
-                    .unwrap_or_default(),
-            )
+            Some(passed.names_at) != known
+                && may_name(
+                    crate::wire::extended::Parse::decode_raw(&passed.parse)
+                        .map(|(_, q)| q)
+                        .unwrap_or_default(),
+                )
         })
     }
 

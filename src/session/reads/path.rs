@@ -381,6 +381,11 @@ impl ReadPath {
             .is_none_or(|r| may_name(&r, sql))
     }
 
+    /// The version of the registry last read, however old.
+    pub fn known_names_version(&self) -> Option<u64> {
+        self.catalog.last_read_registry().map(|r| r.version)
+    }
+
     /// Whether `sql` may name a tiered table, a view over one or a function reading one
     /// by the names of the registry last read, however old (every statement may before
     /// the first read). While the catalog cannot be read, a statement that names none
