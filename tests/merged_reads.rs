@@ -2103,6 +2103,26 @@ async fn tables_whose_names_need_quotes_are_read_and_written_whole() {
         "UPDATE {t} SET v = -v WHERE id IN (8, 950)",
         "DELETE FROM {t} WHERE id = 9",
     ];
+    // A view and a function over a tiered table, named with a non-ASCII capital.
+    direct
+        .batch_execute(
+            r#"CREATE VIEW "Él" AS SELECT * FROM "Événements" WHERE id > 10;
+               CREATE FUNCTION "Écompte"() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM "Événements"'"#,
+        )
+        .await
+        .unwrap();
+    let through_view = simple_rows(&c, r#"SELECT count(*), sum(v) FROM "Él""#)
+        .await
+        .unwrap();
+    let want = simple_rows(
+        &direct,
+        "SELECT count(*), sum(v) FROM control_1 WHERE id > 10",
+    )
+    .await
+    .unwrap();
+    assert_eq!(through_view, want);
+    let e = c.simple_query(r#"SELECT "Écompte"()"#).await.unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("0A000"), "{e:?}");
     let unqualified = r#""Odd.Name ""q""""#;
     for (i, t) in tables.iter().enumerate() {
         let control = format!("control_{i}");
