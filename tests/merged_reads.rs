@@ -2181,3 +2181,49 @@ async fn tables_whose_names_need_quotes_are_read_and_written_whole() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_cte_named_like_its_table_reads_the_table_where_postgres_does() {
+    let t = tiered_events("ctescope", "CREATE TABLE control AS TABLE events").await;
+    let reads = [
+        "WITH events AS (SELECT * FROM events WHERE kind = 'k1') SELECT count(*) FROM events",
+        "WITH x AS (SELECT 1), events AS (SELECT * FROM events) SELECT count(*), min(id), max(id) FROM events",
+        "WITH a AS (SELECT count(*) AS n FROM events), events AS (SELECT 1) SELECT * FROM a, events",
+        "(WITH events AS (SELECT 1 AS n) SELECT count(*) FROM events) UNION ALL SELECT count(*) FROM events",
+        "SELECT (WITH events AS (SELECT 1) SELECT count(*) FROM events), (SELECT count(*) FROM events)",
+        "WITH RECURSIVE events AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM events WHERE n < 3) SELECT count(*) FROM events",
+        "WITH events AS MATERIALIZED (SELECT id FROM events WHERE id % 7 = 0) SELECT count(*), sum(id) FROM events",
+    ];
+    let writes = [
+        "WITH events AS (SELECT id FROM events WHERE id BETWEEN 10 AND 14) \
+         UPDATE events SET kind = 'w' WHERE id IN (SELECT id FROM events)",
+        "WITH events AS (SELECT id FROM events WHERE id % 100 = 1) \
+         DELETE FROM events WHERE id IN (SELECT id FROM events)",
+    ];
+    let check = |sql: &'static str| {
+        let c = &t.c;
+        let direct = &t.direct;
+        async move {
+            let got = simple_rows(c, sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+            let want = simple_rows(direct, &sql.replace("events", "control"))
+                .await
+                .unwrap();
+            assert_eq!(got, want, "{sql}");
+        }
+    };
+    for read in reads {
+        check(read).await;
+    }
+    for write in writes {
+        t.c.batch_execute(write)
+            .await
+            .unwrap_or_else(|e| panic!("{write}: {e:?}"));
+        t.direct
+            .batch_execute(&write.replace("events", "control"))
+            .await
+            .unwrap();
+    }
+    check("SELECT id, kind FROM events ORDER BY id").await;
+}

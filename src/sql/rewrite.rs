@@ -292,7 +292,7 @@ pub fn rewrite_parsed(
     let walked = super::tree::walk(parsed);
     let mut found: Vec<(usize, TieredTable, Option<String>, bool)> = Vec::new();
     for rv in walked.relations {
-        if rv.schema.is_none() && walked.cte_names.contains(&rv.name) {
+        if rv.cte {
             continue;
         }
         let Some(table) = resolve(rv.schema.as_deref(), &rv.name) else {
@@ -407,7 +407,7 @@ pub fn expand_views(
     let walked = super::tree::walk(parsed);
     let mut found = Vec::new();
     for rv in walked.relations.iter().filter(|r| r.read) {
-        if rv.schema.is_none() && walked.cte_names.contains(&rv.name) {
+        if rv.cte {
             continue;
         }
         if let Some(view) = resolve(rv.schema.as_deref(), &rv.name) {

@@ -26,14 +26,15 @@ pub struct Relation {
     pub read: bool,
     /// The target of an INSERT, UPDATE, DELETE or MERGE.
     pub written: bool,
+    /// An unqualified name of a CTE in scope where it is written: it reads that CTE, not
+    /// a table ([`cte_references`]). A statement's target never is one.
+    pub cte: bool,
 }
 
 /// What the walk found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Walk {
     pub relations: Vec<Relation>,
-    /// Names of CTEs defined anywhere in the statement.
-    pub cte_names: Vec<String>,
     /// Some query block has FOR UPDATE/SHARE.
     pub locking: bool,
     /// Locations of the relations read under `TABLESAMPLE`.
@@ -70,7 +71,80 @@ pub fn walk(parsed: &pg_query::ParseResult) -> Walk {
     visit(&tree, &known, &written, &mut out);
     out.relations.sort_by_key(|r| r.location);
     out.relations.dedup_by_key(|r| r.location);
+    let mut ctes = HashSet::new();
+    cte_references(&tree, &mut Vec::new(), &mut ctes);
+    for r in &mut out.relations {
+        r.cte = !r.written && r.schema.is_none() && ctes.contains(&r.location);
+    }
     out
+}
+
+/// Adds to `out` the locations of the relation nodes under `value` whose unqualified name
+/// is that of a CTE in scope there, `visible` holding the names in scope around it. As
+/// Postgres scopes them: a CTE is visible to the rest of the statement whose WITH defines
+/// it (subqueries included), and, in a WITH that is not RECURSIVE, to the CTEs after it
+/// but not to its own query or those before it; in a RECURSIVE one, to all of them. So in
+/// `WITH events AS (SELECT * FROM events WHERE …) SELECT … FROM events` the first
+/// `events` is the table, and in `(WITH events AS (…) SELECT …) UNION SELECT … FROM
+/// events` the last one is.
+fn cte_references(value: &Value, visible: &mut Vec<String>, out: &mut HashSet<i32>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(with) = map.get("with_clause").filter(|w| !w.is_null()) {
+                let ctes: Vec<(&str, Option<&Value>)> = with
+                    .get("ctes")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|n| {
+                        let cte = n.get("node")?.get("CommonTableExpr")?;
+                        Some((cte.get("ctename")?.as_str()?, cte.get("ctequery")))
+                    })
+                    .collect();
+                let recursive = with.get("recursive").and_then(Value::as_bool) == Some(true);
+                let around = visible.len();
+                if recursive {
+                    visible.extend(ctes.iter().map(|(name, _)| (*name).to_owned()));
+                }
+                for (name, query) in ctes {
+                    if let Some(query) = query {
+                        cte_references(query, visible, out);
+                    }
+                    if !recursive {
+                        visible.push(name.to_owned());
+                    }
+                }
+                for (key, inner) in map {
+                    if key != "with_clause" {
+                        cte_references(inner, visible, out);
+                    }
+                }
+                visible.truncate(around);
+                return;
+            }
+            for (key, inner) in map {
+                if key == "RangeVar" {
+                    let unqualified = inner
+                        .get("schemaname")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty);
+                    let name = inner.get("relname").and_then(Value::as_str);
+                    if unqualified && name.is_some_and(|n| visible.iter().any(|v| v == n)) {
+                        if let Some(location) = inner
+                            .get("location")
+                            .and_then(Value::as_i64)
+                            .and_then(|l| i32::try_from(l).ok())
+                        {
+                            out.insert(location);
+                        }
+                    }
+                }
+                cte_references(inner, visible, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| cte_references(v, visible, out)),
+        _ => {}
+    }
 }
 
 /// Locations of the `relation` of every INSERT, UPDATE, DELETE and MERGE in the tree;
@@ -118,6 +192,7 @@ fn relation(rv: &pg_query::protobuf::RangeVar, read: bool) -> Relation {
         alias: rv.alias.as_ref().map(|a| a.aliasname.clone()),
         read,
         written: false,
+        cte: false,
     }
 }
 
@@ -148,11 +223,6 @@ fn visit(value: &Value, known: &HashSet<i32>, written: &HashSet<i32>, out: &mut 
                             r.read = false;
                             r.written = true;
                             out.relations.push(r);
-                        }
-                    }
-                    "CommonTableExpr" => {
-                        if let Some(name) = inner.get("ctename").and_then(Value::as_str) {
-                            out.cte_names.push(name.to_owned());
                         }
                     }
                     "FuncCall" => out.functions.extend(function_name(inner)),
@@ -217,6 +287,7 @@ fn range_var(v: &Value) -> Option<Relation> {
             .map(str::to_owned),
         read: true,
         written: false,
+        cte: false,
     })
 }
 
@@ -333,7 +404,7 @@ mod tests {
         )
         .unwrap();
         let w = walk(&parsed);
-        assert_eq!(w.cte_names, ["events"]);
+        assert!(w.relations.iter().all(|r| r.cte == (r.name == "events")));
         assert!(w.locking);
         let parsed = pg_query::parse("SELECT * FROM public.events AS e", 0).unwrap();
         assert_eq!(
@@ -345,8 +416,65 @@ mod tests {
                 alias: Some("e".into()),
                 read: true,
                 written: false,
+                cte: false,
             }]
         );
+    }
+
+    #[test]
+    fn a_cte_is_read_only_where_postgres_sees_it() {
+        // Per statement, whether each reference of `events`, in order, reads the CTE.
+        for (sql, ctes) in [
+            (
+                "WITH events AS (SELECT * FROM events WHERE k = 1) SELECT count(*) FROM events",
+                vec![false, true],
+            ),
+            (
+                "WITH x AS (SELECT 1), events AS (SELECT * FROM events) SELECT * FROM events",
+                vec![false, true],
+            ),
+            (
+                "WITH a AS (SELECT count(*) FROM events), events AS (SELECT 1) SELECT * FROM a, events",
+                vec![false, true],
+            ),
+            (
+                "(WITH events AS (SELECT 1) SELECT * FROM events) UNION ALL SELECT * FROM events",
+                vec![true, false],
+            ),
+            (
+                "SELECT (WITH events AS (SELECT 1) SELECT count(*) FROM events), (SELECT count(*) FROM events)",
+                vec![true, false],
+            ),
+            (
+                "WITH RECURSIVE events AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM events WHERE n < 3) SELECT * FROM events",
+                vec![true, true],
+            ),
+            (
+                "WITH events AS (SELECT 1) SELECT * FROM public.events, (SELECT * FROM events) s",
+                vec![false, true],
+            ),
+            (
+                "WITH events AS (UPDATE events SET k = 1 RETURNING *) SELECT * FROM events",
+                vec![false, true],
+            ),
+            (
+                "WITH events AS (SELECT 1) INSERT INTO events SELECT * FROM events",
+                vec![false, true],
+            ),
+            (
+                "WITH events AS (SELECT 1) SELECT * FROM x WHERE EXISTS (WITH y AS (SELECT 1) SELECT FROM events)",
+                vec![true],
+            ),
+        ] {
+            let parsed = pg_query::parse(sql, 0).unwrap();
+            let found: Vec<bool> = walk(&parsed)
+                .relations
+                .iter()
+                .filter(|r| r.name == "events")
+                .map(|r| r.cte)
+                .collect();
+            assert_eq!(found, ctes, "{sql}");
+        }
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub fn classify(
     let tiered: Vec<_> = walked
         .relations
         .iter()
-        .filter(|r| !(r.schema.is_none() && walked.cte_names.contains(&r.name)))
+        .filter(|r| !r.cte)
         .filter_map(|r| resolve(r.schema.as_deref(), &r.name).map(|t| (r, t)))
         .collect();
     let targets: Vec<_> = tiered.iter().filter(|(r, _)| r.written).collect();

@@ -459,7 +459,7 @@ impl ReadPath {
         let walked = crate::sql::tree::walk(parsed);
         Ok(walked.relations.iter().any(|r| {
             let schema = r.schema.as_deref();
-            !(schema.is_none() && walked.cte_names.contains(&r.name))
+            !r.cte
                 && (registry.unique(schema, &r.name).is_some()
                     || registry
                         .view(schema, &r.name)
@@ -804,11 +804,7 @@ fn reading_function<'r>(
     let walk = crate::sql::tree::walk(parsed);
     // An unqualified name a CTE of the statement defines is that CTE (but a write's
     // target is a table).
-    let relations = || {
-        walk.relations
-            .iter()
-            .filter(|r| r.written || r.schema.is_some() || !walk.cte_names.contains(&r.name))
-    };
+    let relations = || walk.relations.iter().filter(|r| !r.cte);
     // The writes a statement makes of its target (`pg_trigger.tgtype`'s bits: an upsert
     // fires UPDATE triggers too): any, when it writes several (CTEs), or writes under a
     // MERGE, EXPLAIN ANALYZE or a SELECT's CTE.
@@ -1063,13 +1059,18 @@ fn rewrite(
     // which one it means depends on the session's search_path, which coldwire does not
     // know, and left as it is it would read the heap alone.
     let ambiguous = &registry.ambiguous;
-    if ambiguous.iter().any(|n| contains_ignore_ascii_case(sql, n))
+    if ambiguous
+        .iter()
+        .flat_map(|n| crate::catalog::registry::written_forms(n))
+        .any(|n| contains_ignore_ascii_case(sql, &n))
         || (!ambiguous.is_empty() && contains_ignore_ascii_case(sql, "u&\""))
     {
         let walked = crate::sql::tree::walk(&parsed);
-        if let Some(r) = walked.relations.iter().find(|r| {
-            r.schema.is_none() && !walked.cte_names.contains(&r.name) && ambiguous.contains(&r.name)
-        }) {
+        if let Some(r) = walked
+            .relations
+            .iter()
+            .find(|r| r.schema.is_none() && !r.cte && ambiguous.contains(&r.name))
+        {
             return Err(refused(
                 &format!(
                     "{} names tiered tables or views over them in more than one schema",
