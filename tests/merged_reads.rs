@@ -2227,3 +2227,67 @@ async fn a_cte_named_like_its_table_reads_the_table_where_postgres_does() {
     }
     check("SELECT id, kind FROM events ORDER BY id").await;
 }
+
+#[tokio::test]
+async fn names_holding_coldwires_own_quote_tag_are_tiered_and_served() {
+    let db = create_db("dollarnames");
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    // coldwire writes its trigger functions' bodies quoted; a name holding the tag it
+    // used ended the body there.
+    let t = r#""t$coldwire$x""#;
+    direct
+        .batch_execute(&format!(
+            r#"CREATE TABLE {t}("k$coldwire$" int PRIMARY KEY, "$cw$" text);
+               INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 500) g;
+               CREATE TABLE control AS TABLE {t};"#
+        ))
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&[
+        "--service-url",
+        &cluster().url(&db),
+        "--cold-store",
+        &format!("file://{}", store.path().display()),
+    ])
+    .await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('"t$coldwire$x"', '{"hot_row_limit": 50, "min_flush_rows": 50, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(
+        &c,
+        r#"SELECT coldwire.flush_table('"t$coldwire$x"', wait => true)"#,
+    )
+    .await
+    .unwrap();
+    for sql in [
+        r#"UPDATE {t} SET "$cw$" = 'w' WHERE "k$coldwire$" IN (8, 300)"#,
+        r#"DELETE FROM {t} WHERE "k$coldwire$" = 9"#,
+        r#"INSERT INTO {t} VALUES (1000, 'new')"#,
+    ] {
+        c.batch_execute(&sql.replace("{t}", t))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        direct
+            .batch_execute(&sql.replace("{t}", "control"))
+            .await
+            .unwrap();
+    }
+    for sql in [
+        r#"SELECT count(*), sum("k$coldwire$"), max("$cw$") FROM {t}"#,
+        r#"SELECT * FROM {t} ORDER BY "k$coldwire$""#,
+    ] {
+        let got = simple_rows(&c, &sql.replace("{t}", t)).await.unwrap();
+        let want = simple_rows(&direct, &sql.replace("{t}", "control"))
+            .await
+            .unwrap();
+        assert_eq!(got, want, "{sql}");
+    }
+    let hot: i64 = direct
+        .query_one(&format!("SELECT count(*) FROM {t}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(hot < 100, "{hot} rows hot");
+}

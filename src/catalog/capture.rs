@@ -138,18 +138,18 @@ impl CaptureSpec {
                 format!("OLD.{n} IS DISTINCT FROM NEW.{n}")
             })
             .collect();
-        format!(
-            "DO $coldwire$ BEGIN \
+        quoted_body(format!(
+            "DO \0 BEGIN \
              IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger \
                             WHERE tgrelid = {literal}::pg_catalog.regclass AND tgname = '{KEYS_TRIGGER}') THEN \
              CREATE TRIGGER {KEYS_TRIGGER} AFTER UPDATE ON {table} REFERENCING NEW TABLE AS coldwire_new \
              FOR EACH ROW WHEN ({moved}) EXECUTE FUNCTION {function}(); \
              ALTER TABLE {table} ENABLE ALWAYS TRIGGER {KEYS_TRIGGER}; \
-             END IF; END $coldwire$",
+             END IF; END \0",
             literal = sql_literal(&table),
             moved = moved.join(" OR "),
             function = self.capture_function(),
-        )
+        ))
     }
 
     /// The statement that records every row the table holds as live, leaving keys the
@@ -253,6 +253,14 @@ impl CaptureSpec {
     /// naming the table by its oid. The cold rows stay `anyarray`, so the function holds
     /// no dependency on the table's row type (`DROP TABLE` stays possible).
     pub fn rehydrate_function_sql(&self) -> Vec<String> {
+        self.rehydrate_function_text()
+            .into_iter()
+            .map(quoted_body)
+            .collect()
+    }
+
+    /// [`CaptureSpec::rehydrate_function_sql`] with its body between NULs ([`quoted_body`]).
+    fn rehydrate_function_text(&self) -> Vec<String> {
         let function = self.rehydrate_function();
         let mirror = self.mirror();
         let pk = self.pk_list("");
@@ -273,7 +281,7 @@ impl CaptureSpec {
             format!(
                 "CREATE OR REPLACE FUNCTION {function}(table_id bigint, planned bigint, cold anyarray, absent text, \
                  digest text, statement text, append boolean, mac bytea) \
-                 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
+                 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS \0\n\
                  #variable_conflict use_column\n\
                  DECLARE rel oid; k bytea; found_generation bigint; n bigint := 0;\n\
                  BEGIN\n\
@@ -320,7 +328,7 @@ impl CaptureSpec {
                  WHERE b.lo IS NULL OR c.{first} BETWEEN b.lo AND b.hi ON CONFLICT DO NOTHING;\n\
                  END IF;\n\
                  RETURN n;\n\
-                 END\n$coldwire$",
+                 END\n\0",
                 planned = PLANNED_SETTING,
                 id = self.id,
                 signed = rehydration_mac_sql(self.id),
@@ -384,6 +392,14 @@ impl CaptureSpec {
     /// only if it may SELECT the table itself (the policy runs as the querying role; the
     /// owner, i.e. capture and flush, is not subject to it); `overrides_<id>` is owner-only.
     fn read_and_override_objects(&self) -> Vec<String> {
+        self.read_and_override_text()
+            .into_iter()
+            .map(quoted_body)
+            .collect()
+    }
+
+    /// [`CaptureSpec::read_and_override_objects`], a body between NULs ([`quoted_body`]).
+    fn read_and_override_text(&self) -> Vec<String> {
         let mirror = self.mirror();
         let columns: Vec<String> = self
             .pk
@@ -414,12 +430,12 @@ impl CaptureSpec {
                 self.pk_list("")
             ),
             format!(
-                "DO $coldwire$ BEGIN \
+                "DO \0 BEGIN \
                  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{o}'::regclass AND attname = 'generation') THEN \
                  ALTER TABLE {o} ADD COLUMN generation bigint NOT NULL DEFAULT 0; \
                  ALTER TABLE {o} DROP CONSTRAINT overrides_{id}_pkey; \
                  ALTER TABLE {o} ADD PRIMARY KEY ({pk}, generation); \
-                 END IF; END $coldwire$",
+                 END IF; END \0",
                 o = self.overrides(),
                 id = self.id,
                 pk = self.pk_list("")
@@ -444,6 +460,11 @@ impl CaptureSpec {
     /// `pg_current_xact_id()` is read once per call; the maintenance check is one index
     /// probe per statement.
     fn capture_function_sql(&self) -> String {
+        quoted_body(self.capture_function_text())
+    }
+
+    /// [`CaptureSpec::capture_function_sql`] with its body between NULs ([`quoted_body`]).
+    fn capture_function_text(&self) -> String {
         let mirror = self.mirror();
         let pk = self.pk_list("");
         let k_pk = self.pk_list("k.");
@@ -471,7 +492,7 @@ impl CaptureSpec {
         let net = unplanned_write_check();
         format!(
             "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER \
-             SET search_path = pg_catalog, pg_temp AS $coldwire$\n\
+             SET search_path = pg_catalog, pg_temp AS \0\n\
              #variable_conflict use_column\n\
              <<{CAPTURE_BLOCK}>>\n\
              DECLARE cur xid8 := pg_current_xact_id(); flagged jsonb; flagged_n bigint; ctx text;\n\
@@ -500,7 +521,7 @@ impl CaptureSpec {
              PERFORM pg_notify('coldwire_catalog', '{id}');\n\
              END IF;\n\
              RETURN NULL;\n\
-             END\n$coldwire$",
+             END\n\0",
             function = self.capture_function(),
             rehydrated = self.rehydrate_context(),
             first = quote_ident(&self.pk[0].0),
@@ -664,6 +685,24 @@ fn unplanned_write_check() -> String {
         planned = sql_literal(PLANNED_SETTING),
         hint = sql_literal(hint),
     )
+}
+
+/// `sql`, a statement whose body coldwire wrote between two NULs (or any other, left as
+/// it is), with the body dollar-quoted by a tag that does not occur in it. The body holds
+/// the names of the table and its columns, and a quoted name may hold any fixed tag
+/// itself (`"k$coldwire$"`), which would end the body there and run the rest as SQL, as
+/// the service role; no name holds a NUL.
+fn quoted_body(sql: String) -> String {
+    const TAG: &str = "\0";
+    match (sql.find(TAG), sql.rfind(TAG)) {
+        (Some(open), Some(close)) if open < close => format!(
+            "{}{}{}",
+            &sql[..open],
+            crate::sql::rewrite::dollar_quoted(&sql[open + TAG.len()..close]),
+            &sql[close + TAG.len()..]
+        ),
+        _ => sql,
+    }
 }
 
 /// Statements that drop what table `id` has in schema `coldwire` besides its triggers
