@@ -2291,3 +2291,55 @@ async fn names_holding_coldwires_own_quote_tag_are_tiered_and_served() {
         .get(0);
     assert!(hot < 100, "{hot} rows hot");
 }
+
+#[tokio::test]
+async fn a_view_name_that_resolves_elsewhere_in_the_session_is_refused() {
+    let t = tiered_events(
+        "viewelsewhere",
+        "CREATE SCHEMA reports; CREATE VIEW reports.recent AS SELECT * FROM events WHERE id > 500;
+         CREATE SCHEMA app; CREATE TABLE app.recent(id bigint, kind text);
+         INSERT INTO app.recent VALUES (1, 'a'), (2, 'b'), (3, 'c');",
+    )
+    .await;
+    let count = |sql: &'static str| {
+        let c = &t.c;
+        async move {
+            simple_rows(c, sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e:?}"))[0][0]
+                .clone()
+                .unwrap()
+        }
+    };
+    t.c.batch_execute("SET search_path = reports, public")
+        .await
+        .unwrap();
+    assert_eq!(count("SELECT count(*) FROM recent").await, "500");
+    assert_eq!(count("SELECT count(*) FROM reports.recent").await, "500");
+    // Where the name means another relation, Postgres would read that one: coldwire
+    // refuses rather than answer from the view.
+    t.c.batch_execute("SET search_path = app, public")
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        assert_refused(
+            &t.c,
+            "SELECT count(*) FROM recent",
+            "does not name the view",
+            "schema-qualify",
+        )
+        .await;
+    }
+    assert_eq!(count("SELECT count(*) FROM app.recent").await, "3");
+    assert_eq!(count("SELECT count(*) FROM reports.recent").await, "500");
+    t.c.batch_execute("SET search_path = reports, public; CREATE TEMP TABLE recent(id int)")
+        .await
+        .unwrap();
+    assert_refused(
+        &t.c,
+        "SELECT count(*) FROM recent",
+        "does not name the view",
+        "schema-qualify",
+    )
+    .await;
+}

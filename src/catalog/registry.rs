@@ -386,6 +386,11 @@ pub async fn read(
                 view: ViewDef {
                     definition: row.get(3),
                     security_barrier: row.get(4),
+                    qualified: format!(
+                        "{}.{}",
+                        crate::sql::quote::quote_ident(row.get(0)),
+                        crate::sql::quote::quote_ident(row.get(1))
+                    ),
                 },
             });
             view_oids.push(row.get(5));

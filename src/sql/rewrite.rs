@@ -390,6 +390,9 @@ pub struct ViewDef {
     pub definition: String,
     /// `security_barrier` views are not expanded (their barrier would be lost).
     pub security_barrier: bool,
+    /// The view's name, schema-qualified and quoted: what an unqualified reference must
+    /// resolve to in the session for its expansion to run.
+    pub qualified: String,
 }
 
 /// Splices the definition of every view `resolve` knows (views over tiered tables) in
@@ -421,6 +424,7 @@ pub fn expand_views(
                 view,
                 rv.alias.is_some(),
                 rv.name.clone(),
+                rv.schema.is_none(),
             ));
         }
     }
@@ -431,7 +435,7 @@ pub fn expand_views(
         super::classify::code_tokens(sql).map_err(|e| RewriteError::Parse(e.to_string()))?;
     let mut out = String::with_capacity(sql.len() + 512);
     let mut copied = 0;
-    for (location, view, aliased, name) in found {
+    for (location, view, aliased, name, unqualified) in found {
         let span = name_span(&tokens, location).ok_or(RewriteError::Parse(
             "a view name the scanner does not see".into(),
         ))?;
@@ -439,10 +443,30 @@ pub fn expand_views(
             return Err(RewriteError::Unsupported("a view reference inside another"));
         }
         out.push_str(&sql[copied..span.start]);
-        span.push(
-            &mut out,
-            &format!("({})", view.definition.trim().trim_end_matches(';')),
-        );
+        let definition = view.definition.trim().trim_end_matches(';');
+        let expansion = if unqualified {
+            // As the guard checks a tiered table's name: the name may resolve to another
+            // relation in the session (search_path, a temporary table), which Postgres
+            // would read; refused then, once per execution (a one-time filter).
+            let refusal = refusal_expression(
+                "0A000",
+                &format!(
+                    "coldwire: {name} does not name the view {} over tiered tables in this session",
+                    view.qualified
+                ),
+                Some("search_path or a temporary table makes the name resolve elsewhere; schema-qualify the view name."),
+            );
+            format!(
+                "(SELECT * FROM ({definition}) _cw_view WHERE CASE WHEN \
+                 pg_catalog.to_regclass({written}) IS NOT DISTINCT FROM pg_catalog.to_regclass({qualified}) \
+                 THEN true ELSE {refusal} END)",
+                written = dollar_quoted(&quote_ident(&name)),
+                qualified = dollar_quoted(&view.qualified),
+            )
+        } else {
+            format!("({definition})")
+        };
+        span.push(&mut out, &expansion);
         if !aliased {
             out.push_str(" AS ");
             out.push_str(&quote_ident(&name));
@@ -796,20 +820,29 @@ mod tests {
             (name == "recent" && schema.is_none_or(|s| s == "app")).then(|| ViewDef {
                 definition: " SELECT e.id FROM public.events e WHERE (e.id > 5);".into(),
                 security_barrier: false,
+                qualified: "\"app\".\"recent\"".into(),
             })
         };
         let sql = "SELECT r.id FROM app.recent r JOIN recent USING (id)";
         let expanded = expand_views(sql, &pg_query::parse(sql, 0).unwrap(), view)
             .unwrap()
             .unwrap();
-        assert_eq!(
-            expanded,
-            "SELECT r.id FROM (SELECT e.id FROM public.events e WHERE (e.id > 5)) r JOIN (SELECT e.id FROM public.events e WHERE (e.id > 5)) AS \"recent\" USING (id)"
+        // The unqualified reference is checked to name the view in the session.
+        let unqualified = "SELECT * FROM (SELECT e.id FROM public.events e WHERE (e.id > 5)) _cw_view WHERE CASE WHEN \
+             pg_catalog.to_regclass($cw$\"recent\"$cw$) IS NOT DISTINCT FROM pg_catalog.to_regclass($cw$\"app\".\"recent\"$cw$) THEN true ELSE";
+        assert!(
+            expanded.starts_with(
+                "SELECT r.id FROM (SELECT e.id FROM public.events e WHERE (e.id > 5)) r JOIN ("
+            ) && expanded.contains(unqualified)
+                && expanded.ends_with(") AS \"recent\" USING (id)"),
+            "{expanded}"
         );
+        assert!(pg_query::parse(&expanded, 0).is_ok(), "{expanded}");
         let barrier = |_: Option<&str>, _: &str| {
             Some(ViewDef {
                 definition: "SELECT 1".into(),
                 security_barrier: true,
+                qualified: "\"public\".\"recent\"".into(),
             })
         };
         let sql = "SELECT * FROM recent";
