@@ -2234,8 +2234,10 @@ async fn names_holding_coldwires_own_quote_tag_are_tiered_and_served() {
     let store = tempfile::tempdir().unwrap();
     let direct = connect_direct(&db).await;
     // coldwire writes its trigger functions' bodies quoted; a name holding the tag it
-    // used ended the body there.
-    let t = r#""t$coldwire$x""#;
+    // used ended the body there. A backslash before a quote is read as an escape where
+    // `standard_conforming_strings` is off.
+    let t = r#""t$coldwire$\'x""#;
+    let t_literal = t.replace('\'', "''");
     direct
         .batch_execute(&format!(
             r#"CREATE TABLE {t}("k$coldwire$" int PRIMARY KEY, "$cw$" text);
@@ -2252,12 +2254,12 @@ async fn names_holding_coldwires_own_quote_tag_are_tiered_and_served() {
     ])
     .await;
     let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('"t$coldwire$x"', '{"hot_row_limit": 50, "min_flush_rows": 50, "auto_flush": false}')"#)
+    admin_call(&c, &format!(r#"SELECT coldwire.tier_table('{t_literal}', '{{"hot_row_limit": 50, "min_flush_rows": 50, "auto_flush": false}}')"#))
         .await
         .unwrap();
     admin_call(
         &c,
-        r#"SELECT coldwire.flush_table('"t$coldwire$x"', wait => true)"#,
+        &format!("SELECT coldwire.flush_table('{t_literal}', wait => true)"),
     )
     .await
     .unwrap();
@@ -2290,6 +2292,23 @@ async fn names_holding_coldwires_own_quote_tag_are_tiered_and_served() {
         .unwrap()
         .get(0);
     assert!(hot < 100, "{hot} rows hot");
+    // Writes straight to Postgres from a session whose strings do not conform: the
+    // capture function, compiled in that session, records an insert of a key past the
+    // cold ones and refuses a delete as unplanned.
+    let plain = connect_direct(&db).await;
+    plain
+        .batch_execute("SET standard_conforming_strings = off")
+        .await
+        .unwrap();
+    plain
+        .batch_execute(&format!("INSERT INTO {t} VALUES (2000, 'direct')"))
+        .await
+        .unwrap();
+    let e = plain
+        .batch_execute(&format!(r#"DELETE FROM {t} WHERE "k$coldwire$" = 1"#))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("CW001"), "{e:?}");
 }
 
 #[tokio::test]

@@ -267,11 +267,12 @@ impl CaptureSpec {
         let c_pk = self.pk_list("c.");
         let first = quote_ident(&self.pk[0].0);
         // format()'s text: the table by oid, any % of the key's names doubled.
-        let dynamic = self
-            .claim_and_insert(TABLE_MARK, "$1")
-            .replace('%', "%%")
-            .replace(TABLE_MARK, "%1$s")
-            .replace('\'', "''");
+        let dynamic = sql_literal(
+            &self
+                .claim_and_insert(TABLE_MARK, "$1")
+                .replace('%', "%%")
+                .replace(TABLE_MARK, "%1$s"),
+        );
         let signature = format!("{function}({REHYDRATE_ARGS})");
         // `#variable_conflict use_column`: the claim names the key columns unqualified
         // (`RETURNING "k"`), and a key column may share a name with an argument or a
@@ -317,7 +318,7 @@ impl CaptureSpec {
                  IF rel = pg_catalog.to_regclass({qualified}) THEN\n\
                  {fixed};\n\
                  ELSE\n\
-                 EXECUTE pg_catalog.format('{dynamic}', rel::pg_catalog.regclass) USING cold;\n\
+                 EXECUTE pg_catalog.format({dynamic}, rel::pg_catalog.regclass) USING cold;\n\
                  END IF;\n\
                  GET DIAGNOSTICS n = ROW_COUNT;\n\
                  END IF;\n\
@@ -719,9 +720,9 @@ pub fn drop_capture_objects(id: i64) -> Vec<String> {
 }
 
 /// Where [`CaptureSpec::on_table`] puts the table's name.
-const TABLE_MARK: &str = "\u{1}table\u{1}";
+const TABLE_MARK: &str = "\0table\0";
 /// Where [`CaptureSpec::on_table`] puts the transaction id.
-const CUR_MARK: &str = "\u{1}cur\u{1}";
+const CUR_MARK: &str = "\0cur\0";
 /// The label of the capture function's block, which qualifies its variables where the
 /// table's columns are in scope. The transition tables carry every column of the table
 /// and the mirror its key, so a column named `cur` would make a bare `cur` ambiguous
@@ -849,7 +850,7 @@ mod tests {
             sql.contains(r#"k."tenant" BETWEEN b.lo AND b.hi"#),
             "first key column"
         );
-        assert!(sql.contains(r#"jsonb_build_object('tenant', k."tenant", 'id', k."id")"#));
+        assert!(sql.contains(r#"jsonb_build_object(E'tenant', k."tenant", E'id', k."id")"#));
         assert!(
             sql.contains("DELETE FROM coldwire.bounds_7;"),
             "TRUNCATE empties them"
@@ -870,7 +871,7 @@ mod tests {
             "DELETE FROM {TABLE_MARK} WHERE x = {CUR_MARK} AND y LIKE 'a%'"
         ));
         assert!(
-            sql.starts_with("IF TG_TABLE_SCHEMA = 'app' AND TG_TABLE_NAME = '100%' THEN"),
+            sql.starts_with("IF TG_TABLE_SCHEMA = E'app' AND TG_TABLE_NAME = E'100%' THEN"),
             "{sql}"
         );
         assert!(
@@ -880,7 +881,7 @@ mod tests {
             "{sql}"
         );
         assert!(
-            sql.contains("EXECUTE format('DELETE FROM %1$s WHERE x = $1 AND y LIKE ''a%%''', TG_RELID::regclass) USING cur;"),
+            sql.contains("EXECUTE format(E'DELETE FROM %1$s WHERE x = $1 AND y LIKE ''a%%''', TG_RELID::regclass) USING cur;"),
             "{sql}"
         );
     }
@@ -891,7 +892,7 @@ mod tests {
         s.pk[0].0 = "ten%ant".into();
         let sql = s.rehydrate_function_sql().join("\n");
         assert!(
-            sql.contains(r#"IF rel = pg_catalog.to_regclass('"app"."Odd ""name"""') THEN"#),
+            sql.contains(r#"IF rel = pg_catalog.to_regclass(E'"app"."Odd ""name"""') THEN"#),
             "{sql}"
         );
         assert!(
@@ -900,7 +901,7 @@ mod tests {
         );
         // The EXECUTE's text: the table by oid, the key's % doubled, the rows as $1.
         assert!(
-            sql.contains(r#"EXECUTE pg_catalog.format('WITH claimed AS (INSERT INTO coldwire.m_7 AS m ("ten%%ant", "id""#),
+            sql.contains(r#"EXECUTE pg_catalog.format(E'WITH claimed AS (INSERT INTO coldwire.m_7 AS m ("ten%%ant", "id""#),
             "{sql}"
         );
         assert!(

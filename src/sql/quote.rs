@@ -41,9 +41,11 @@ pub fn pk_equal<'a>(pk: impl IntoIterator<Item = &'a str>, left: &str, right: &s
         .join(" AND ")
 }
 
-/// `'text'`, with embedded quotes doubled.
+/// `E'text'`, with embedded quotes and backslashes doubled: the same string whatever
+/// `standard_conforming_strings` says where it is parsed (a plpgsql body is parsed with
+/// the setting of the session that first calls it, and a table's name may hold `\'`).
 pub fn sql_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
 #[cfg(test)]
@@ -53,7 +55,8 @@ mod tests {
     #[test]
     fn quotes_are_doubled() {
         assert_eq!(quote_ident(r#"Odd "name""#), r#""Odd ""name""""#);
-        assert_eq!(sql_literal("it's"), "'it''s'");
+        assert_eq!(sql_literal("it's"), "E'it''s'");
+        assert_eq!(sql_literal(r"a\'b"), r"E'a\\''b'");
         assert_eq!(column_list(["a", "b"], "p."), r#"p."a", p."b""#);
         assert_eq!(
             pk_equal(["a", "b"], "l", "r"),
