@@ -111,6 +111,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("sql/v014_capture_names.sql"),
         upgrade_capture: true,
     },
+    Migration {
+        version: 15,
+        name: "capture_literals",
+        sql: include_str!("sql/v015_capture_literals.sql"),
+        upgrade_capture: true,
+    },
 ];
 
 /// The placeholders of the migrations' SQL and what they stand for: constants the Rust

@@ -1,0 +1,12 @@
+-- coldwire catalog, version 15: capture and rehydrate functions whose text no table or
+-- column name can change.
+--
+-- The functions coldwire makes for each tiered table (coldwire.capture_<id>,
+-- coldwire.rehydrate_<id>) hold the table's and its key's names in string literals and
+-- quoted identifiers. Their bodies were dollar-quoted with a fixed tag, which a name
+-- could hold and so end the body; their literals only doubled quotes, so a name holding
+-- `\'` read differently in a session with standard_conforming_strings off, which is the
+-- setting a plpgsql body is compiled under when that session first calls it. The capture
+-- upgrade that runs with this step makes each function again, with a tag that does not
+-- occur in its body and literals written E'…' (catalog::capture in the source).
+SELECT 1;
