@@ -2362,3 +2362,50 @@ async fn a_view_name_that_resolves_elsewhere_in_the_session_is_refused() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_write_of_a_tiered_table_that_reads_a_view_over_one_is_refused() {
+    let t = tiered_events(
+        "writeview",
+        "CREATE VIEW recent AS SELECT * FROM events WHERE id > 500;
+         CREATE TABLE tally(n bigint);",
+    )
+    .await;
+    // The view would read the hot rows only (the write is relayed as written, its views
+    // not expanded): the INSERT copied 100 of its 500 rows. The others read every row
+    // only where the write happened to bring all of them back first; refused alike.
+    for sql in [
+        "INSERT INTO events SELECT id + 5000, kind FROM recent",
+        "UPDATE events SET kind = 'v' FROM recent r WHERE r.id = events.id",
+        "DELETE FROM events WHERE id IN (SELECT id FROM recent)",
+    ] {
+        assert_refused(
+            &t.c,
+            sql,
+            "reads the view public.recent",
+            "Split the statement",
+        )
+        .await;
+    }
+    let untouched: i64 = t
+        .direct
+        .query_one(
+            "SELECT count(*) FROM events WHERE kind = 'v' OR id > 5000",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(untouched, 0);
+    // A write of a plain table reading the view is a read of it: served whole.
+    t.c.batch_execute("INSERT INTO tally SELECT count(*) FROM recent")
+        .await
+        .unwrap();
+    let n: i64 = t
+        .direct
+        .query_one("SELECT n FROM tally", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 500);
+}

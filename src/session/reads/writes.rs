@@ -185,6 +185,28 @@ impl ReadPath {
                 Some("Split the statement, or schema-qualify the tables.".into()),
             ))
         })?;
+        // A view over tiered tables that the write reads would read their hot rows only
+        // (the write is relayed, its views not expanded), as would the tables themselves,
+        // which `classify` refuses.
+        if let Some(w) = &write {
+            let walked = crate::sql::tree::walk(&parsed);
+            let view = walked
+                .relations
+                .iter()
+                .filter(|r| r.read && !r.cte)
+                .filter_map(|r| registry.view(r.schema.as_deref(), &r.name))
+                .find(|v| !v.materialized);
+            if let Some(view) = view {
+                return Err(PlanError::Refused(fields(
+                    "0A000",
+                    format!(
+                        "coldwire: a statement that writes {} and reads the view {}.{} over tiered tables is not supported yet",
+                        w.table.name, view.schema, view.name
+                    ),
+                    Some("Split the statement, or read the tables the view reads.".into()),
+                )));
+            }
+        }
         let prepared = match write {
             None => None,
             Some(w) => {
