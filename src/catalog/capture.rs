@@ -33,7 +33,7 @@ pub const KEYS_TRIGGER: &str = "coldwire_capture_keys";
 impl CaptureSpec {
     /// `"schema"."table"`.
     pub fn qualified_table(&self) -> String {
-        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.table))
+        crate::sql::quote::qualified_ident(&self.schema, &self.table)
     }
 
     /// `coldwire.m_<id>`.

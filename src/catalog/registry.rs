@@ -386,11 +386,7 @@ pub async fn read(
                 view: ViewDef {
                     definition: row.get(3),
                     security_barrier: row.get(4),
-                    qualified: format!(
-                        "{}.{}",
-                        crate::sql::quote::quote_ident(row.get(0)),
-                        crate::sql::quote::quote_ident(row.get(1))
-                    ),
+                    qualified: crate::sql::quote::qualified_ident(row.get(0), row.get(1)),
                 },
             });
             view_oids.push(row.get(5));

@@ -263,6 +263,13 @@ pub struct PassedStatement {
 }
 
 impl PassedStatement {
+    /// The text of its Parse (empty if the frame cannot be read).
+    fn query(&self) -> &[u8] {
+        crate::wire::extended::Parse::decode_raw(&self.parse)
+            .map(|(_, q)| q)
+            .unwrap_or_default()
+    }
+
     /// The parameter types the client declared, those it left out (0 or missing) as
     /// Postgres inferred them.
     pub fn param_types(&self, declared: &[u32]) -> Vec<u32> {
@@ -653,10 +660,7 @@ impl SessionState {
         if passed.names_at == version {
             return false;
         }
-        let query = crate::wire::extended::Parse::decode_raw(&passed.parse)
-            .map(|(_, q)| q)
-            .unwrap_or_default();
-        if may_name(query) {
+        if may_name(passed.query()) {
             return true;
         }
         passed.names_at = version;
@@ -672,14 +676,9 @@ impl SessionState {
         known: Option<u64>,
         may_name: impl FnOnce(&[u8]) -> bool,
     ) -> bool {
-        self.passed.get(name).is_some_and(|passed| {
-            Some(passed.names_at) != known
-                && may_name(
-                    crate::wire::extended::Parse::decode_raw(&passed.parse)
-                        .map(|(_, q)| q)
-                        .unwrap_or_default(),
-                )
-        })
+        self.passed
+            .get(name)
+            .is_some_and(|passed| Some(passed.names_at) != known && may_name(passed.query()))
     }
 
     /// Whether a statement the client prepared with SQL-level PREPARE was not checked

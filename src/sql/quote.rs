@@ -6,6 +6,11 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// `"schema"."name"`: a qualified name, each part quoted.
+pub fn qualified_ident(schema: &str, name: &str) -> String {
+    format!("{}.{}", quote_ident(schema), quote_ident(name))
+}
+
 /// An identifier as Postgres shows it: bare when it is a plain lower-case name.
 pub fn display_ident(name: &str) -> String {
     let plain = !name.is_empty()

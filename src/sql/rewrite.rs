@@ -103,7 +103,7 @@ impl TieredTable {
     }
 
     fn qualified(&self) -> String {
-        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+        super::quote::qualified_ident(&self.schema, &self.name)
     }
 
     /// The derived table that replaces a reference written as `written`, reading cold rows

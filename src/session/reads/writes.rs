@@ -213,11 +213,7 @@ impl ReadPath {
                 let tiered = registry
                     .by_id(w.table.table_id)
                     .ok_or(PlanError::Catalog("table vanished".into()))?;
-                let qualified = format!(
-                    "{}.{}",
-                    crate::sql::quote::quote_ident(&w.table.schema),
-                    crate::sql::quote::quote_ident(&w.table.name)
-                );
+                let qualified = crate::sql::quote::qualified_ident(&w.table.schema, &w.table.name);
                 Some(Arc::new(PreparedWrite {
                     statement: sql.to_owned(),
                     marks: w.fires_update_or_delete,

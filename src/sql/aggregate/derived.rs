@@ -56,11 +56,7 @@ pub(super) fn derived_table(
     let table = source.table;
     let (rows, json) = (param, param + 1);
     let q_alias = quote_ident(&source.alias);
-    let qualified = format!(
-        "{}.{}",
-        quote_ident(&table.schema),
-        quote_ident(&table.name)
-    );
+    let qualified = crate::sql::quote::qualified_ident(&table.schema, &table.name);
     let group_cols: Vec<String> = group
         .iter()
         .map(|g| quote_ident(&table.columns[g.column]))
