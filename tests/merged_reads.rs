@@ -2182,6 +2182,106 @@ async fn tables_whose_names_need_quotes_are_read_and_written_whole() {
     }
 }
 
+/// A session in another client_encoding spells a name outside ASCII in other bytes than
+/// the catalog holds, so coldwire's name test cannot find it: a statement of such a
+/// session that may name one (it holds the name's ASCII letters and a byte outside ASCII)
+/// is refused, in both protocols, instead of being relayed to read the hot rows alone.
+/// Statements that cannot name one are relayed as before.
+#[tokio::test]
+async fn names_outside_ascii_are_refused_to_sessions_in_other_encodings() {
+    let db = create_db("latin1names");
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            r#"CREATE TABLE "Événements"(id int PRIMARY KEY, k text);
+               INSERT INTO "Événements" SELECT g, 'k' || g FROM generate_series(1, 1000) g;
+               CREATE TABLE notes(id int PRIMARY KEY, k text);
+               INSERT INTO notes VALUES (1, 'café');"#,
+        )
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&[
+        "--service-url",
+        &cluster().url(&db),
+        "--cold-store",
+        &format!("file://{}", store.path().display()),
+    ])
+    .await;
+    let c = proxy.connect(&db).await;
+    admin_call(&c, r#"SELECT coldwire.tier_table('"Événements"', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(
+        &c,
+        r#"SELECT coldwire.flush_table('"Événements"', wait => true)"#,
+    )
+    .await
+    .unwrap();
+    let hot: i64 = direct
+        .query_one(r#"SELECT count(*) FROM "Événements""#, &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(hot <= 100, "{hot} hot rows");
+
+    let mut raw = RawConn::ready(proxy.addr, &db).await;
+    raw.send(&raw::query("SET client_encoding = 'LATIN1'"))
+        .await;
+    raw.until_ready().await;
+    let text = |sql: &[u8]| {
+        let mut body = sql.to_vec();
+        body.push(0);
+        body
+    };
+    // A count of the tiered table, named in LATIN1, as a simple Query and as Parse, Bind
+    // and Execute: refused (before, both answered the hot count).
+    let count = b"SELECT count(*) FROM \"\xc9v\xe9nements\"";
+    raw.send(&raw::frame(b'Q', &text(count))).await;
+    let msgs = raw.until_ready().await;
+    let error = msgs.iter().find(|m| m.tag == b'E');
+    assert!(
+        error.is_some() && !msgs.iter().any(|m| m.tag == b'D'),
+        "{msgs:?}"
+    );
+    assert_eq!(error.unwrap().field(b'C').as_deref(), Some("0A000"));
+    let extended = |sql: &[u8]| {
+        let mut parse = vec![0];
+        parse.extend_from_slice(sql);
+        parse.extend_from_slice(b"\0\0\0");
+        let mut bytes = raw::frame(b'P', &parse);
+        bytes.extend(raw::frame(b'B', b"\0\0\0\0\0\0\0\0"));
+        bytes.extend(raw::frame(b'E', b"\0\0\0\0\0"));
+        bytes.extend(raw::sync());
+        bytes
+    };
+    raw.send(&extended(count)).await;
+    let msgs = raw.until_ready().await;
+    let error = msgs.iter().find(|m| m.tag == b'E');
+    assert!(
+        error.is_some() && !msgs.iter().any(|m| m.tag == b'D'),
+        "{msgs:?}"
+    );
+    assert_eq!(error.unwrap().field(b'C').as_deref(), Some("0A000"));
+    // Text outside ASCII that cannot name the table is relayed, in both protocols.
+    let plain = b"SELECT k FROM notes WHERE k = 'caf\xe9'";
+    raw.send(&raw::frame(b'Q', &text(plain))).await;
+    let msgs = raw.until_ready().await;
+    let row = msgs.iter().find(|m| m.tag == b'D').expect("a row");
+    assert!(row.body.ends_with(b"caf\xe9"), "{:?}", row.body);
+    raw.send(&extended(plain)).await;
+    let msgs = raw.until_ready().await;
+    assert!(msgs.iter().any(|m| m.tag == b'D'), "{msgs:?}");
+    // In UTF-8 the session reads the table whole.
+    raw.send(&raw::query("SET client_encoding = 'UTF8'")).await;
+    raw.until_ready().await;
+    raw.send(&raw::query(r#"SELECT count(*) FROM "Événements""#))
+        .await;
+    let msgs = raw.until_ready().await;
+    let row = msgs.iter().find(|m| m.tag == b'D').expect("a row");
+    assert!(row.body.ends_with(b"1000"), "{:?}", row.body);
+}
+
 #[tokio::test]
 async fn a_cte_named_like_its_table_reads_the_table_where_postgres_does() {
     let t = tiered_events("ctescope", "CREATE TABLE control AS TABLE events").await;

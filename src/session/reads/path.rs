@@ -294,7 +294,30 @@ fn may_name(registry: &Registry, sql: &[u8]) -> bool {
     use crate::sql::classify::bytes_contain_ignore_ascii_case as contains;
     // A name written with Unicode escapes (`U&"ev\0065nts"`) does not contain the name's
     // text: the parser decodes it.
-    registry.names.iter().any(|n| contains(sql, n)) || contains(sql, "u&\"")
+    registry.names.iter().any(|n| contains(sql, n))
+        || contains(sql, "u&\"")
+        || may_name_in_other_encoding(registry, sql)
+}
+
+/// Whether `sql`, text in a client_encoding other than UTF-8 (it is not valid UTF-8),
+/// may spell a name outside ASCII, whose bytes there differ from the catalog's: it holds
+/// a byte outside ASCII and the name's longest run of ASCII characters, which every
+/// encoding Postgres serves to clients writes as ASCII does.
+fn may_name_in_other_encoding(registry: &Registry, sql: &[u8]) -> bool {
+    use crate::sql::classify::bytes_contain_ignore_ascii_case as contains;
+    !sql.is_ascii()
+        && registry.names.iter().any(|n| {
+            !n.is_ascii()
+                && contains(sql, longest_ascii_run(n))
+                && std::str::from_utf8(sql).is_err()
+        })
+}
+
+/// The longest run of ASCII characters in `name` (empty when it has none).
+fn longest_ascii_run(name: &str) -> &str {
+    name.split(|c: char| !c.is_ascii())
+        .max_by_key(|run| run.len())
+        .unwrap_or_default()
 }
 
 /// Prepared writes by statement text and declared parameter count, with the registry
