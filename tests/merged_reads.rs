@@ -2463,6 +2463,100 @@ async fn a_view_name_that_resolves_elsewhere_in_the_session_is_refused() {
     .await;
 }
 
+/// A view over a tiered table replaced, renamed or dropped directly on Postgres (coldwire
+/// reads views again within a second) is never read as it was: a statement in that second
+/// is refused (40001, retry) or reads the view as it is now, in both protocols.
+#[tokio::test]
+async fn a_view_replaced_renamed_or_dropped_is_never_read_as_it_was() {
+    let t = tiered_events(
+        "viewchanged",
+        "CREATE SCHEMA reports; CREATE VIEW reports.recent AS SELECT * FROM events WHERE id > 900;",
+    )
+    .await;
+    let ttl = std::time::Duration::from_millis(1200);
+    // A count through coldwire: the count, or the refusal's SQLSTATE and message.
+    let count = |sql: &'static str| {
+        let c = &t.c;
+        async move {
+            match simple_rows(c, sql).await {
+                Ok(rows) => Ok(rows[0][0].clone().unwrap()),
+                Err(e) => {
+                    let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e:?}"));
+                    Err((db.code().code().to_owned(), db.message().to_owned()))
+                }
+            }
+        }
+    };
+    let changed = |r: &Result<String, (String, String)>| matches!(r, Err((code, message)) if code == "40001" && message.contains("replaced, renamed or dropped"));
+    let prepared =
+        t.c.prepare("SELECT count(*) FROM reports.recent")
+            .await
+            .unwrap();
+    let run_prepared = || async {
+        match t.c.query_one(&prepared, &[]).await {
+            Ok(row) => Ok(row.get::<_, i64>(0).to_string()),
+            Err(e) => {
+                let db = e.as_db_error().unwrap_or_else(|| panic!("{e:?}"));
+                Err((db.code().code().to_owned(), db.message().to_owned()))
+            }
+        }
+    };
+    // Read afresh by coldwire just before each change, so that it acts on the view as it
+    // was for about a second.
+    tokio::time::sleep(ttl).await;
+    assert_eq!(
+        count("SELECT count(*) FROM reports.recent").await,
+        Ok("100".into())
+    );
+    assert_eq!(run_prepared().await, Ok("100".into()));
+    t.direct
+        .batch_execute(
+            "CREATE OR REPLACE VIEW reports.recent AS SELECT * FROM events WHERE id > 500",
+        )
+        .await
+        .unwrap();
+    let simple = count("SELECT count(*) FROM reports.recent").await;
+    assert!(simple == Ok("500".into()) || changed(&simple), "{simple:?}");
+    let bound = run_prepared().await;
+    assert!(bound == Ok("500".into()) || changed(&bound), "{bound:?}");
+    tokio::time::sleep(ttl).await;
+    assert_eq!(
+        count("SELECT count(*) FROM reports.recent").await,
+        Ok("500".into())
+    );
+    assert_eq!(run_prepared().await, Ok("500".into()));
+
+    t.direct
+        .batch_execute("ALTER VIEW reports.recent RENAME TO earlier")
+        .await
+        .unwrap();
+    let renamed = count("SELECT count(*) FROM reports.recent").await;
+    assert!(
+        changed(&renamed) || matches!(&renamed, Err((code, _)) if code == "42P01"),
+        "{renamed:?}"
+    );
+    tokio::time::sleep(ttl).await;
+    assert_eq!(
+        count("SELECT count(*) FROM reports.earlier").await,
+        Ok("500".into())
+    );
+
+    t.direct
+        .batch_execute("DROP VIEW reports.earlier")
+        .await
+        .unwrap();
+    let dropped = count("SELECT count(*) FROM reports.earlier").await;
+    assert!(
+        changed(&dropped) || matches!(&dropped, Err((code, _)) if code == "42P01"),
+        "{dropped:?}"
+    );
+    tokio::time::sleep(ttl).await;
+    assert!(matches!(
+        count("SELECT count(*) FROM reports.earlier").await,
+        Err((code, _)) if code == "42P01"
+    ));
+}
+
 #[tokio::test]
 async fn a_write_of_a_tiered_table_that_reads_a_view_over_one_is_refused() {
     let t = tiered_events(

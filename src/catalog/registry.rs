@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use crate::sql::rewrite::{TieredTable, ViewDef};
+use crate::sql::rewrite::{TieredTable, ViewDef, ViewIdentity};
 use crate::values::ColdType;
 
 mod callers;
@@ -29,7 +29,8 @@ const VIEWS: &str = "WITH RECURSIVE dep(view) AS ( \
          AND d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
        JOIN pg_rewrite r ON r.oid = d.objid WHERE r.ev_class <> dep.view) \
      SELECT n.nspname::text, c.relname::text, c.relkind::text, pg_get_viewdef(c.oid), \
-            coalesce(c.reloptions, '{}') @> ARRAY['security_barrier=true'], c.oid \
+            coalesce(c.reloptions, '{}') @> ARRAY['security_barrier=true'], c.oid, \
+            (SELECT r.xmin::text FROM pg_rewrite r WHERE r.ev_class = c.oid AND r.rulename = '_RETURN') \
      FROM (SELECT DISTINCT view FROM dep) v JOIN pg_class c ON c.oid = v.view \
      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('v', 'm') ORDER BY 1, 2";
 
@@ -387,6 +388,12 @@ pub async fn read(
                     definition: row.get(3),
                     security_barrier: row.get(4),
                     qualified: crate::sql::quote::qualified_ident(row.get(0), row.get(1)),
+                    identity: ViewIdentity {
+                        oid: row.get(5),
+                        schema: row.get(0),
+                        name: row.get(1),
+                        rule_xmin: row.get::<_, Option<String>>(6).unwrap_or_default(),
+                    },
                 },
             });
             view_oids.push(row.get(5));

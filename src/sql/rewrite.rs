@@ -393,6 +393,38 @@ pub struct ViewDef {
     /// The view's name, schema-qualified and quoted: what an unqualified reference must
     /// resolve to in the session for its expansion to run.
     pub qualified: String,
+    /// Which view, and which version of it, `definition` is.
+    pub identity: ViewIdentity,
+}
+
+/// A view as coldwire read it: every expansion checks, once per execution, that the view
+/// is still this one, so that a view replaced, renamed or dropped since coldwire last
+/// read its definition is refused rather than read as it was.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ViewIdentity {
+    pub oid: u32,
+    pub schema: String,
+    pub name: String,
+    /// The `xmin` of its `_RETURN` rule in `pg_rewrite`, as text: `CREATE OR REPLACE
+    /// VIEW` writes a new one.
+    pub rule_xmin: String,
+}
+
+impl ViewIdentity {
+    /// A condition, true while the view named as it was has this oid and rule version.
+    fn unchanged(&self) -> String {
+        format!(
+            "EXISTS (SELECT 1 FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             JOIN pg_catalog.pg_rewrite r ON r.ev_class = c.oid AND r.rulename = '_RETURN' \
+             WHERE c.oid = {oid}::pg_catalog.oid AND n.nspname = {schema} AND c.relname = {name} \
+             AND r.xmin::pg_catalog.text = {xmin})",
+            oid = self.oid,
+            schema = dollar_quoted(&self.schema),
+            name = dollar_quoted(&self.name),
+            xmin = dollar_quoted(&self.rule_xmin),
+        )
+    }
 }
 
 /// Splices the definition of every view `resolve` knows (views over tiered tables) in
@@ -444,10 +476,20 @@ pub fn expand_views(
         }
         out.push_str(&sql[copied..span.start]);
         let definition = view.definition.trim().trim_end_matches(';');
-        let expansion = if unqualified {
+        // The view read when coldwire last read the catalog, and as Postgres would read it
+        // in the session; refused otherwise, once per execution (a one-time filter).
+        let changed = refusal_expression(
+            "40001",
+            &format!(
+                "coldwire: the view {} over tiered tables was replaced, renamed or dropped since coldwire read it",
+                view.qualified
+            ),
+            Some("Retry the statement: coldwire reads views again within a second."),
+        );
+        let elsewhere = if unqualified {
             // As the guard checks a tiered table's name: the name may resolve to another
             // relation in the session (search_path, a temporary table), which Postgres
-            // would read; refused then, once per execution (a one-time filter).
+            // would read.
             let refusal = refusal_expression(
                 "0A000",
                 &format!(
@@ -457,15 +499,17 @@ pub fn expand_views(
                 Some("search_path or a temporary table makes the name resolve elsewhere; schema-qualify the view name."),
             );
             format!(
-                "(SELECT * FROM ({definition}) _cw_view WHERE CASE WHEN \
-                 pg_catalog.to_regclass({written}) IS NOT DISTINCT FROM pg_catalog.to_regclass({qualified}) \
-                 THEN true ELSE {refusal} END)",
+                " WHEN pg_catalog.to_regclass({written}) IS DISTINCT FROM {oid}::pg_catalog.oid::pg_catalog.regclass THEN {refusal}",
                 written = dollar_quoted(&quote_ident(&name)),
-                qualified = dollar_quoted(&view.qualified),
+                oid = view.identity.oid,
             )
         } else {
-            format!("({definition})")
+            String::new()
         };
+        let expansion = format!(
+            "(SELECT * FROM ({definition}) _cw_view WHERE CASE WHEN NOT {unchanged} THEN {changed}{elsewhere} ELSE true END)",
+            unchanged = view.identity.unchanged(),
+        );
         span.push(&mut out, &expansion);
         if !aliased {
             out.push_str(" AS ");
@@ -821,6 +865,12 @@ mod tests {
                 definition: " SELECT e.id FROM public.events e WHERE (e.id > 5);".into(),
                 security_barrier: false,
                 qualified: "\"app\".\"recent\"".into(),
+                identity: ViewIdentity {
+                    oid: 16400,
+                    schema: "app".into(),
+                    name: "recent".into(),
+                    rule_xmin: "742".into(),
+                },
             })
         };
         let sql = "SELECT r.id FROM app.recent r JOIN recent USING (id)";
@@ -828,13 +878,17 @@ mod tests {
             .unwrap()
             .unwrap();
         // The unqualified reference is checked to name the view in the session.
-        let unqualified = "SELECT * FROM (SELECT e.id FROM public.events e WHERE (e.id > 5)) _cw_view WHERE CASE WHEN \
-             pg_catalog.to_regclass($cw$\"recent\"$cw$) IS NOT DISTINCT FROM pg_catalog.to_regclass($cw$\"app\".\"recent\"$cw$) THEN true ELSE";
+        let unqualified = " WHEN pg_catalog.to_regclass($cw$\"recent\"$cw$) IS DISTINCT FROM 16400::pg_catalog.oid::pg_catalog.regclass THEN coldwire.guard(0, ";
+        // Every reference is checked to read the view as coldwire read it.
+        let unchanged = "SELECT * FROM (SELECT e.id FROM public.events e WHERE (e.id > 5)) _cw_view WHERE CASE WHEN NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c";
+        let version = "WHERE c.oid = 16400::pg_catalog.oid AND n.nspname = $cw$app$cw$ AND c.relname = $cw$recent$cw$ AND r.xmin::pg_catalog.text = $cw$742$cw$)";
         assert!(
-            expanded.starts_with(
-                "SELECT r.id FROM (SELECT e.id FROM public.events e WHERE (e.id > 5)) r JOIN ("
-            ) && expanded.contains(unqualified)
-                && expanded.ends_with(") AS \"recent\" USING (id)"),
+            expanded.starts_with(&format!("SELECT r.id FROM ({unchanged}"))
+                && expanded.matches(unchanged).count() == 2
+                && expanded.matches(version).count() == 2
+                && expanded.matches(unqualified).count() == 1
+                && expanded.contains(" ELSE true END) r JOIN (")
+                && expanded.ends_with(" ELSE true END) AS \"recent\" USING (id)"),
             "{expanded}"
         );
         assert!(pg_query::parse(&expanded, 0).is_ok(), "{expanded}");
@@ -843,6 +897,7 @@ mod tests {
                 definition: "SELECT 1".into(),
                 security_barrier: true,
                 qualified: "\"public\".\"recent\"".into(),
+                identity: ViewIdentity::default(),
             })
         };
         let sql = "SELECT * FROM recent";
