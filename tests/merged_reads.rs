@@ -770,6 +770,7 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
                  AS $$ BEGIN INSERT INTO log SELECT count(*) FROM events; END $$;
              CREATE FUNCTION add_one(x int) RETURNS int LANGUAGE sql AS 'SELECT x + 1';
              CREATE FUNCTION lower(x events) RETURNS text LANGUAGE sql AS 'SELECT x.kind FROM events LIMIT 1';
+             CREATE FUNCTION version(n bigint) RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM events WHERE id > n';
              CREATE FUNCTION near_miss() RETURNS text LANGUAGE sql AS $$ SELECT 'eventsx' || 'my_events' $$;"#,
     )
     .await;
@@ -827,6 +828,15 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
         (
             "WITH x AS (SELECT count_events() AS n) SELECT n FROM x",
             count_events,
+        ),
+        // Named like pg_catalog's version(), which takes no argument: this call can only
+        // run public's.
+        (
+            "SELECT version(5)",
+            (
+                "function public.version reads tiered table events ",
+                "ALTER FUNCTION public.version(n bigint) SET",
+            ),
         ),
         ("COPY (SELECT count_events()) TO STDOUT", count_events),
     ] {
@@ -917,6 +927,11 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
     c.simple_query("EXPLAIN SELECT count_events()")
         .await
         .unwrap();
+    let version = simple_rows(c, "SELECT version()").await.unwrap();
+    assert!(
+        version[0][0].as_deref().unwrap().starts_with("PostgreSQL"),
+        "{version:?}"
+    );
 
     // A session that reads hot rows only on purpose calls them (Postgres knows its
     // settings; coldwire's check asks it), in either protocol, until it resets.

@@ -96,9 +96,29 @@ pub struct ReadingFunction {
     pub through: Option<String>,
     /// Its arguments' types, as `pg_get_function_identity_arguments` writes them.
     pub arguments: String,
-    /// pg_catalog has a function of this name, which an unqualified call means (it comes
-    /// first in every search_path that does not place it later).
+    /// pg_catalog has a function of this name, which an unqualified call may mean (it
+    /// comes first in every search_path that does not place it later).
     pub shadowed: bool,
+    /// How many arguments a call of a function or procedure passes (`None` for views and
+    /// tables).
+    pub arity: Option<Arity>,
+    /// What calls pg_catalog's functions of the same name take, one per function.
+    pub catalog_arities: Vec<Arity>,
+}
+
+/// The numbers of arguments a call of a function may pass: all but those with defaults,
+/// up to all of them, or any number from there for a VARIADIC one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arity {
+    pub min: usize,
+    /// `None`: VARIADIC.
+    pub max: Option<usize>,
+}
+
+impl Arity {
+    pub fn admits(self, args: usize) -> bool {
+        args >= self.min && self.max.is_none_or(|max| args <= max)
+    }
 }
 
 /// What a [`ReadingFunction`] is.
@@ -219,13 +239,24 @@ impl Registry {
         }
     }
 
-    /// A function reading tiered tables server-side that a call of `schema.name` (as
-    /// written) may run: when unqualified, one of any schema (the session's search_path
-    /// is not known here) unless pg_catalog has a function of the name, which comes
-    /// first.
-    pub fn function(&self, schema: Option<&str>, name: &str) -> Option<&ReadingFunction> {
-        self.caller(schema, name, |k| {
-            matches!(k, CallerKind::Function | CallerKind::Procedure)
+    /// A function reading tiered tables server-side that `call` may run: when
+    /// unqualified, one of any schema (the session's search_path is not known here) that
+    /// takes as many arguments as the call passes, and that no function of pg_catalog of
+    /// the same name takes too (pg_catalog's comes first: `lower('A')` is its own, though
+    /// a `public.lower(events)` takes one argument too). Postgres chooses among all of
+    /// them by their arguments, so `version(5)` runs `public.version(bigint)`, which no
+    /// function of pg_catalog could.
+    pub fn function(&self, call: &crate::sql::tree::FunctionCall) -> Option<&ReadingFunction> {
+        self.functions.iter().find(|f| {
+            matches!(f.kind, CallerKind::Function | CallerKind::Procedure)
+                && f.name == call.name
+                && match &call.schema {
+                    Some(s) => f.schema == *s,
+                    None => {
+                        f.arity.is_none_or(|a| a.admits(call.args))
+                            && !f.catalog_arities.iter().any(|a| a.admits(call.args))
+                    }
+                }
         })
     }
 

@@ -42,9 +42,19 @@ pub struct Walk {
     /// The statement fires UPDATE or DELETE triggers: it holds an UPDATE, DELETE or
     /// MERGE, or an INSERT … ON CONFLICT DO UPDATE (also under EXPLAIN or PREPARE).
     pub fires_update_or_delete: bool,
-    /// Every function or procedure the statement calls by name, as written (schema when
-    /// qualified, name), anywhere in it: `CALL`'s too.
-    pub functions: Vec<(Option<String>, String)>,
+    /// Every function or procedure the statement calls by name, anywhere in it: `CALL`'s
+    /// too.
+    pub functions: Vec<FunctionCall>,
+}
+
+/// A call of a function or procedure by name, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionCall {
+    /// The schema, when qualified.
+    pub schema: Option<String>,
+    pub name: String,
+    /// The arguments it passes (`count(*)` passes none).
+    pub args: usize,
 }
 
 /// Walks the whole of `parsed`.
@@ -258,18 +268,27 @@ fn visit(value: &Value, known: &HashSet<i32>, written: &HashSet<i32>, out: &mut 
 }
 
 /// The name of a `FuncCall` (its `funcname`: the schema when qualified, then the name).
-fn function_name(call: &Value) -> Option<(Option<String>, String)> {
+fn function_name(call: &Value) -> Option<FunctionCall> {
     let parts: Vec<&str> = call
         .get("funcname")?
         .as_array()?
         .iter()
         .filter_map(|n| n.get("node")?.get("String")?.get("sval")?.as_str())
         .collect();
-    match parts.as_slice() {
-        [name] => Some((None, (*name).to_owned())),
-        [.., schema, name] => Some((Some((*schema).to_owned()), (*name).to_owned())),
-        [] => None,
-    }
+    let args = call
+        .get("args")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    let (schema, name) = match parts.as_slice() {
+        [name] => (None, *name),
+        [.., schema, name] => (Some((*schema).to_owned()), *name),
+        [] => return None,
+    };
+    Some(FunctionCall {
+        schema,
+        name: name.to_owned(),
+        args,
+    })
 }
 
 fn range_var(v: &Value) -> Option<Relation> {
@@ -310,9 +329,9 @@ mod tests {
             let mut found: Vec<String> = walk(&pg_query::parse(sql, 0).unwrap())
                 .functions
                 .into_iter()
-                .map(|(schema, name)| match schema {
-                    Some(s) => format!("{s}.{name}"),
-                    None => name,
+                .map(|f| match f.schema {
+                    Some(s) => format!("{s}.{}/{}", f.name, f.args),
+                    None => format!("{}/{}", f.name, f.args),
                 })
                 .collect();
             found.sort();
@@ -324,16 +343,20 @@ mod tests {
                 "SELECT a.f(1), g() FROM h() WHERE x IN (SELECT \"Odd\"(y) FROM t) \
                  LIMIT pg_catalog.abs(-1)"
             ),
-            ["Odd", "a.f", "g", "h", "pg_catalog.abs"]
+            ["Odd/1", "a.f/1", "g/0", "h/0", "pg_catalog.abs/1"]
         );
-        assert_eq!(called("CALL s.p(1, q())"), ["q", "s.p"]);
-        assert_eq!(called("EXPLAIN ANALYZE SELECT f()"), ["f"]);
-        assert_eq!(called("PREPARE x AS SELECT f($1)"), ["f"]);
+        assert_eq!(called("CALL s.p(1, q())"), ["q/0", "s.p/2"]);
+        assert_eq!(called("EXPLAIN ANALYZE SELECT f()"), ["f/0"]);
+        assert_eq!(
+            called("SELECT count(*), count(x), f(a => 1, b => 2), v(VARIADIC ARRAY[1])"),
+            ["count/0", "count/1", "f/2", "v/1"]
+        );
+        assert_eq!(called("PREPARE x AS SELECT f($1)"), ["f/1"]);
         assert_eq!(
             called("INSERT INTO t SELECT * FROM f() ON CONFLICT DO NOTHING"),
-            ["f"]
+            ["f/0"]
         );
-        assert_eq!(called("SELECT count(*) FROM t"), ["count"]);
+        assert_eq!(called("SELECT count(*) FROM t"), ["count/0"]);
     }
 
     #[test]

@@ -17,7 +17,7 @@
 
 use tokio_postgres::Client;
 
-use super::{CallerKind, ReadingFunction};
+use super::{Arity, CallerKind, ReadingFunction};
 use crate::catalog::capture::{HOT_ONLY_ON, HOT_ONLY_SETTING};
 
 /// The schemas searched (`n`: `pg_namespace`): the database's own, not the system's,
@@ -87,7 +87,12 @@ fn functions_query() -> String {
         "SELECT p.oid, n.nspname::text, p.proname::text, substring({body} from $1), \
                 (SELECT d.refobjid FROM pg_depend d WHERE {depends} ORDER BY 1 LIMIT 1), \
                 EXISTS (SELECT 1 FROM pg_proc b WHERE b.proname = p.proname AND b.pronamespace = 'pg_catalog'::regnamespace), \
-                p.prokind = 'p', pg_get_function_identity_arguments(p.oid) \
+                p.prokind = 'p', pg_get_function_identity_arguments(p.oid), \
+                p.pronargs::int4, p.pronargdefaults::int4, p.provariadic <> 0, \
+                ARRAY(SELECT (b.pronargs - b.pronargdefaults)::int4 FROM pg_proc b \
+                      WHERE b.proname = p.proname AND b.pronamespace = 'pg_catalog'::regnamespace ORDER BY b.oid), \
+                ARRAY(SELECT CASE WHEN b.provariadic <> 0 THEN -1 ELSE b.pronargs::int4 END FROM pg_proc b \
+                      WHERE b.proname = p.proname AND b.pronamespace = 'pg_catalog'::regnamespace ORDER BY b.oid) \
          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang \
          WHERE {own} \
            AND l.lanname NOT IN ('internal', 'c') AND p.oid <> ALL ($4) \
@@ -278,6 +283,16 @@ pub async fn find(
                 },
                 arguments: row.get(7),
                 shadowed: row.get(5),
+                arity: Some(arity(row.get(8), row.get(9), row.get(10))),
+                catalog_arities: row
+                    .get::<_, Vec<i32>>(11)
+                    .into_iter()
+                    .zip(row.get::<_, Vec<i32>>(12))
+                    .map(|(min, max)| Arity {
+                        min: usize::try_from(min).unwrap_or(0),
+                        max: usize::try_from(max).ok(),
+                    })
+                    .collect(),
             };
             found_functions.push(row.get(0));
             found_at.push(found.len());
@@ -307,6 +322,8 @@ pub async fn find(
                     },
                     arguments: String::new(),
                     shadowed: false,
+                    arity: None,
+                    catalog_arities: Vec::new(),
                 };
                 found_views.push(row.get(0));
                 // Reading a materialized view runs nothing: what reads it is no caller.
@@ -352,6 +369,8 @@ pub async fn find(
                 },
                 arguments: String::new(),
                 shadowed: false,
+                arity: None,
+                catalog_arities: Vec::new(),
             });
         }
     }
@@ -370,6 +389,17 @@ fn like_contains(name: &str) -> String {
     }
     pattern.push('%');
     pattern
+}
+
+/// The arguments a call may pass to a function of `args` arguments (`pronargs`), the last
+/// `defaults` of which have defaults, the last VARIADIC when `variadic`.
+fn arity(args: i32, defaults: i32, variadic: bool) -> Arity {
+    let args = usize::try_from(args).unwrap_or(0);
+    let defaults = usize::try_from(defaults).unwrap_or(0);
+    Arity {
+        min: args.saturating_sub(defaults),
+        max: (!variadic).then_some(args),
+    }
 }
 
 #[cfg(test)]

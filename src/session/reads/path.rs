@@ -860,7 +860,7 @@ fn reading_function<'r>(
     let function = walk
         .functions
         .iter()
-        .find_map(|(schema, name)| registry.function(schema.as_deref(), name))
+        .find_map(|call| registry.function(call))
         .or_else(|| {
             copied_into.and_then(|rv| {
                 let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
