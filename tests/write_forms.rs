@@ -568,6 +568,59 @@ async fn sql_prepare_of_a_read_of_a_tiered_table_is_refused_clearly() {
         .unwrap();
 }
 
+/// A Query coldwire refuses inside a transaction block fails the block as any error does:
+/// Postgres raises the refusal in its place, so a COMMIT then rolls back what the block
+/// wrote, and a block that failed already answers 25P02. Outside a block the refusal is
+/// answered as before.
+#[tokio::test]
+async fn a_refused_query_in_a_transaction_block_fails_the_block() {
+    let Tiered {
+        c,
+        direct,
+        _dir,
+        proxy: _proxy,
+        ..
+    } = tiered("write_forms_refused_in_block", "CREATE TABLE notes(n int);").await;
+    let refused = "PREPARE r AS SELECT count(*) FROM events";
+    let code = |e: &tokio_postgres::Error| e.code().map(|c| c.code().to_owned());
+    c.batch_execute("BEGIN; INSERT INTO notes VALUES (1)")
+        .await
+        .unwrap();
+    let e = c.simple_query(refused).await.unwrap_err();
+    let db = e.as_db_error().unwrap();
+    assert_eq!(db.code().code(), "0A000", "{db:?}");
+    assert!(db.message().contains("PREPARE"), "{db:?}");
+    // The block failed: its next statement is refused by Postgres, and COMMIT rolls back.
+    let e = c.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("25P02"), "{e:?}");
+    let e = c.simple_query(refused).await.unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("25P02"), "{e:?}");
+    let done = c.simple_query("COMMIT").await.unwrap();
+    assert!(
+        done.iter()
+            .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::CommandComplete(_))),
+        "{done:?}"
+    );
+    let kept: i64 = direct
+        .query_one("SELECT count(*) FROM notes", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 0, "the failed block's insert was rolled back");
+    // Outside a block: the refusal, and the session goes on.
+    let e = c.simple_query(refused).await.unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("0A000"), "{e:?}");
+    c.batch_execute("INSERT INTO notes VALUES (2)")
+        .await
+        .unwrap();
+    let kept: i64 = direct
+        .query_one("SELECT count(*) FROM notes", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 1);
+}
+
 /// With standard_conforming_strings off, Postgres reads a backslash in a string as an
 /// escape and coldwire's parser does not, so where a string ends can differ: a statement
 /// naming a tiered table that holds a backslash is refused, not planned on a misreading.

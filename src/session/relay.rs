@@ -592,9 +592,24 @@ impl ClientDirection<'_, '_> {
         self.write_now(&mut out).await
     }
 
-    /// Answers a simple Query with coldwire's `error` once everything before it is.
+    /// Answers a simple Query with coldwire's `error` once everything before it is. In a
+    /// transaction block Postgres raises it in the Query's place, so that the block fails
+    /// as after any error (a COMMIT then rolls it back), and a block that failed already
+    /// answers as it does to any statement.
     async fn fail(&mut self, error: msg::ErrorFields) -> Result<(), SessionError> {
         let (_, status) = wait_until_answered(self.shared).await;
+        if status != b'I' {
+            let sql = crate::sql::rewrite::raise_sql(
+                &error.code,
+                &error.message,
+                error.detail.as_deref(),
+                error.hint.as_deref(),
+            );
+            let mut out = BytesMut::new();
+            crate::wire::extended::encode_query(&mut out, &sql);
+            self.shared.locked().query_sent(None);
+            return self.write_now(&mut out).await;
+        }
         let mut out = error.encode();
         out.extend_from_slice(&msg::encode_ready_for_query(status));
         let mut client = self.shared.client_tx.lock().await;

@@ -528,6 +528,26 @@ pub fn refusal_sql(code: &str, message: &str, hint: Option<&str>) -> String {
     format!("SELECT {}", refusal_expression(code, message, hint))
 }
 
+/// A `DO` block that raises the error `code`, `message`, `detail`, `hint` (none of
+/// coldwire's functions needed: the database may have no catalog yet).
+pub fn raise_sql(code: &str, message: &str, detail: Option<&str>, hint: Option<&str>) -> String {
+    use super::quote::sql_literal;
+    let mut fields = format!(
+        "ERRCODE = {}, MESSAGE = {}",
+        sql_literal(code),
+        sql_literal(message)
+    );
+    for (field, value) in [("DETAIL", detail), ("HINT", hint)] {
+        if let Some(value) = value {
+            fields.push_str(&format!(", {field} = {}", sql_literal(value)));
+        }
+    }
+    format!(
+        "DO {}",
+        dollar_quoted(&format!("BEGIN RAISE EXCEPTION USING {fields}; END"))
+    )
+}
+
 /// The expression [`refusal_sql`] selects: it raises the error when evaluated.
 pub fn refusal_expression(code: &str, message: &str, hint: Option<&str>) -> String {
     let mut refusal = serde_json::json!({"code": code, "message": message});

@@ -353,6 +353,14 @@ pub fn command_complete(out: &mut BytesMut, tag: &str) {
     finish(out, at);
 }
 
+/// A simple Query of `sql`.
+pub fn encode_query(out: &mut BytesMut, sql: &str) {
+    let at = start(out, b'Q');
+    out.put_slice(sql.as_bytes());
+    out.put_u8(0);
+    finish(out, at);
+}
+
 /// Parse of `sql` as statement `name` with these declared parameter types (0 or none:
 /// inferred by the server).
 pub fn encode_parse(out: &mut BytesMut, name: &str, sql: &str, param_types: &[u32]) {
