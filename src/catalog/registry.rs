@@ -250,12 +250,10 @@ impl Registry {
         self.functions.iter().find(|f| {
             matches!(f.kind, CallerKind::Function | CallerKind::Procedure)
                 && f.name == call.name
+                && f.arity.is_none_or(|a| a.admits(call.args))
                 && match &call.schema {
                     Some(s) => f.schema == *s,
-                    None => {
-                        f.arity.is_none_or(|a| a.admits(call.args))
-                            && !f.catalog_arities.iter().any(|a| a.admits(call.args))
-                    }
+                    None => !f.catalog_arities.iter().any(|a| a.admits(call.args)),
                 }
         })
     }

@@ -269,6 +269,10 @@ fn visit(value: &Value, known: &HashSet<i32>, written: &HashSet<i32>, out: &mut 
 
 /// The name of a `FuncCall` (its `funcname`: the schema when qualified, then the name).
 fn function_name(call: &Value) -> Option<FunctionCall> {
+    // `WITHIN GROUP` calls an ordered-set aggregate, never a function of SQL or PL/pgSQL.
+    if call.get("agg_within_group").and_then(Value::as_bool) == Some(true) {
+        return None;
+    }
     let parts: Vec<&str> = call
         .get("funcname")?
         .as_array()?
@@ -350,6 +354,10 @@ mod tests {
         assert_eq!(
             called("SELECT count(*), count(x), f(a => 1, b => 2), v(VARIADIC ARRAY[1])"),
             ["count/0", "count/1", "f/2", "v/1"]
+        );
+        assert_eq!(
+            called("SELECT mode() WITHIN GROUP (ORDER BY k), g(k) FROM t"),
+            ["g/1"]
         );
         assert_eq!(called("PREPARE x AS SELECT f($1)"), ["f/1"]);
         assert_eq!(
