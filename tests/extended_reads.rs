@@ -1275,6 +1275,15 @@ async fn statements_prepared_before_their_table_was_tiered_read_and_write_every_
         conn.send(&raw::query(sql)).await;
         assert_eq!(tags(&conn.until_ready().await), "CZ");
     }
+    // ... and SQL-level PREPARE sent in the extended protocol, as psycopg sends every
+    // statement.
+    for sql in [
+        "PREPARE pr AS SELECT count(*) FROM events",
+        "PREPARE pw(bigint) AS UPDATE events SET kind = 'pw' WHERE id = $1",
+    ] {
+        let msgs = parse_bind_execute(&mut conn, "", sql, &[]).await;
+        assert_eq!(tags(&msgs), "12CZ", "{sql}: {msgs:?}");
+    }
     // (A simple Query would replace the unnamed statement: none follows it.)
     let read = "SELECT kind FROM events WHERE id = $1";
     for name in ["q", "q2", ""] {
@@ -1371,6 +1380,25 @@ async fn statements_prepared_before_their_table_was_tiered_read_and_write_every_
     assert_eq!(msgs[0].field(b'C').as_deref(), Some("0A000"));
     let message = msgs[0].field(b'M').unwrap();
     assert!(message.contains("PREPARE of a read"), "{message}");
+    // The same for those prepared in the extended protocol, executed in either.
+    let msgs = parse_bind_execute(&mut conn, "", "EXECUTE pr", &[]).await;
+    let error = msgs.iter().find(|m| m.tag == b'E');
+    assert!(
+        error.is_some_and(|e| e.field(b'C').as_deref() == Some("0A000"))
+            && !msgs.iter().any(|m| m.tag == b'D'),
+        "{msgs:?}"
+    );
+    conn.send(&raw::query("EXECUTE pr")).await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "EZ", "{msgs:?}");
+    let msgs = parse_bind_execute(&mut conn, "", "EXECUTE pw(12)", &[]).await;
+    assert_eq!(tags(&msgs), "12CZ", "{msgs:?}");
+    let kind: String = app
+        .query_one("SELECT kind FROM events WHERE id = 12", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kind, "pw");
     let rows: i64 = admin
         .query_one("SELECT count(*) FROM events", &[])
         .await

@@ -209,9 +209,13 @@ fn track_client_frame(
 ) -> Result<(), WireError> {
     match tag {
         msg::PARSE => {
-            let (name, _) = ext::Parse::decode_raw(frame)?;
+            let (name, query) = ext::Parse::decode_raw(frame)?;
             state.parse_sent(name);
             state.statement_parsed(name, None, Some((frame, names_at)));
+            // An SQL PREPARE runs at the Execute; remembered now, as a superset.
+            if let Ok(sql) = std::str::from_utf8(query) {
+                state.sql_prepares_sent(sql);
+            }
         }
         msg::CLOSE => match ext::target(frame, msg::CLOSE)? {
             ext::Target::Statement(name) => state.close_sent(Some(name)),

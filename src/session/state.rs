@@ -1048,10 +1048,18 @@ impl SessionState {
             self.pending
                 .push_back(Pending::Deallocate(freed, self.statement_ids));
         }
-        for (name, text) in sql
-            .map(crate::sql::classify::sql_prepares)
-            .unwrap_or_default()
-        {
+        if let Some(sql) = sql {
+            self.sql_prepares_sent(sql);
+        }
+        self.forget_unnamed();
+        self.sync_sent();
+    }
+
+    /// Statement text `sql` went upstream, in a Query or a Parse: the statements its SQL
+    /// PREPAREs make are remembered, to be checked again at their EXECUTE once the
+    /// tables they name may have been tiered.
+    pub fn sql_prepares_sent(&mut self, sql: &str) {
+        for (name, text) in crate::sql::classify::sql_prepares(sql) {
             self.statement_ids += 1;
             let id = self.statement_ids;
             self.sql_passed.insert(
@@ -1064,8 +1072,6 @@ impl SessionState {
                 },
             );
         }
-        self.forget_unnamed();
-        self.sync_sent();
     }
 
     /// The unnamed statement was replaced by one coldwire did not rewrite.
