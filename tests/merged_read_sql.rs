@@ -143,6 +143,7 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
         "SELECT DISTINCT tags FROM public.events ORDER BY tags",
         "WITH recent AS (SELECT * FROM events WHERE at > '2026-03-01') SELECT count(*) FROM recent",
         "SELECT id FROM events WHERE kind = 'changed' UNION ALL SELECT id FROM ONLY events WHERE id < 3 ORDER BY 1",
+        "SELECT count(*), sum(e.amount) FROM ONLY (public.events) e WHERE e.id > 7",
         "SELECT id, row_number() OVER (PARTITION BY kind ORDER BY id) FROM events ORDER BY id LIMIT 20 OFFSET 500",
         "SELECT count(*) FROM events WHERE id NOT IN (SELECT id FROM events WHERE kind = 'k1')",
         "SELECT id, amount FROM events WHERE id BETWEEN 100 AND 700 AND kind = 'k2' ORDER BY id",

@@ -596,7 +596,11 @@ fn name_span(code: &[pg_query::protobuf::ScanToken], location: usize) -> Option<
     let at = code.iter().position(|t| t.start as usize == location)?;
     let is = |i: usize, token: Token| code.get(i).is_some_and(|t| t.token == token as i32);
     let mut first = at;
-    if first > 0 && is(first - 1, Token::Only) {
+    // `ONLY (name)`, which Postgres also accepts: the parentheses go with the name.
+    let parenthesized = first > 1 && is(first - 1, Token::Ascii40) && is(first - 2, Token::Only);
+    if parenthesized {
+        first -= 2;
+    } else if first > 0 && is(first - 1, Token::Only) {
         first -= 1;
     }
     // A read reference right after the keyword TABLE is the `TABLE name` command (the
@@ -612,6 +616,12 @@ fn name_span(code: &[pg_query::protobuf::ScanToken], location: usize) -> Option<
     let name_end = code[last].end as usize;
     // `name *`: the table and its descendants (a tiered table has none).
     if is(last + 1, Token::Ascii42) {
+        last += 1;
+    }
+    if parenthesized {
+        if !is(last + 1, Token::Ascii41) {
+            return None;
+        }
         last += 1;
     }
     Some(Span {
@@ -863,6 +873,22 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(r.hot_sql, None);
+    }
+
+    #[test]
+    fn only_with_parentheses_is_replaced_whole() {
+        for sql in [
+            "SELECT count(*) FROM ONLY (events) WHERE id > 5",
+            "SELECT count(*) FROM ONLY (public.events) e",
+            "SELECT count(*) FROM ONLY events",
+        ] {
+            let r = rewrite(sql, 0, resolve).unwrap().unwrap();
+            assert!(
+                pg_query::parse(&r.sql, 0).is_ok() && !r.sql.contains("FROM ONLY ("),
+                "{sql}: {}",
+                r.sql
+            );
+        }
     }
 
     #[test]
