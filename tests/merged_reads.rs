@@ -2216,13 +2216,7 @@ async fn names_outside_ascii_are_refused_to_sessions_in_other_encodings() {
         )
         .await
         .unwrap();
-    let proxy = Proxy::start(&[
-        "--service-url",
-        &cluster().url(&db),
-        "--cold-store",
-        &format!("file://{}", store.path().display()),
-    ])
-    .await;
+    let proxy = Proxy::tiering(&db, store.path(), &[]).await;
     let c = proxy.connect(&db).await;
     admin_call(&c, r#"SELECT coldwire.tier_table('"Événements"', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
         .await
