@@ -53,6 +53,23 @@ pub fn sql_literal(text: &str) -> String {
     format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
+/// [`sql_literal`] in ASCII alone, characters outside it as Unicode escapes (`\u00c9`):
+/// the same string in a session of any client_encoding (on a UTF-8 server).
+pub fn ascii_literal(text: &str) -> String {
+    let mut out = String::from("E'");
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("''"),
+            c if c.is_ascii() => out.push(c),
+            c if u32::from(c) <= 0xFFFF => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push_str(&format!("\\U{:08x}", u32::from(c))),
+        }
+    }
+    out.push('\'');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +79,7 @@ mod tests {
         assert_eq!(quote_ident(r#"Odd "name""#), r#""Odd ""name""""#);
         assert_eq!(sql_literal("it's"), "E'it''s'");
         assert_eq!(sql_literal(r"a\'b"), r"E'a\\''b'");
+        assert_eq!(ascii_literal(r"É\'x𝄞"), r"E'\u00c9\\''x\U0001d11e'");
         assert_eq!(column_list(["a", "b"], "p."), r#"p."a", p."b""#);
         assert_eq!(
             pk_equal(["a", "b"], "l", "r"),

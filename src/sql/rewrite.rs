@@ -529,9 +529,10 @@ pub fn refusal_sql(code: &str, message: &str, hint: Option<&str>) -> String {
 }
 
 /// A `DO` block that raises the error `code`, `message`, `detail`, `hint` (none of
-/// coldwire's functions needed: the database may have no catalog yet).
+/// coldwire's functions needed: the database may have no catalog yet), in ASCII, so that
+/// a session of any client_encoding reads the same text.
 pub fn raise_sql(code: &str, message: &str, detail: Option<&str>, hint: Option<&str>) -> String {
-    use super::quote::sql_literal;
+    use super::quote::ascii_literal as sql_literal;
     let mut fields = format!(
         "ERRCODE = {}, MESSAGE = {}",
         sql_literal(code),
