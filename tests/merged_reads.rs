@@ -2472,6 +2472,59 @@ async fn a_view_name_that_resolves_elsewhere_in_the_session_is_refused() {
     .await;
 }
 
+/// A locking read runs as written once the rows of the table it locks are back in the
+/// heap: one that also reads another tiered table is refused (it would read that table's
+/// hot rows only), and one that reads its table twice brings every row back first.
+#[tokio::test]
+async fn locking_reads_never_read_a_tiered_tables_hot_rows_alone() {
+    let t = tiered_events(
+        "lockingtwo",
+        "CREATE TABLE other(id bigint PRIMARY KEY, events_id bigint);
+         INSERT INTO other SELECT g, g FROM generate_series(1, 1000) g;",
+    )
+    .await;
+    admin_call(&t.c, r#"SELECT coldwire.tier_table('other', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&t.c, "SELECT coldwire.flush_table('other', wait => true)")
+        .await
+        .unwrap();
+    let join = "SELECT e.id, o.id FROM events e JOIN other o ON o.events_id = e.id WHERE e.id < 6 ORDER BY 1";
+    assert_eq!(simple_rows(&t.c, join).await.unwrap().len(), 5);
+    for sql in [
+        format!("{join} FOR UPDATE"),
+        format!("{join} FOR SHARE OF e"),
+        "SELECT id FROM events e WHERE id > 80 AND id < 85 AND NOT EXISTS (SELECT 1 FROM other o WHERE o.events_id = e.id) FOR UPDATE".to_owned(),
+        "SELECT id FROM events WHERE id IN (SELECT events_id FROM other WHERE id BETWEEN 70 AND 72) ORDER BY id LIMIT 3 FOR UPDATE SKIP LOCKED".to_owned(),
+    ] {
+        let e = t.c.simple_query(&sql).await.unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e:?}"));
+        assert_eq!(db.code().code(), "0A000", "{sql}: {db:?}");
+        assert!(
+            db.message().contains("locks rows of events and reads another tiered table, other"),
+            "{sql}: {db:?}"
+        );
+    }
+    // The same table read twice: every row back first, so the second reference sees
+    // them (in a block, where the locks hold).
+    t.c.batch_execute("BEGIN").await.unwrap();
+    let rows = simple_rows(
+        &t.c,
+        "SELECT a.id, b.id FROM events a JOIN events b ON b.id = a.id + 1 WHERE a.id < 6 ORDER BY 1 FOR UPDATE OF a",
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    t.c.batch_execute("COMMIT").await.unwrap();
+    let count: i64 = t
+        .direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 1000, "every row was brought back");
+}
+
 /// A view over a tiered table replaced, renamed or dropped directly on Postgres (coldwire
 /// reads views again within a second) is never read as it was: a statement in that second
 /// is refused (40001, retry) or reads the view as it is now, in both protocols.

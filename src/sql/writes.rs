@@ -53,8 +53,13 @@ pub struct Write {
 /// Why a write cannot be served.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WriteError {
-    #[error("a statement that writes {0} and reads another tiered table is not supported yet")]
-    ReadsAnotherTiered(String),
+    #[error("a statement that {} {target} and reads another tiered table, {other}, is not supported yet", if *.locking { "locks rows of" } else { "writes" })]
+    ReadsAnotherTiered {
+        target: String,
+        other: String,
+        /// A locking read (`SELECT … FOR UPDATE`), not a write.
+        locking: bool,
+    },
     #[error("a statement that writes more than one tiered table is not supported yet")]
     SeveralTargets,
 }
@@ -86,8 +91,8 @@ pub fn classify(
     });
     let (target, locking) = match (targets.as_slice(), top) {
         ([], Some(N::SelectStmt(_))) if walked.locking && !tiered.is_empty() => {
-            // A locking read: the first tiered table it reads is the one it locks rows of
-            // (several: every one of them unbounded but the first).
+            // A locking read: the first tiered table it reads is the one whose rows it
+            // brings back and locks; it runs as written, so it may read no other.
             (tiered[0].clone(), true)
         }
         ([], _) => return Ok(None),
@@ -106,14 +111,20 @@ pub fn classify(
         }
     };
     let (relation, table) = target;
+    // It runs as written once the rows it may touch are back in the heap: a read of
+    // another tiered table would see that table's hot rows only.
     if let Some((_, other)) = tiered
         .iter()
         .find(|(r, t)| r.read && t.table_id != table.table_id)
     {
-        if !locking {
-            return Err(WriteError::ReadsAnotherTiered(other.name.clone()));
-        }
+        return Err(WriteError::ReadsAnotherTiered {
+            target: table.name.clone(),
+            other: other.name.clone(),
+            locking,
+        });
     }
+    // Another reference to the table itself reads rows the target's conditions do not
+    // bound (a self-join, a subquery): every row comes back first.
     let reads_itself = tiered
         .iter()
         .any(|(r, t)| t.table_id == table.table_id && r.read && r.location != relation.location);
@@ -122,7 +133,7 @@ pub fn classify(
         .clone()
         .unwrap_or_else(|| relation.name.clone());
     let mut inserted = Vec::new();
-    let touched = if reads_itself && !locking {
+    let touched = if reads_itself {
         Touched::All
     } else {
         let at = |r: Option<&pg_query::protobuf::RangeVar>| {
@@ -365,6 +376,30 @@ mod tests {
         assert_eq!(
             touched("SELECT * FROM events WHERE id = 3 FOR UPDATE"),
             Some(Touched::Scans(vec![vec![eq("id", Constant::Int(3))]]))
+        );
+        // A locking read that reads the table again reads every row; one that reads
+        // another tiered table is refused, as a write that does.
+        assert_eq!(
+            touched("SELECT * FROM events a JOIN events b ON b.id = a.id + 1 WHERE a.id = 3 FOR UPDATE OF a"),
+            Some(Touched::All)
+        );
+        let parsed = pg_query::parse(
+            "SELECT e.id FROM events e WHERE e.id < 6 AND EXISTS (SELECT 1 FROM other o WHERE o.id = e.id) FOR UPDATE",
+            0,
+        )
+        .unwrap();
+        let two = |_: Option<&str>, n: &str| match n {
+            "events" => Some(events()),
+            "other" => Some(TieredTable {
+                table_id: 8,
+                name: "other".into(),
+                ..events()
+            }),
+            _ => None,
+        };
+        assert_eq!(
+            classify(&parsed, two).unwrap_err().to_string(),
+            "a statement that locks rows of events and reads another tiered table, other, is not supported yet"
         );
         assert_eq!(
             touched("UPDATE events SET id = 9 WHERE id = 3"),
