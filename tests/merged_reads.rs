@@ -2525,6 +2525,68 @@ async fn locking_reads_never_read_a_tiered_tables_hot_rows_alone() {
     assert_eq!(count, 1000, "every row was brought back");
 }
 
+/// Under a nondeterministic collation values of other bytes may be equal ('Name5' and
+/// 'name5' case-insensitively): no comparison on such a column is made on cold rows,
+/// which Postgres compares whole, so reads and writes answer as on a plain table.
+#[tokio::test]
+async fn columns_under_a_nondeterministic_collation_compare_as_postgres_does() {
+    let t = tiered_events(
+        "nondeterministic",
+        "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+         CREATE TABLE c1(id bigint PRIMARY KEY, name text COLLATE ci, v int);
+         INSERT INTO c1 SELECT g, 'Name' || g, g FROM generate_series(1, 1000) g;
+         CREATE TABLE c1_plain AS TABLE c1;",
+    )
+    .await;
+    admin_call(&t.c, r#"SELECT coldwire.tier_table('c1', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&t.c, "SELECT coldwire.flush_table('c1', wait => true)")
+        .await
+        .unwrap();
+    let hot: i64 = t
+        .direct
+        .query_one("SELECT count(*) FROM c1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(hot <= 100, "{hot}");
+    for sql in [
+        "SELECT id FROM {t} WHERE name = 'name5'",
+        "SELECT count(*) FROM {t} WHERE name <> 'name5'",
+        "SELECT id FROM {t} WHERE name IN ('name5', 'NAME6') ORDER BY id",
+        "SELECT count(*) FROM {t} WHERE name NOT IN ('name5', 'nAmE7')",
+        "SELECT count(*), sum(v) FROM {t} WHERE name = 'NAME9' OR name = 'name10'",
+        "SELECT lower(name), count(*) FROM {t} WHERE id < 20 GROUP BY name ORDER BY 1",
+    ] {
+        let got = simple_rows(&t.c, &sql.replace("{t}", "c1")).await.unwrap();
+        let want = simple_rows(&t.c, &sql.replace("{t}", "c1_plain"))
+            .await
+            .unwrap();
+        assert_eq!(got, want, "{sql}");
+        assert!(!got.is_empty(), "{sql}");
+    }
+    let statement =
+        t.c.prepare("SELECT id FROM c1 WHERE name = $1")
+            .await
+            .unwrap();
+    let rows = t.c.query(&statement, &[&"NAME11"]).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, i64>(0), 11);
+    // A write reaches the cold row its condition matches.
+    let n =
+        t.c.execute("UPDATE c1 SET v = -1 WHERE name = 'nAmE12'", &[])
+            .await
+            .unwrap();
+    assert_eq!(n, 1);
+    let v: i32 =
+        t.c.query_one("SELECT v FROM c1 WHERE id = 12", &[])
+            .await
+            .unwrap()
+            .get(0);
+    assert_eq!(v, -1);
+}
+
 /// A view over a tiered table replaced, renamed or dropped directly on Postgres (coldwire
 /// reads views again within a second) is never read as it was: a statement in that second
 /// is refused (40001, retry) or reads the view as it is now, in both protocols.

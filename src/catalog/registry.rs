@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
+use super::segments::Compared;
 use crate::sql::rewrite::{TieredTable, ViewDef, ViewIdentity};
 use crate::values::ColdType;
 
@@ -66,8 +67,12 @@ pub struct Tiered {
     /// stored cold (`None`: a type this build cannot read back).
     pub types: Vec<(String, Option<ColdType>)>,
     /// Per column: Postgres orders its values as their bytes (text under the C collation,
-    /// `catalog::segments::byte_ordered_columns`).
+    /// `catalog::segments::compared_columns`).
     pub byte_ordered: Vec<bool>,
+    /// `types` as the aggregate rewrite may use them: a column under a nondeterministic
+    /// collation (values of other bytes may be equal) has none, so that no condition on
+    /// it, nor aggregate or grouping of it, is computed cold-side.
+    pub aggregate_types: Vec<(String, Option<ColdType>)>,
 }
 
 /// A view or materialized view that reads a tiered table (directly or through views).
@@ -344,7 +349,7 @@ pub async fn read(
                 &[],
             )
             .await?;
-    let ordered = super::segments::byte_ordered_columns(client, None).await?;
+    let compared = super::segments::compared_columns(client, None).await?;
     let mut tables = Vec::new();
     let mut table_oids: Vec<u32> = Vec::new();
     for row in rows {
@@ -379,16 +384,30 @@ pub async fn read(
                 _ => (text.clone(), None),
             })
             .collect();
-        let byte_ordered = list
+        // How each column compares, where it differs from its type's other columns.
+        let how: Vec<Option<Compared>> = list
             .iter()
             .filter(|c| c["name"].as_str().is_some())
             .map(|c| {
-                let attnum = c["attnum"].as_i64().and_then(|a| i16::try_from(a).ok());
-                attnum.is_some_and(|a| ordered.contains(&(row.get::<_, i64>(0), a)))
+                let attnum = c["attnum"].as_i64().and_then(|a| i16::try_from(a).ok())?;
+                compared
+                    .iter()
+                    .find(|(t, a, _)| *t == row.get::<_, i64>(0) && *a == attnum)
+                    .map(|(_, _, how)| *how)
+            })
+            .collect();
+        let byte_ordered = how.iter().map(|h| *h == Some(Compared::AsBytes)).collect();
+        let aggregate_types = types
+            .iter()
+            .zip(&how)
+            .map(|((text, ty), h)| match h {
+                Some(Compared::Nondeterministically) => (text.clone(), None),
+                _ => (text.clone(), *ty),
             })
             .collect();
         tables.push(Tiered {
             byte_ordered,
+            aggregate_types,
             table: TieredTable {
                 table_id: row.get(0),
                 schema: row.get(2),

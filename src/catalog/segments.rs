@@ -138,9 +138,10 @@ impl ColdTable {
         }
 
         let mut columns = columns;
-        for (_, attnum) in byte_ordered_columns(&tx, Some(table_id)).await? {
+        for (_, attnum, how) in compared_columns(&tx, Some(table_id)).await? {
             if let Some(c) = columns.iter_mut().find(|c| c.attnum == attnum) {
-                c.byte_ordered = true;
+                c.byte_ordered = how == Compared::AsBytes;
+                c.nondeterministic = how == Compared::Nondeterministically;
             }
         }
         let overrides = load_overrides(&tx, table_id, generation, &columns, &pk_positions).await?;
@@ -161,36 +162,58 @@ impl ColdTable {
     }
 }
 
-/// The text and varchar columns of tiered tables (of `table_id`, or all) that Postgres
-/// orders as their bytes: under the C or POSIX collation (libc), named or as the
-/// database's default (a libc default whose LC_COLLATE is C or POSIX). (table id, attnum)
-/// pairs.
+/// How Postgres compares the values of a column of a tiered table, where cold-side
+/// evaluation must know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compared {
+    /// As their bytes, also in order: text and varchar under the C or POSIX collation
+    /// (libc), named or as the database's default (a libc default whose LC_COLLATE is C
+    /// or POSIX).
+    AsBytes,
+    /// Under a nondeterministic collation: values of other bytes may be equal
+    /// (`'Name5' = 'name5'` case-insensitively), so no comparison on it is made cold-side.
+    Nondeterministically,
+}
+
+/// The columns of tiered tables (of `table_id`, or all) that Postgres compares otherwise
+/// than their type's other columns ([`Compared`]): (table id, attnum, how).
 ///
 /// # Errors
 /// The catalog could not be read.
-pub async fn byte_ordered_columns(
+pub async fn compared_columns(
     client: &impl tokio_postgres::GenericClient,
     table_id: Option<i64>,
-) -> Result<Vec<(i64, i16)>, tokio_postgres::Error> {
+) -> Result<Vec<(i64, i16, Compared)>, tokio_postgres::Error> {
     // datlocprovider (Postgres 15): an ICU default collation orders otherwise whatever
     // datcollate says; before 15 every default was libc.
     let rows = client
         .query(
-            "SELECT t.id, a.attnum FROM coldwire.tables t \
+            "SELECT t.id, a.attnum, NOT c.collisdeterministic FROM coldwire.tables t \
              JOIN pg_catalog.pg_attribute a ON a.attrelid = t.relid AND a.attnum > 0 AND NOT a.attisdropped \
              JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation \
              CROSS JOIN (SELECT d.datcollate::text AS collate, \
                                 coalesce(pg_catalog.to_jsonb(d) ->> 'datlocprovider', 'c') AS provider \
                          FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()) db \
              WHERE t.state = 'active' AND ($1::bigint IS NULL OR t.id = $1) \
-               AND a.atttypid IN ('pg_catalog.text'::pg_catalog.regtype, 'pg_catalog.varchar'::pg_catalog.regtype) \
-               AND ((c.collname IN ('C', 'POSIX') AND c.collprovider = 'c') \
-                    OR (c.collname = 'default' AND c.collnamespace = 'pg_catalog'::pg_catalog.regnamespace \
-                        AND db.provider = 'c' AND db.collate IN ('C', 'POSIX')))",
+               AND (NOT c.collisdeterministic \
+                    OR (a.atttypid IN ('pg_catalog.text'::pg_catalog.regtype, 'pg_catalog.varchar'::pg_catalog.regtype) \
+                        AND ((c.collname IN ('C', 'POSIX') AND c.collprovider = 'c') \
+                             OR (c.collname = 'default' AND c.collnamespace = 'pg_catalog'::pg_catalog.regnamespace \
+                                 AND db.provider = 'c' AND db.collate IN ('C', 'POSIX')))))",
             &[&table_id],
         )
         .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let how = if r.get::<_, bool>(2) {
+                Compared::Nondeterministically
+            } else {
+                Compared::AsBytes
+            };
+            (r.get(0), r.get(1), how)
+        })
+        .collect())
 }
 
 /// Per column of `columns`, the value rows written before it was added read: the

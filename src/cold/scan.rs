@@ -836,6 +836,7 @@ mod tests {
                     attnum: i16::try_from(i).unwrap() + 1,
                     ty: *ty,
                     byte_ordered: false,
+                    nondeterministic: false,
                 })
                 .collect(),
             pk_positions: pk,

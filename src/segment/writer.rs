@@ -33,6 +33,9 @@ pub struct SegmentColumn {
     /// the C collation), so that `<` and `>` on it may be evaluated on cold rows. Known
     /// when a table is loaded for reads (`catalog::segments`), false otherwise.
     pub byte_ordered: bool,
+    /// Whether its collation is nondeterministic (values of other bytes may be equal), so
+    /// that no comparison on it may be evaluated on cold rows. Known as `byte_ordered` is.
+    pub nondeterministic: bool,
 }
 
 impl SegmentColumn {
@@ -69,6 +72,7 @@ impl SegmentColumn {
                 attnum: c["attnum"].as_i64().unwrap_or_default() as i16,
                 ty,
                 byte_ordered: false,
+                nondeterministic: false,
             });
         }
         Ok(out)

@@ -626,6 +626,10 @@ fn prune_one(
     let ColdType::Scalar(scalar) = column.ty else {
         return None;
     };
+    // Under a nondeterministic collation equal values may differ in their bytes.
+    if column.nondeterministic {
+        return None;
+    }
     let attnum = column.attnum;
     if let ScalarType::Numeric(NumericRepr::Decimal { scale, .. }) = scalar {
         let read = |v: &Constant| numeric_constant(&resolve(v, scalar, params)?, scale);

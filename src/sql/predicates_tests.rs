@@ -138,6 +138,7 @@ fn sums_of_parameters_and_integers_are_bounds_too() {
         attnum: 1,
         ty: ColdType::Scalar(ScalarType::Int8),
         byte_ordered: false,
+        nondeterministic: false,
     }];
     let ten = 10i64.to_be_bytes();
     let params = BoundParams {
@@ -193,18 +194,21 @@ fn only_encodable_constants_become_prune_predicates() {
             attnum: 1,
             ty: ColdType::Scalar(ScalarType::Int8),
             byte_ordered: false,
+            nondeterministic: false,
         },
         SegmentColumn {
             name: "kind".into(),
             attnum: 2,
             ty: ColdType::Scalar(ScalarType::Text(TextKind::Text)),
             byte_ordered: false,
+            nondeterministic: false,
         },
         SegmentColumn {
             name: "at".into(),
             attnum: 3,
             ty: ColdType::Scalar(ScalarType::Timestamptz),
             byte_ordered: false,
+            nondeterministic: false,
         },
     ];
     let got = to_prune(
@@ -279,6 +283,7 @@ fn numeric_constants_compare_at_the_columns_scale() {
             scale: 2,
         })),
         byte_ordered: false,
+        nondeterministic: false,
     }];
     let at = |v: i128| ordered::decimal(v).to_vec();
     let nan = ordered::numeric_special(Special::NaN).to_vec();

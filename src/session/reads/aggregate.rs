@@ -219,7 +219,7 @@ pub(super) fn rewrite_aggregate_read(
     let rewritten = rewrite_aggregate(parsed, client_params, |schema, name| {
         registry.unique(schema, name).map(|t| AggregateTable {
             table: &t.table,
-            types: &t.types,
+            types: &t.aggregate_types,
             byte_ordered: &t.byte_ordered,
         })
     })?;
