@@ -2587,6 +2587,76 @@ async fn columns_under_a_nondeterministic_collation_compare_as_postgres_does() {
     assert_eq!(v, -1);
 }
 
+/// A foreign key of a tiered table with NO ACTION or RESTRICT checks the referencing rows
+/// in its heap alone: a DELETE of the referenced table, or an UPDATE of the referenced
+/// columns, is refused rather than left to orphan cold rows; other UPDATEs run, and after
+/// the referencing rows are gone a session that says so (`coldwire.hot_only_writes`) may
+/// run it.
+#[tokio::test]
+async fn writes_that_a_tiered_tables_foreign_key_checks_are_refused() {
+    let t = tiered_events(
+        "fkrestrict",
+        "CREATE TABLE par(id bigint PRIMARY KEY, note text);
+         INSERT INTO par SELECT g, 'p' FROM generate_series(1, 1000) g;
+         CREATE TABLE kid(id bigint PRIMARY KEY, par_id bigint REFERENCES par(id) ON UPDATE RESTRICT);
+         INSERT INTO kid SELECT g, g FROM generate_series(1, 1000) g;",
+    )
+    .await;
+    admin_call(&t.c, r#"SELECT coldwire.tier_table('kid', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(&t.c, "SELECT coldwire.flush_table('kid', wait => true)")
+        .await
+        .unwrap();
+    let orphans =
+        "SELECT count(*) FROM kid k WHERE NOT EXISTS (SELECT 1 FROM par p WHERE p.id = k.par_id)";
+    for sql in [
+        "DELETE FROM par WHERE id = 5",
+        "/* orm */ delete from public.par where id in (6, 600)",
+        "UPDATE par SET id = 5000 WHERE id = 7",
+        "UPDATE par SET note = 'n', id = id + 5000 WHERE id = 8",
+    ] {
+        let e = t.c.simple_query(sql).await.unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e:?}"));
+        assert_eq!(db.code().code(), "0A000", "{sql}: {db:?}");
+        assert!(
+            db.message().contains("checks tiered table kid"),
+            "{sql}: {db:?}"
+        );
+    }
+    let e =
+        t.c.execute("DELETE FROM par WHERE id = $1", &[&9i64])
+            .await
+            .unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("0A000"), "{e:?}");
+    assert_eq!(
+        simple_rows(&t.c, orphans).await.unwrap(),
+        [[Some("0".to_owned())]]
+    );
+    // An UPDATE of other columns checks nothing.
+    assert_eq!(
+        t.c.execute("UPDATE par SET note = 'kept' WHERE id = 10", &[])
+            .await
+            .unwrap(),
+        1
+    );
+    // With the referencing rows deleted through coldwire first, the session may say so.
+    t.c.batch_execute(
+        "BEGIN; DELETE FROM kid WHERE par_id = 11; SET LOCAL coldwire.hot_only_writes = on; \
+         DELETE FROM par WHERE id = 11; COMMIT",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        simple_rows(&t.c, orphans).await.unwrap(),
+        [[Some("0".to_owned())]]
+    );
+    assert_eq!(
+        simple_rows(&t.c, "SELECT count(*) FROM par").await.unwrap(),
+        [[Some("999".to_owned())]]
+    );
+}
+
 /// A view over a tiered table replaced, renamed or dropped directly on Postgres (coldwire
 /// reads views again within a second) is never read as it was: a statement in that second
 /// is refused (40001, retry) or reads the view as it is now, in both protocols.

@@ -109,6 +109,9 @@ pub struct ReadingFunction {
     pub arity: Option<Arity>,
     /// What calls pg_catalog's functions of the same name take, one per function.
     pub catalog_arities: Vec<Arity>,
+    /// For a table a tiered table's foreign key references: the referenced columns (an
+    /// UPDATE that sets none of them checks nothing). Empty otherwise.
+    pub key_columns: Vec<String>,
 }
 
 /// The numbers of arguments a call of a function may pass: all but those with defaults,
@@ -277,19 +280,25 @@ impl Registry {
     }
 
     /// A plain table whose writes of a kind in `writes` (bits as [`CallerKind::Table`]'s)
-    /// run a function that reads tiered tables server-side, which `schema.name` (as
-    /// written; any schema when unqualified) may name.
+    /// read tiered tables server-side (a function they run, a foreign key's check),
+    /// which `schema.name` (as written; any schema when unqualified) may name. `sets`: the
+    /// columns an UPDATE sets, when known (an UPDATE that sets no referenced column
+    /// checks no foreign key).
     pub fn writing_table(
         &self,
         schema: Option<&str>,
         name: &str,
         writes: u8,
+        sets: Option<&[String]>,
     ) -> Option<&ReadingFunction> {
-        self.caller(
-            schema,
-            name,
-            |k| matches!(k, CallerKind::Table { writes: w } if w & writes != 0),
-        )
+        let update_of = sets.filter(|_| writes & 8 == 0);
+        self.functions.iter().find(|f| {
+            matches!(f.kind, CallerKind::Table { writes: w } if w & writes != 0)
+                && f.name == name
+                && schema.map_or(!f.shadowed, |s| f.schema == s)
+                && (f.key_columns.is_empty()
+                    || update_of.is_none_or(|sets| sets.iter().any(|c| f.key_columns.contains(c))))
+        })
     }
 
     /// The first of [`Self::functions`] of a kind `kind` admits named `schema.name` (as

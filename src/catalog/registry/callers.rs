@@ -293,6 +293,7 @@ pub async fn find(
                         max: usize::try_from(max).ok(),
                     })
                     .collect(),
+                key_columns: Vec::new(),
             };
             found_functions.push(row.get(0));
             found_at.push(found.len());
@@ -324,6 +325,7 @@ pub async fn find(
                     shadowed: false,
                     arity: None,
                     catalog_arities: Vec::new(),
+                    key_columns: Vec::new(),
                 };
                 found_views.push(row.get(0));
                 // Reading a materialized view runs nothing: what reads it is no caller.
@@ -371,12 +373,53 @@ pub async fn find(
                 shadowed: false,
                 arity: None,
                 catalog_arities: Vec::new(),
+                key_columns: Vec::new(),
             });
         }
     }
     found.extend(tables);
+    // Plain tables a tiered table's foreign key references with NO ACTION or RESTRICT:
+    // their DELETEs, and UPDATEs of the referenced columns, look for referencing rows in
+    // the tiered table's heap alone.
+    for row in client.query(REFERENCED_TABLES, &[&start.tiered]).await? {
+        let (deletes, updates): (bool, bool) = (row.get(4), row.get(5));
+        found.push(ReadingFunction {
+            schema: row.get(0),
+            name: row.get(1),
+            reads: row.get(2),
+            reads_view: false,
+            through: Some(format!(
+                "foreign key {} of table {}",
+                crate::sql::quote::display_ident(&row.get::<_, String>(3)),
+                crate::sql::quote::display_ident(&row.get::<_, String>(2)),
+            )),
+            kind: CallerKind::Table {
+                writes: if deletes { 8 } else { 0 } | if updates { 16 } else { 0 },
+            },
+            arguments: String::new(),
+            shadowed: false,
+            arity: None,
+            catalog_arities: Vec::new(),
+            key_columns: row.get(6),
+        });
+    }
     Ok(found)
 }
+
+/// The plain tables that foreign keys of the tiered tables `$1` reference with `ON
+/// DELETE` or `ON UPDATE` `NO ACTION` or `RESTRICT` (`CASCADE`, `SET NULL` and `SET
+/// DEFAULT` write the tiered table, which its capture check refuses): their schema and
+/// name, the tiered table's name, the key's name, whether the check runs on DELETE and
+/// on UPDATE, and the referenced columns.
+const REFERENCED_TABLES: &str = "SELECT n.nspname::text, p.relname::text, c.relname::text, k.conname::text, \
+            k.confdeltype IN ('a', 'r'), k.confupdtype IN ('a', 'r'), \
+            ARRAY(SELECT a.attname::text FROM unnest(k.confkey) WITH ORDINALITY u(attnum, i) \
+                  JOIN pg_attribute a ON a.attrelid = k.confrelid AND a.attnum = u.attnum ORDER BY u.i) \
+     FROM pg_constraint k JOIN pg_class p ON p.oid = k.confrelid JOIN pg_namespace n ON n.oid = p.relnamespace \
+     JOIN pg_class c ON c.oid = k.conrelid \
+     WHERE k.contype = 'f' AND k.conrelid = ANY ($1) AND k.confrelid <> ALL ($1) \
+       AND (k.confdeltype IN ('a', 'r') OR k.confupdtype IN ('a', 'r')) \
+     ORDER BY 1, 2, 4";
 
 /// An `ILIKE` pattern matching any text that contains `name`.
 fn like_contains(name: &str) -> String {

@@ -857,6 +857,20 @@ fn reading_function<'r>(
         N::CopyStmt(copy) if copy.is_from => copy.relation.as_ref(),
         _ => None,
     };
+    // The columns a statement's one UPDATE sets: an UPDATE of other columns of a table
+    // that a foreign key references checks nothing.
+    let sets: Option<Vec<String>> = match node {
+        N::UpdateStmt(u) if !several => Some(
+            u.target_list
+                .iter()
+                .filter_map(|t| match t.node.as_ref() {
+                    Some(N::ResTarget(rt)) => Some(rt.name.clone()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
     let function = walk
         .functions
         .iter()
@@ -864,7 +878,7 @@ fn reading_function<'r>(
         .or_else(|| {
             copied_into.and_then(|rv| {
                 let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
-                registry.writing_table(schema, &rv.relname, 4)
+                registry.writing_table(schema, &rv.relname, 4, None)
             })
         })
         .or_else(|| {
@@ -878,7 +892,9 @@ fn reading_function<'r>(
                     .flatten()
                     .or_else(|| {
                         r.written
-                            .then(|| registry.writing_table(schema, &r.name, writes))
+                            .then(|| {
+                                registry.writing_table(schema, &r.name, writes, sets.as_deref())
+                            })
                             .flatten()
                     })
             })
@@ -941,6 +957,22 @@ fn call_refusal(
             "Create a table with CREATE TABLE … AS SELECT through coldwire instead, which fills it with every row",
             on_function,
         ),
+        // A foreign key of the tiered table: its check reads the referencing rows.
+        CallerKind::Table { .. } if !f.key_columns.is_empty() => {
+            return fields(
+                "0A000",
+                format!(
+                    "coldwire: deleting or re-keying rows of table {name} checks tiered table {} for rows that reference them{through}, where coldwire cannot merge in its cold rows",
+                    display_ident(&f.reads)
+                ),
+                Some(format!(
+                    "Delete or re-point the referencing rows of {} through coldwire first, then run this statement after SET LOCAL {} = on, \
+                     with which the foreign key checks the hot rows only.",
+                    display_ident(&f.reads),
+                    crate::catalog::capture::HOT_ONLY_SETTING
+                )),
+            );
+        }
         CallerKind::Table { .. } => (
             format!("writes of table {name} read"),
             "Move that read out of the table's trigger, default or CHECK, into statements sent through coldwire",
