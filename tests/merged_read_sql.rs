@@ -144,6 +144,10 @@ async fn rewritten_reads_over_hot_and_cold_rows_match_a_plain_table() {
         "WITH recent AS (SELECT * FROM events WHERE at > '2026-03-01') SELECT count(*) FROM recent",
         "SELECT id FROM events WHERE kind = 'changed' UNION ALL SELECT id FROM ONLY events WHERE id < 3 ORDER BY 1",
         "SELECT count(*), sum(e.amount) FROM ONLY (public.events) e WHERE e.id > 7",
+        // As Prisma and PostgREST write reads: every column qualified by schema and table.
+        "SELECT \"public\".\"events\".\"id\", \"public\".\"events\".\"kind\" FROM \"public\".\"events\" WHERE \"public\".\"events\".\"id\" >= 1990 ORDER BY \"public\".\"events\".\"id\" ASC LIMIT 20 OFFSET 0",
+        "SELECT COUNT(*) FROM (SELECT \"public\".\"events\".\"id\" FROM \"public\".\"events\" WHERE \"public\".\"events\".\"kind\" = 'k1' OFFSET 0) AS \"sub\"",
+        "SELECT public.events.* FROM events WHERE public.events.id IN (3, 1995) ORDER BY 1",
         "SELECT id, row_number() OVER (PARTITION BY kind ORDER BY id) FROM events ORDER BY id LIMIT 20 OFFSET 500",
         "SELECT count(*) FROM events WHERE id NOT IN (SELECT id FROM events WHERE kind = 'k1')",
         "SELECT id, amount FROM events WHERE id BETWEEN 100 AND 700 AND kind = 'k2' ORDER BY id",

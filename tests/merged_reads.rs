@@ -2657,6 +2657,66 @@ async fn writes_that_a_tiered_tables_foreign_key_checks_are_refused() {
     );
 }
 
+/// Columns qualified by schema and table, as Prisma, PostgREST and Hasura write every
+/// column: read through coldwire as from a plain table, in both protocols.
+#[tokio::test]
+async fn columns_qualified_by_schema_and_table_are_read_as_written() {
+    let t = tiered_events(
+        "schemacolumns",
+        "CREATE TABLE control AS TABLE events; CREATE SCHEMA reports;
+         CREATE VIEW reports.recent AS SELECT * FROM events WHERE id > 900;
+         CREATE VIEW reports.recent_control AS SELECT * FROM control WHERE id > 900;",
+    )
+    .await;
+    for sql in [
+        r#"SELECT "public"."events"."id", "public"."events"."kind" FROM "public"."events" WHERE "public"."events"."id" < 20 ORDER BY "public"."events"."id" ASC LIMIT 10 OFFSET 0"#,
+        r#"SELECT COUNT(*) FROM (SELECT "public"."events"."id" FROM "public"."events" WHERE "public"."events"."kind" = 'k1' OFFSET 0) AS "sub""#,
+        r#"SELECT COUNT("public"."events"."id"), "public"."events"."kind" FROM "public"."events" GROUP BY "public"."events"."kind" ORDER BY 2"#,
+        r#"SELECT count(*) FROM "public"."events" WHERE "public"."events"."kind" = 'k2'"#,
+        "SELECT public.events.* FROM events WHERE public.events.id IN (3, 950) ORDER BY 1",
+        "SELECT reports.recent.kind, count(*) FROM reports.recent GROUP BY reports.recent.kind ORDER BY 1",
+    ] {
+        let want_sql = sql
+            .replace("recent", "recent_control")
+            .replace("events", "control");
+        let want = simple_rows(&t.c, &want_sql).await.unwrap();
+        let got = simple_rows(&t.c, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(got, want, "{sql}");
+        assert!(!got.is_empty(), "{sql}");
+        // Prepared, as the drivers send them.
+        let rows = t
+            .c
+            .query(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(rows.len(), want.len(), "{sql}");
+    }
+    // A write in that form brings back the rows its conditions bound, not every row.
+    let n =
+        t.c.execute(
+            r#"UPDATE "public"."events" SET "kind" = $1 WHERE "public"."events"."id" = $2"#,
+            &[&"prisma", &5i64],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let heap: i64 = t
+        .direct
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(heap, t.hot + 1, "only the row updated came back");
+    let kind: String =
+        t.c.query_one("SELECT kind FROM events WHERE id = 5", &[])
+            .await
+            .unwrap()
+            .get(0);
+    assert_eq!(kind, "prisma");
+}
+
 /// A view over a tiered table replaced, renamed or dropped directly on Postgres (coldwire
 /// reads views again within a second) is never read as it was: a statement in that second
 /// is refused (40001, retry) or reads the view as it is now, in both protocols.

@@ -291,6 +291,10 @@ pub fn rewrite_parsed(
 ) -> Result<Option<Rewritten>, RewriteError> {
     let walked = super::tree::walk(parsed);
     let mut found: Vec<(usize, TieredTable, Option<String>, bool)> = Vec::new();
+    // Column references qualified by a schema and the name of a reference replaced
+    // without an alias (`public.events.id`): the derived table takes the table's name
+    // alone, so the schema goes.
+    let mut unqualify = Vec::new();
     for rv in walked.relations {
         if rv.cte {
             continue;
@@ -306,6 +310,7 @@ pub fn rewrite_parsed(
         }
         let location = usize::try_from(rv.location)
             .map_err(|_| RewriteError::Parse("a table reference without a location".into()))?;
+        unqualify.extend(naming(&walked.schema_qualified_columns, &rv, &table.schema));
         found.push((location, table, rv.alias, rv.schema.is_some()));
     }
     if found.is_empty() {
@@ -314,6 +319,7 @@ pub fn rewrite_parsed(
     found.sort_by_key(|(location, ..)| *location);
     let tokens =
         super::classify::code_tokens(sql).map_err(|e| RewriteError::Parse(e.to_string()))?;
+    let strips = schema_spans(&unqualify, &tokens)?;
 
     let mut out = String::with_capacity(sql.len() + 256 * found.len());
     let mut hot = found
@@ -338,14 +344,14 @@ pub fn rewrite_parsed(
         let name = alias.clone().unwrap_or_else(|| table.name.clone());
         let read_names = super::columns::read_names(parsed, &[&name, &table.name], &table.columns);
         let binding = table.binding(read_names.as_ref());
-        out.push_str(&sql[copied..start]);
+        push_stripped(&mut out, sql, copied..start, &strips);
         span.push(
             &mut out,
             &table.derived(param, &binding, written, qualified),
         );
         if let Some(hot) = &mut hot {
             hot_param += 1;
-            hot.push_str(&sql[copied..start]);
+            push_stripped(hot, sql, copied..start, &strips);
             span.push(hot, &table.hot_derived(hot_param, written, qualified));
         }
         if alias.is_none() {
@@ -372,9 +378,9 @@ pub fn rewrite_parsed(
             param += 1;
         }
     }
-    out.push_str(&sql[copied..]);
+    push_stripped(&mut out, sql, copied..sql.len(), &strips);
     if let Some(hot) = &mut hot {
-        hot.push_str(&sql[copied..]);
+        push_stripped(hot, sql, copied..sql.len(), &strips);
     }
     Ok(Some(Rewritten {
         sql: out,
@@ -441,6 +447,8 @@ pub fn expand_views(
 ) -> Result<Option<String>, RewriteError> {
     let walked = super::tree::walk(parsed);
     let mut found = Vec::new();
+    // As in `rewrite_parsed`: `reports.recent.id` names the expansion `AS recent`.
+    let mut unqualify = Vec::new();
     for rv in walked.relations.iter().filter(|r| r.read) {
         if rv.cte {
             continue;
@@ -451,6 +459,11 @@ pub fn expand_views(
                     "a security_barrier view over a tiered table",
                 ));
             }
+            unqualify.extend(naming(
+                &walked.schema_qualified_columns,
+                rv,
+                &view.identity.schema,
+            ));
             found.push((
                 rv.location as usize,
                 view,
@@ -465,6 +478,7 @@ pub fn expand_views(
     }
     let tokens =
         super::classify::code_tokens(sql).map_err(|e| RewriteError::Parse(e.to_string()))?;
+    let strips = schema_spans(&unqualify, &tokens)?;
     let mut out = String::with_capacity(sql.len() + 512);
     let mut copied = 0;
     for (location, view, aliased, name, unqualified) in found {
@@ -474,7 +488,7 @@ pub fn expand_views(
         if span.start < copied {
             return Err(RewriteError::Unsupported("a view reference inside another"));
         }
-        out.push_str(&sql[copied..span.start]);
+        push_stripped(&mut out, sql, copied..span.start, &strips);
         let definition = view.definition.trim().trim_end_matches(';');
         // The view read when coldwire last read the catalog, and as Postgres would read it
         // in the session; refused otherwise, once per execution (a one-time filter).
@@ -517,8 +531,104 @@ pub fn expand_views(
         }
         copied = span.end;
     }
-    out.push_str(&sql[copied..]);
+    push_stripped(&mut out, sql, copied..sql.len(), &strips);
     Ok(Some(out))
+}
+
+/// `sql` (parsed as `parsed`) with the schema left out of every column reference that
+/// names a table `resolve` knows as tiered by its schema (`public.events.id`, as Prisma,
+/// PostgREST and Hasura write every column), where the table is read without an alias:
+/// its rewrite takes the table's name alone, and the planners read `events.id`. `None`
+/// when there is none.
+///
+/// # Errors
+/// Text the scanner cannot read.
+pub fn unqualify_columns(
+    sql: &str,
+    parsed: &pg_query::ParseResult,
+    resolve: impl Fn(Option<&str>, &str) -> Option<TieredTable>,
+) -> Result<Option<String>, RewriteError> {
+    let walked = super::tree::walk(parsed);
+    if walked.schema_qualified_columns.is_empty() {
+        return Ok(None);
+    }
+    let mut unqualify = Vec::new();
+    for rv in walked.relations.iter().filter(|r| !r.cte) {
+        if let Some(table) = resolve(rv.schema.as_deref(), &rv.name) {
+            unqualify.extend(naming(&walked.schema_qualified_columns, rv, &table.schema));
+        }
+    }
+    if unqualify.is_empty() {
+        return Ok(None);
+    }
+    let tokens =
+        super::classify::code_tokens(sql).map_err(|e| RewriteError::Parse(e.to_string()))?;
+    let mut out = String::with_capacity(sql.len());
+    push_stripped(
+        &mut out,
+        sql,
+        0..sql.len(),
+        &schema_spans(&unqualify, &tokens)?,
+    );
+    Ok(Some(out))
+}
+
+/// The column references of `columns` that name `rv` (in schema `schema`) by schema and
+/// name: none when it has an alias, which is then its only name.
+fn naming<'c>(
+    columns: &'c [super::tree::QualifiedColumn],
+    rv: &super::tree::Relation,
+    schema: &str,
+) -> impl Iterator<Item = &'c super::tree::QualifiedColumn> {
+    let (name, written, aliased) = (rv.name.clone(), rv.schema.clone(), rv.alias.is_some());
+    let schema = schema.to_owned();
+    columns.iter().filter(move |c| {
+        !aliased
+            && c.table == name
+            && (written.as_deref() == Some(c.schema.as_str()) || c.schema == schema)
+    })
+}
+
+/// Where the schema (and database) names of the column references `columns` stand in
+/// the text, up to their table's name: the spans to leave out, in order.
+fn schema_spans(
+    columns: &[&super::tree::QualifiedColumn],
+    tokens: &[pg_query::protobuf::ScanToken],
+) -> Result<Vec<(usize, usize)>, RewriteError> {
+    let mut spans = columns
+        .iter()
+        .map(|c| {
+            let at = tokens.iter().position(|t| t.start == c.location)?;
+            let table = tokens.get(at + 2 * c.prefix)?;
+            Some((
+                usize::try_from(tokens[at].start).ok()?,
+                usize::try_from(table.start).ok()?,
+            ))
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or(RewriteError::Parse(
+            "a column name the scanner does not see".into(),
+        ))?;
+    spans.sort_unstable();
+    spans.dedup();
+    Ok(spans)
+}
+
+/// `sql[range]` without the spans `strips` (sorted) cover.
+fn push_stripped(
+    out: &mut String,
+    sql: &str,
+    range: std::ops::Range<usize>,
+    strips: &[(usize, usize)],
+) {
+    let mut at = range.start;
+    for &(start, end) in strips {
+        if start >= at && end <= range.end {
+            out.push_str(&sql[at..start]);
+            at = end;
+        }
+    }
+    out.push_str(&sql[at..range.end]);
 }
 
 /// A statement that fails with this error when executed (the guard raises it), for a
@@ -877,6 +987,41 @@ mod tests {
     }
 
     #[test]
+    fn columns_qualified_by_schema_lose_it_where_the_table_is_replaced() {
+        let r = rewrite(
+            "SELECT \"public\".\"events\".\"id\", public.events.*, x.public.events.kind, e2.id \
+             FROM \"public\".\"events\", events e2 WHERE public.events.id = $1",
+            1,
+            resolve,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(pg_query::parse(&r.sql, 0).is_ok(), "{}", r.sql);
+        assert!(
+            r.sql
+                .starts_with("SELECT \"events\".\"id\", events.*, events.kind, e2.id FROM (")
+                && r.sql.ends_with(" WHERE events.id = $1")
+                && !r.sql.contains("public.events."),
+            "{}",
+            r.sql
+        );
+        // Under an alias the name is the alias's: a schema-qualified column would be an
+        // error in Postgres too, and stays as written.
+        let r = rewrite(
+            "SELECT public.other.id FROM public.events e, other",
+            0,
+            resolve,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(
+            r.sql.starts_with("SELECT public.other.id FROM ("),
+            "{}",
+            r.sql
+        );
+    }
+
+    #[test]
     fn only_with_parentheses_is_replaced_whole() {
         for sql in [
             "SELECT count(*) FROM ONLY (events) WHERE id > 5",
@@ -939,6 +1084,15 @@ mod tests {
             "{expanded}"
         );
         assert!(pg_query::parse(&expanded, 0).is_ok(), "{expanded}");
+        // A column qualified by the view's schema names the expansion by its name.
+        let sql = "SELECT app.recent.id FROM app.recent";
+        let expanded = expand_views(sql, &pg_query::parse(sql, 0).unwrap(), view)
+            .unwrap()
+            .unwrap();
+        assert!(
+            expanded.starts_with("SELECT recent.id FROM (") && expanded.ends_with(" AS \"recent\""),
+            "{expanded}"
+        );
         let barrier = |_: Option<&str>, _: &str| {
             Some(ViewDef {
                 definition: "SELECT 1".into(),

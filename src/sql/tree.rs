@@ -45,6 +45,19 @@ pub struct Walk {
     /// Every function or procedure the statement calls by name, anywhere in it: `CALL`'s
     /// too.
     pub functions: Vec<FunctionCall>,
+    /// Column references qualified by a schema (`public.accts.id`, as ORMs write them).
+    pub schema_qualified_columns: Vec<QualifiedColumn>,
+}
+
+/// A column reference qualified by a schema: `schema.table.column` (or `.*`), or with a
+/// database name first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QualifiedColumn {
+    pub location: i32,
+    pub schema: String,
+    pub table: String,
+    /// The names before the table's (1, or 2 with a database name).
+    pub prefix: usize,
 }
 
 /// A call of a function or procedure by name, as written.
@@ -236,6 +249,7 @@ fn visit(value: &Value, known: &HashSet<i32>, written: &HashSet<i32>, out: &mut 
                         }
                     }
                     "FuncCall" => out.functions.extend(function_name(inner)),
+                    "ColumnRef" => out.schema_qualified_columns.extend(qualified_column(inner)),
                     // CALL's call is a typed field, not a node.
                     "CallStmt" => {
                         out.functions
@@ -265,6 +279,32 @@ fn visit(value: &Value, known: &HashSet<i32>, written: &HashSet<i32>, out: &mut 
         Value::Array(items) => items.iter().for_each(|v| visit(v, known, written, out)),
         _ => {}
     }
+}
+
+/// A `ColumnRef` of three or four names: qualified by a schema.
+fn qualified_column(column: &Value) -> Option<QualifiedColumn> {
+    let fields = column.get("fields")?.as_array()?;
+    if !(3..=4).contains(&fields.len()) {
+        return None;
+    }
+    let name = |i: usize| -> Option<String> {
+        Some(
+            fields
+                .get(i)?
+                .get("node")?
+                .get("String")?
+                .get("sval")?
+                .as_str()?
+                .to_owned(),
+        )
+    };
+    let prefix = fields.len() - 2;
+    Some(QualifiedColumn {
+        location: i32::try_from(column.get("location")?.as_i64()?).ok()?,
+        schema: name(prefix - 1)?,
+        table: name(prefix)?,
+        prefix,
+    })
 }
 
 /// The name of a `FuncCall` (its `funcname`: the schema when qualified, then the name).

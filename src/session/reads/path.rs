@@ -29,7 +29,7 @@ use crate::sql::ddl::Ddl;
 use crate::sql::params::BoundParams;
 use crate::sql::predicates::{extract, to_prune, ColumnPredicate};
 use crate::sql::quote::display_ident;
-use crate::sql::rewrite::{expand_views, rewrite_parsed, ColdBinding};
+use crate::sql::rewrite::{expand_views, rewrite_parsed, unqualify_columns, ColdBinding};
 use crate::store::ColdStore;
 use crate::values::record::{encode_column_arrays, encode_record_batches};
 use crate::values::ColdColumn;
@@ -1151,6 +1151,16 @@ fn rewrite(
             return Ok(None);
         };
         text = expanded;
+        parsed = again;
+    }
+    // `public.events.id` as `events.id`, which every planner reads.
+    if let Ok(Some(unqualified)) = unqualify_columns(&text, &parsed, |schema, name| {
+        registry.unique(schema, name).map(|t| t.table.clone())
+    }) {
+        let Ok(again) = pg_query::parse(&unqualified, 0) else {
+            return Ok(None);
+        };
+        text = unqualified;
         parsed = again;
     }
     // TABLESAMPLE samples a table's heap blocks or rows: a tiered table's cold rows have

@@ -175,6 +175,14 @@ impl ReadPath {
             return Ok(None);
         }
         let registry = self.catalog.registry().await?;
+        // Planned with `public.events.id` read as `events.id`, so that its conditions
+        // bound the rows it may touch; the statement itself is sent as written.
+        let parsed = match crate::sql::rewrite::unqualify_columns(sql, &parsed, |schema, name| {
+            registry.unique(schema, name).map(|t| t.table.clone())
+        }) {
+            Ok(Some(text)) => pg_query::parse(&text, 0).unwrap_or(parsed),
+            _ => parsed,
+        };
         let write = classify(&parsed, |schema, name| {
             registry.unique(schema, name).map(|t| t.table.clone())
         })
