@@ -1399,6 +1399,34 @@ async fn statements_prepared_before_their_table_was_tiered_read_and_write_every_
         .unwrap()
         .get(0);
     assert_eq!(kind, "pw");
+    // A PREPARE in a Parse that coldwire plans (its text holds a tiered table's name)
+    // and sends unchanged is followed too.
+    let msgs = parse_bind_execute(
+        &mut conn,
+        "",
+        "PREPARE pa AS SELECT count(*) FROM events_archive",
+        &[],
+    )
+    .await;
+    assert_eq!(tags(&msgs), "12CZ", "{msgs:?}");
+    admin_call(&admin, r#"SELECT coldwire.tier_table('events_archive', '{"hot_row_limit": 0, "min_flush_rows": 1, "auto_flush": false}')"#)
+        .await
+        .unwrap();
+    admin_call(
+        &admin,
+        "SELECT coldwire.flush_table('events_archive', wait => true)",
+    )
+    .await
+    .unwrap();
+    let heap: i64 = direct
+        .query_one("SELECT count(*) FROM events_archive", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(heap, 0);
+    conn.send(&raw::query("EXECUTE pa")).await;
+    let msgs = conn.until_ready().await;
+    assert_eq!(tags(&msgs), "EZ", "{msgs:?}");
     let rows: i64 = admin
         .query_one("SELECT count(*) FROM events", &[])
         .await

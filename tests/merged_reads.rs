@@ -2480,7 +2480,8 @@ async fn locking_reads_never_read_a_tiered_tables_hot_rows_alone() {
     let t = tiered_events(
         "lockingtwo",
         "CREATE TABLE other(id bigint PRIMARY KEY, events_id bigint);
-         INSERT INTO other SELECT g, g FROM generate_series(1, 1000) g;",
+         INSERT INTO other SELECT g, g FROM generate_series(1, 1000) g;
+         CREATE VIEW recent AS SELECT * FROM events WHERE id > 0;",
     )
     .await;
     admin_call(&t.c, r#"SELECT coldwire.tier_table('other', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
@@ -2496,12 +2497,15 @@ async fn locking_reads_never_read_a_tiered_tables_hot_rows_alone() {
         format!("{join} FOR SHARE OF e"),
         "SELECT id FROM events e WHERE id > 80 AND id < 85 AND NOT EXISTS (SELECT 1 FROM other o WHERE o.events_id = e.id) FOR UPDATE".to_owned(),
         "SELECT id FROM events WHERE id IN (SELECT events_id FROM other WHERE id BETWEEN 70 AND 72) ORDER BY id LIMIT 3 FOR UPDATE SKIP LOCKED".to_owned(),
+        // Through a view over one: no planner locks it.
+        "SELECT * FROM recent WHERE id = 3 FOR UPDATE".to_owned(),
     ] {
         let e = t.c.simple_query(&sql).await.unwrap_err();
         let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e:?}"));
         assert_eq!(db.code().code(), "0A000", "{sql}: {db:?}");
         assert!(
-            db.message().contains("locks rows of events and reads another tiered table, other"),
+            db.message().contains("locks rows of events and reads another tiered table, other")
+                || db.message().contains("locks rows and reads the view public.recent"),
             "{sql}: {db:?}"
         );
     }
@@ -2633,11 +2637,20 @@ async fn writes_that_a_tiered_tables_foreign_key_checks_are_refused() {
         simple_rows(&t.c, orphans).await.unwrap(),
         [[Some("0".to_owned())]]
     );
-    // An UPDATE of other columns checks nothing.
+    // An UPDATE of other columns checks nothing, nor does an upsert that sets them.
     assert_eq!(
         t.c.execute("UPDATE par SET note = 'kept' WHERE id = 10", &[])
             .await
             .unwrap(),
+        1
+    );
+    assert_eq!(
+        t.c.execute(
+            "INSERT INTO par VALUES (10, 'up') ON CONFLICT (id) DO UPDATE SET note = excluded.note",
+            &[]
+        )
+        .await
+        .unwrap(),
         1
     );
     // With the referencing rows deleted through coldwire first, the session may say so.

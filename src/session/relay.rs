@@ -556,6 +556,10 @@ impl ClientDirection<'_, '_> {
                         && state.outstanding_syncs() == 0
                         && attempt < MAX_READ_RETRIES;
                     state.forget_unnamed();
+                    // Its SQL PREPAREs are followed, as a relayed Query's are.
+                    if let Some(sql) = rewritten::query_text(&query) {
+                        state.sql_prepares_sent(sql);
+                    }
                     state.quiet_since_sync = true;
                     state.rewritten_group_sent(RewrittenGroup {
                         retry: retryable.then(|| Retry::Query(query.clone())),

@@ -295,6 +295,7 @@ pub fn rewrite_parsed(
     // without an alias (`public.events.id`): the derived table takes the table's name
     // alone, so the schema goes.
     let mut unqualify = Vec::new();
+    let mut ours = Vec::new();
     for rv in walked.relations {
         if rv.cte {
             continue;
@@ -311,6 +312,9 @@ pub fn rewrite_parsed(
         let location = usize::try_from(rv.location)
             .map_err(|_| RewriteError::Parse("a table reference without a location".into()))?;
         unqualify.extend(naming(&walked.schema_qualified_columns, &rv, &table.schema));
+        if rv.alias.is_none() {
+            ours.push(rv.name.clone());
+        }
         found.push((location, table, rv.alias, rv.schema.is_some()));
     }
     if found.is_empty() {
@@ -319,7 +323,7 @@ pub fn rewrite_parsed(
     found.sort_by_key(|(location, ..)| *location);
     let tokens =
         super::classify::code_tokens(sql).map_err(|e| RewriteError::Parse(e.to_string()))?;
-    let strips = schema_spans(&unqualify, &tokens)?;
+    let strips = schema_spans(&unqualify, (&walked.range_names, &ours), &tokens)?;
 
     let mut out = String::with_capacity(sql.len() + 256 * found.len());
     let mut hot = found
@@ -449,6 +453,7 @@ pub fn expand_views(
     let mut found = Vec::new();
     // As in `rewrite_parsed`: `reports.recent.id` names the expansion `AS recent`.
     let mut unqualify = Vec::new();
+    let mut ours = Vec::new();
     for rv in walked.relations.iter().filter(|r| r.read) {
         if rv.cte {
             continue;
@@ -464,6 +469,9 @@ pub fn expand_views(
                 rv,
                 &view.identity.schema,
             ));
+            if rv.alias.is_none() {
+                ours.push(rv.name.clone());
+            }
             found.push((
                 rv.location as usize,
                 view,
@@ -478,7 +486,7 @@ pub fn expand_views(
     }
     let tokens =
         super::classify::code_tokens(sql).map_err(|e| RewriteError::Parse(e.to_string()))?;
-    let strips = schema_spans(&unqualify, &tokens)?;
+    let strips = schema_spans(&unqualify, (&walked.range_names, &ours), &tokens)?;
     let mut out = String::with_capacity(sql.len() + 512);
     let mut copied = 0;
     for (location, view, aliased, name, unqualified) in found {
@@ -553,9 +561,13 @@ pub fn unqualify_columns(
         return Ok(None);
     }
     let mut unqualify = Vec::new();
+    let mut ours = Vec::new();
     for rv in walked.relations.iter().filter(|r| !r.cte) {
         if let Some(table) = resolve(rv.schema.as_deref(), &rv.name) {
             unqualify.extend(naming(&walked.schema_qualified_columns, rv, &table.schema));
+            if rv.alias.is_none() && rv.read {
+                ours.push(rv.name.clone());
+            }
         }
     }
     if unqualify.is_empty() {
@@ -563,13 +575,12 @@ pub fn unqualify_columns(
     }
     let tokens =
         super::classify::code_tokens(sql).map_err(|e| RewriteError::Parse(e.to_string()))?;
+    let strips = schema_spans(&unqualify, (&walked.range_names, &ours), &tokens)?;
+    if strips.is_empty() {
+        return Ok(None);
+    }
     let mut out = String::with_capacity(sql.len());
-    push_stripped(
-        &mut out,
-        sql,
-        0..sql.len(),
-        &schema_spans(&unqualify, &tokens)?,
-    );
+    push_stripped(&mut out, sql, 0..sql.len(), &strips);
     Ok(Some(out))
 }
 
@@ -590,13 +601,21 @@ fn naming<'c>(
 }
 
 /// Where the schema (and database) names of the column references `columns` stand in
-/// the text, up to their table's name: the spans to leave out, in order.
+/// the text, up to their table's name: the spans to leave out, in order. `ranges`: every
+/// name a range of the statement goes by ([`super::tree::Walk::range_names`]), and those
+/// of the references the columns name (unaliased, once per reference). A column whose
+/// table name another range goes by too (a table of another schema, an alias, a CTE) is
+/// left as it is: `events.id` would mean the nearest of them, which may not be the one
+/// `public.events.id` means (Postgres then says that name is not in scope, 42P01).
 fn schema_spans(
     columns: &[&super::tree::QualifiedColumn],
+    (names, ours): (&[String], &[String]),
     tokens: &[pg_query::protobuf::ScanToken],
 ) -> Result<Vec<(usize, usize)>, RewriteError> {
+    let count = |list: &[String], name: &str| list.iter().filter(|n| *n == name).count();
     let mut spans = columns
         .iter()
+        .filter(|c| count(names, &c.table) <= count(ours, &c.table))
         .map(|c| {
             let at = tokens.iter().position(|t| t.start == c.location)?;
             let table = tokens.get(at + 2 * c.prefix)?;
@@ -1005,6 +1024,18 @@ mod tests {
             "{}",
             r.sql
         );
+        // Where another range goes by the table's name, `events.id` could mean that one:
+        // left as written (Postgres then says 42P01), never bound elsewhere.
+        for sql in [
+            "SELECT * FROM public.events WHERE NOT EXISTS (SELECT 1 FROM archive.events WHERE archive.events.id = public.events.id)",
+            "SELECT * FROM public.events WHERE NOT EXISTS (SELECT 1 FROM notes events WHERE events.id = public.events.id)",
+            "WITH events AS (SELECT 1 AS id) SELECT * FROM public.events WHERE public.events.id IN (SELECT id FROM events)",
+        ] {
+            let r = rewrite(sql, 0, resolve).unwrap().unwrap();
+            assert!(r.sql.contains("= public.events.id") || r.sql.contains("WHERE public.events.id IN"), "{sql}: {}", r.sql);
+            let parsed = pg_query::parse(sql, 0).unwrap();
+            assert_eq!(unqualify_columns(sql, &parsed, resolve).unwrap(), None, "{sql}");
+        }
         // Under an alias the name is the alias's: a schema-qualified column would be an
         // error in Postgres too, and stays as written.
         let r = rewrite(

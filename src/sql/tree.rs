@@ -47,6 +47,9 @@ pub struct Walk {
     pub functions: Vec<FunctionCall>,
     /// Column references qualified by a schema (`public.accts.id`, as ORMs write them).
     pub schema_qualified_columns: Vec<QualifiedColumn>,
+    /// Every name a range may go by anywhere in the statement, once per occurrence:
+    /// relations' names (aliased or not), aliases, CTE names.
+    pub range_names: Vec<String>,
 }
 
 /// A column reference qualified by a schema: `schema.table.column` (or `.*`), or with a
@@ -225,6 +228,15 @@ fn visit(value: &Value, known: &HashSet<i32>, written: &HashSet<i32>, out: &mut 
             for (key, inner) in map {
                 match key.as_str() {
                     "RangeVar" => {
+                        // An aliased one goes by its alias (counted as an alias).
+                        if inner.get("alias").is_none_or(Value::is_null) {
+                            out.range_names.extend(
+                                inner
+                                    .get("relname")
+                                    .and_then(Value::as_str)
+                                    .map(str::to_owned),
+                            );
+                        }
                         if let Some(mut r) =
                             range_var(inner).filter(|r| !known.contains(&r.location))
                         {
@@ -250,6 +262,18 @@ fn visit(value: &Value, known: &HashSet<i32>, written: &HashSet<i32>, out: &mut 
                     }
                     "FuncCall" => out.functions.extend(function_name(inner)),
                     "ColumnRef" => out.schema_qualified_columns.extend(qualified_column(inner)),
+                    "alias" | "Alias" => out.range_names.extend(
+                        inner
+                            .get("aliasname")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                    ),
+                    "CommonTableExpr" => out.range_names.extend(
+                        inner
+                            .get("ctename")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                    ),
                     // CALL's call is a typed field, not a node.
                     "CallStmt" => {
                         out.functions

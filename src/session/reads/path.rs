@@ -859,15 +859,23 @@ fn reading_function<'r>(
     };
     // The columns a statement's one UPDATE sets: an UPDATE of other columns of a table
     // that a foreign key references checks nothing.
+    let names = |targets: &[pg_query::protobuf::Node]| -> Vec<String> {
+        targets
+            .iter()
+            .filter_map(|t| match t.node.as_ref() {
+                Some(N::ResTarget(rt)) => Some(rt.name.clone()),
+                _ => None,
+            })
+            .collect()
+    };
     let sets: Option<Vec<String>> = match node {
-        N::UpdateStmt(u) if !several => Some(
-            u.target_list
-                .iter()
-                .filter_map(|t| match t.node.as_ref() {
-                    Some(N::ResTarget(rt)) => Some(rt.name.clone()),
-                    _ => None,
-                })
-                .collect(),
+        N::UpdateStmt(u) if !several => Some(names(&u.target_list)),
+        // An upsert updates what its DO UPDATE sets.
+        N::InsertStmt(i) if !several => Some(
+            i.on_conflict_clause
+                .as_ref()
+                .map(|c| names(&c.target_list))
+                .unwrap_or_default(),
         ),
         _ => None,
     };

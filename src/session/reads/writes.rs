@@ -196,8 +196,10 @@ impl ReadPath {
         // A view over tiered tables that the write reads would read their hot rows only
         // (the write is relayed, its views not expanded), as would the tables themselves,
         // which `classify` refuses.
-        if let Some(w) = &write {
-            let walked = crate::sql::tree::walk(&parsed);
+        // So would a locking read of such a view, which no planner serves: the read
+        // path does not lock, and the write path locks tiered tables only.
+        let walked = crate::sql::tree::walk(&parsed);
+        if write.is_some() || walked.locking {
             let view = walked
                 .relations
                 .iter()
@@ -205,11 +207,15 @@ impl ReadPath {
                 .filter_map(|r| registry.view(r.schema.as_deref(), &r.name))
                 .find(|v| !v.materialized);
             if let Some(view) = view {
+                let does = match &write {
+                    Some(w) => format!("writes {}", w.table.name),
+                    None => "locks rows".to_owned(),
+                };
                 return Err(PlanError::Refused(fields(
                     "0A000",
                     format!(
-                        "coldwire: a statement that writes {} and reads the view {}.{} over tiered tables is not supported yet",
-                        w.table.name, view.schema, view.name
+                        "coldwire: a statement that {does} and reads the view {}.{} over tiered tables is not supported yet",
+                        view.schema, view.name
                     ),
                     Some("Split the statement, or read the tables the view reads.".into()),
                 )));
