@@ -11,6 +11,21 @@ use common::raw::{self, RawConn};
 use common::{admin_call, cluster, connect_direct, create_db, pg_bin, simple_rows, Proxy};
 use tokio_postgres::SimpleQueryMessage;
 
+/// Tiers `table` (named as `tier_table` takes it) through `c` and flushes it down to at
+/// most 100 hot rows.
+async fn tier_and_flush(c: &tokio_postgres::Client, table: &str) {
+    let quoted = table.replace('\'', "''");
+    admin_call(c, &format!(r#"SELECT coldwire.tier_table('{quoted}', '{{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}}')"#))
+        .await
+        .unwrap();
+    admin_call(
+        c,
+        &format!("SELECT coldwire.flush_table('{quoted}', wait => true)"),
+    )
+    .await
+    .unwrap();
+}
+
 /// The rows of a simple query, as text.
 
 #[tokio::test]
@@ -211,12 +226,7 @@ async fn query_strings_of_several_statements_keep_their_implicit_transaction() {
         .unwrap();
     let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
     let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    tier_and_flush(&c, "events").await;
 
     let messages = |msgs: Vec<tokio_postgres::SimpleQueryMessage>| {
         msgs.into_iter()
@@ -310,12 +320,7 @@ async fn views_over_a_tiered_table_see_its_cold_rows_and_materialized_views_are_
         .unwrap();
     let proxy = Proxy::start(&["--service-url", &cluster().url(&db), "--cold-store", &store]).await;
     let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    tier_and_flush(&c, "events").await;
     // Views created through coldwire after tiering are defined on the table as usual.
     for (v, t) in [("", "events"), ("_c", "control")] {
         c.batch_execute(&format!(
@@ -1549,12 +1554,7 @@ async fn tiered_events(name: &str, setup: &str) -> TieredEvents {
     ])
     .await;
     let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('events', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&c, "SELECT coldwire.flush_table('events', wait => true)")
-        .await
-        .unwrap();
+    tier_and_flush(&c, "events").await;
     let hot: i64 = direct
         .query_one("SELECT count(*) FROM events", &[])
         .await
@@ -2218,15 +2218,7 @@ async fn names_outside_ascii_are_refused_to_sessions_in_other_encodings() {
         .unwrap();
     let proxy = Proxy::tiering(&db, store.path(), &[]).await;
     let c = proxy.connect(&db).await;
-    admin_call(&c, r#"SELECT coldwire.tier_table('"Événements"', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(
-        &c,
-        r#"SELECT coldwire.flush_table('"Événements"', wait => true)"#,
-    )
-    .await
-    .unwrap();
+    tier_and_flush(&c, r#""Événements""#).await;
     let hot: i64 = direct
         .query_one(r#"SELECT count(*) FROM "Événements""#, &[])
         .await
@@ -2484,12 +2476,7 @@ async fn locking_reads_never_read_a_tiered_tables_hot_rows_alone() {
          CREATE VIEW recent AS SELECT * FROM events WHERE id > 0;",
     )
     .await;
-    admin_call(&t.c, r#"SELECT coldwire.tier_table('other', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&t.c, "SELECT coldwire.flush_table('other', wait => true)")
-        .await
-        .unwrap();
+    tier_and_flush(&t.c, "other").await;
     let join = "SELECT e.id, o.id FROM events e JOIN other o ON o.events_id = e.id WHERE e.id < 6 ORDER BY 1";
     assert_eq!(simple_rows(&t.c, join).await.unwrap().len(), 5);
     for sql in [
@@ -2542,12 +2529,7 @@ async fn columns_under_a_nondeterministic_collation_compare_as_postgres_does() {
          CREATE TABLE c1_plain AS TABLE c1;",
     )
     .await;
-    admin_call(&t.c, r#"SELECT coldwire.tier_table('c1', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&t.c, "SELECT coldwire.flush_table('c1', wait => true)")
-        .await
-        .unwrap();
+    tier_and_flush(&t.c, "c1").await;
     let hot: i64 = t
         .direct
         .query_one("SELECT count(*) FROM c1", &[])
@@ -2606,12 +2588,7 @@ async fn writes_that_a_tiered_tables_foreign_key_checks_are_refused() {
          INSERT INTO kid SELECT g, g FROM generate_series(1, 1000) g;",
     )
     .await;
-    admin_call(&t.c, r#"SELECT coldwire.tier_table('kid', '{"hot_row_limit": 100, "min_flush_rows": 100, "auto_flush": false}')"#)
-        .await
-        .unwrap();
-    admin_call(&t.c, "SELECT coldwire.flush_table('kid', wait => true)")
-        .await
-        .unwrap();
+    tier_and_flush(&t.c, "kid").await;
     let orphans =
         "SELECT count(*) FROM kid k WHERE NOT EXISTS (SELECT 1 FROM par p WHERE p.id = k.par_id)";
     for sql in [

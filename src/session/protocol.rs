@@ -213,9 +213,7 @@ fn track_client_frame(
             state.parse_sent(name);
             state.statement_parsed(name, None, Some((frame, names_at)));
             // An SQL PREPARE runs at the Execute; remembered now, as a superset.
-            if let Ok(sql) = std::str::from_utf8(query) {
-                state.sql_prepares_sent(sql);
-            }
+            state.sql_prepares_sent(query);
         }
         msg::CLOSE => match ext::target(frame, msg::CLOSE)? {
             ext::Target::Statement(name) => state.close_sent(Some(name)),

@@ -558,7 +558,7 @@ impl ClientDirection<'_, '_> {
                     state.forget_unnamed();
                     // Its SQL PREPAREs are followed, as a relayed Query's are.
                     if let Some(sql) = rewritten::query_text(&query) {
-                        state.sql_prepares_sent(sql);
+                        state.sql_prepares_sent(sql.as_bytes());
                     }
                     state.quiet_since_sync = true;
                     state.rewritten_group_sent(RewrittenGroup {

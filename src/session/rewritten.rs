@@ -717,9 +717,7 @@ pub fn parse_to_send(
             state.statement_parsed(name, None, Some((frame, names_at)));
             // Its SQL PREPAREs are followed, as a relayed Parse's are.
             if let Ok((_, query)) = Parse::decode_raw(frame) {
-                if let Ok(sql) = std::str::from_utf8(query) {
-                    state.sql_prepares_sent(sql);
-                }
+                state.sql_prepares_sent(query);
             }
             out.extend_from_slice(frame);
         }

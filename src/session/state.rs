@@ -1049,7 +1049,7 @@ impl SessionState {
                 .push_back(Pending::Deallocate(freed, self.statement_ids));
         }
         if let Some(sql) = sql {
-            self.sql_prepares_sent(sql);
+            self.sql_prepares_sent(sql.as_bytes());
         }
         self.forget_unnamed();
         self.sync_sent();
@@ -1057,8 +1057,11 @@ impl SessionState {
 
     /// Statement text `sql` went upstream, in a Query or a Parse: the statements its SQL
     /// PREPAREs make are remembered, to be checked again at their EXECUTE once the
-    /// tables they name may have been tiered.
-    pub fn sql_prepares_sent(&mut self, sql: &str) {
+    /// tables they name may have been tiered. Text that is not UTF-8 is not read.
+    pub fn sql_prepares_sent(&mut self, sql: &[u8]) {
+        let Ok(sql) = std::str::from_utf8(sql) else {
+            return;
+        };
         for (name, text) in crate::sql::classify::sql_prepares(sql) {
             self.statement_ids += 1;
             let id = self.statement_ids;

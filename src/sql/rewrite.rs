@@ -274,12 +274,20 @@ pub fn rewrite(
     client_params: usize,
     resolve: impl Fn(Option<&str>, &str) -> Option<TieredTable>,
 ) -> Result<Option<Rewritten>, RewriteError> {
-    let parsed = pg_query::parse(sql, 0).map_err(|e| RewriteError::Parse(e.to_string()))?;
-    rewrite_parsed(sql, &parsed, client_params, resolve)
+    let parse = |sql: &str| pg_query::parse(sql, 0).map_err(|e| RewriteError::Parse(e.to_string()));
+    let parsed = parse(sql)?;
+    match unqualify_columns(sql, &parsed, &resolve)? {
+        Some(unqualified) => {
+            let again = parse(&unqualified)?;
+            rewrite_parsed(&unqualified, &again, client_params, resolve)
+        }
+        None => rewrite_parsed(sql, &parsed, client_params, resolve),
+    }
 }
 
 /// [`rewrite`] of `sql` already parsed as `parsed` (for callers that use the parse tree
-/// themselves).
+/// themselves), whose columns qualified by a tiered table's schema [`unqualify_columns`]
+/// has made plain already.
 ///
 /// # Errors
 /// As [`rewrite`].
@@ -291,11 +299,6 @@ pub fn rewrite_parsed(
 ) -> Result<Option<Rewritten>, RewriteError> {
     let walked = super::tree::walk(parsed);
     let mut found: Vec<(usize, TieredTable, Option<String>, bool)> = Vec::new();
-    // Column references qualified by a schema and the name of a reference replaced
-    // without an alias (`public.events.id`): the derived table takes the table's name
-    // alone, so the schema goes.
-    let mut unqualify = Vec::new();
-    let mut ours = Vec::new();
     for rv in walked.relations {
         if rv.cte {
             continue;
@@ -311,10 +314,6 @@ pub fn rewrite_parsed(
         }
         let location = usize::try_from(rv.location)
             .map_err(|_| RewriteError::Parse("a table reference without a location".into()))?;
-        unqualify.extend(naming(&walked.schema_qualified_columns, &rv, &table.schema));
-        if rv.alias.is_none() {
-            ours.push(rv.name.clone());
-        }
         found.push((location, table, rv.alias, rv.schema.is_some()));
     }
     if found.is_empty() {
@@ -323,7 +322,6 @@ pub fn rewrite_parsed(
     found.sort_by_key(|(location, ..)| *location);
     let tokens =
         super::classify::code_tokens(sql).map_err(|e| RewriteError::Parse(e.to_string()))?;
-    let strips = schema_spans(&unqualify, (&walked.range_names, &ours), &tokens)?;
 
     let mut out = String::with_capacity(sql.len() + 256 * found.len());
     let mut hot = found
@@ -348,14 +346,14 @@ pub fn rewrite_parsed(
         let name = alias.clone().unwrap_or_else(|| table.name.clone());
         let read_names = super::columns::read_names(parsed, &[&name, &table.name], &table.columns);
         let binding = table.binding(read_names.as_ref());
-        push_stripped(&mut out, sql, copied..start, &strips);
+        out.push_str(&sql[copied..start]);
         span.push(
             &mut out,
             &table.derived(param, &binding, written, qualified),
         );
         if let Some(hot) = &mut hot {
             hot_param += 1;
-            push_stripped(hot, sql, copied..start, &strips);
+            hot.push_str(&sql[copied..start]);
             span.push(hot, &table.hot_derived(hot_param, written, qualified));
         }
         if alias.is_none() {
@@ -382,9 +380,9 @@ pub fn rewrite_parsed(
             param += 1;
         }
     }
-    push_stripped(&mut out, sql, copied..sql.len(), &strips);
+    out.push_str(&sql[copied..]);
     if let Some(hot) = &mut hot {
-        push_stripped(hot, sql, copied..sql.len(), &strips);
+        hot.push_str(&sql[copied..]);
     }
     Ok(Some(Rewritten {
         sql: out,

@@ -306,11 +306,11 @@ fn may_name(registry: &Registry, sql: &[u8]) -> bool {
 fn may_name_in_other_encoding(registry: &Registry, sql: &[u8]) -> bool {
     use crate::sql::classify::bytes_contain_ignore_ascii_case as contains;
     !sql.is_ascii()
-        && registry.names.iter().any(|n| {
-            !n.is_ascii()
-                && contains(sql, longest_ascii_run(n))
-                && std::str::from_utf8(sql).is_err()
-        })
+        && registry
+            .names
+            .iter()
+            .any(|n| !n.is_ascii() && contains(sql, longest_ascii_run(n)))
+        && std::str::from_utf8(sql).is_err()
 }
 
 /// The longest run of ASCII characters in `name` (empty when it has none).
