@@ -776,6 +776,7 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
              CREATE FUNCTION add_one(x int) RETURNS int LANGUAGE sql AS 'SELECT x + 1';
              CREATE FUNCTION lower(x events) RETURNS text LANGUAGE sql AS 'SELECT x.kind FROM events LIMIT 1';
              CREATE FUNCTION version(n bigint) RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM events WHERE id > n';
+             CREATE FUNCTION rank(n int) RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM events WHERE id > n';
              CREATE FUNCTION near_miss() RETURNS text LANGUAGE sql AS $$ SELECT 'eventsx' || 'my_events' $$;"#,
     )
     .await;
@@ -841,6 +842,15 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
             (
                 "function public.version reads tiered table events ",
                 "ALTER FUNCTION public.version(n bigint) SET",
+            ),
+        ),
+        // pg_catalog's rank(VARIADIC "any") takes one argument too, but only under
+        // WITHIN GROUP: this call runs public's (an exact match of its type).
+        (
+            "SELECT rank(5)",
+            (
+                "function public.rank reads tiered table events ",
+                "ALTER FUNCTION public.rank(n integer) SET",
             ),
         ),
         ("COPY (SELECT count_events()) TO STDOUT", count_events),
@@ -922,6 +932,15 @@ async fn calls_of_functions_that_read_a_tiered_table_server_side_are_refused() {
         ("SELECT count(*) FROM events", "1000"),
         // pg_catalog's lower, which comes first, not the one of public.
         ("SELECT lower('ABC')", "abc"),
+        // pg_catalog's rank, as a window function and as a hypothetical-set aggregate.
+        (
+            "SELECT max(r) FROM (SELECT rank() OVER (ORDER BY id) AS r FROM events) s",
+            "1000",
+        ),
+        (
+            "SELECT rank(5) WITHIN GROUP (ORDER BY n) FROM generate_series(1, 9) n",
+            "5",
+        ),
     ] {
         assert_eq!(
             simple_rows(c, sql).await.unwrap(),

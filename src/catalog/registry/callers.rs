@@ -83,16 +83,20 @@ fn functions_query() -> String {
     let depends = "d.classid = 'pg_proc'::regclass AND d.objid = p.oid \
                    AND ((d.refclassid = 'pg_class'::regclass AND d.refobjid = ANY ($2)) \
                         OR (d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($3)))";
+    // pg_catalog's functions of the name that a call without WITHIN GROUP may run:
+    // ordered-set and hypothetical-set aggregates (`rank(VARIADIC "any")`,
+    // `percentile_cont`) cannot be, so `rank(5)` is a function of another schema.
+    let plain_call = "b.proname = p.proname AND b.pronamespace = 'pg_catalog'::regnamespace \
+                      AND NOT EXISTS (SELECT 1 FROM pg_aggregate a WHERE a.aggfnoid = b.oid AND a.aggkind <> 'n')";
     format!(
         "SELECT p.oid, n.nspname::text, p.proname::text, substring({body} from $1), \
                 (SELECT d.refobjid FROM pg_depend d WHERE {depends} ORDER BY 1 LIMIT 1), \
                 EXISTS (SELECT 1 FROM pg_proc b WHERE b.proname = p.proname AND b.pronamespace = 'pg_catalog'::regnamespace), \
                 p.prokind = 'p', pg_get_function_identity_arguments(p.oid), \
                 p.pronargs::int4, p.pronargdefaults::int4, p.provariadic <> 0, \
-                ARRAY(SELECT (b.pronargs - b.pronargdefaults)::int4 FROM pg_proc b \
-                      WHERE b.proname = p.proname AND b.pronamespace = 'pg_catalog'::regnamespace ORDER BY b.oid), \
+                ARRAY(SELECT (b.pronargs - b.pronargdefaults)::int4 FROM pg_proc b WHERE {plain_call} ORDER BY b.oid), \
                 ARRAY(SELECT CASE WHEN b.provariadic <> 0 THEN -1 ELSE b.pronargs::int4 END FROM pg_proc b \
-                      WHERE b.proname = p.proname AND b.pronamespace = 'pg_catalog'::regnamespace ORDER BY b.oid) \
+                      WHERE {plain_call} ORDER BY b.oid) \
          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang \
          WHERE {own} \
            AND l.lanname NOT IN ('internal', 'c') AND p.oid <> ALL ($4) \
