@@ -2601,8 +2601,13 @@ async fn columns_under_a_nondeterministic_collation_compare_as_postgres_does() {
 async fn writes_that_a_tiered_tables_foreign_key_checks_are_refused() {
     let t = tiered_events(
         "fkrestrict",
-        "CREATE TABLE par(id bigint PRIMARY KEY, note text);
-         INSERT INTO par SELECT g, 'p' FROM generate_series(1, 1000) g;
+        "CREATE TABLE grand(id bigint PRIMARY KEY, note text);
+         CREATE TABLE aunt(id bigint PRIMARY KEY);
+         INSERT INTO grand SELECT g, 'g' FROM generate_series(1, 1000) g;
+         INSERT INTO aunt SELECT g FROM generate_series(1, 1000) g;
+         CREATE TABLE par(id bigint PRIMARY KEY REFERENCES grand ON DELETE CASCADE ON UPDATE CASCADE,
+                          note text, aunt_id bigint REFERENCES aunt ON DELETE SET NULL ON UPDATE CASCADE);
+         INSERT INTO par SELECT g, 'p', g FROM generate_series(1, 1000) g;
          CREATE TABLE kid(id bigint PRIMARY KEY, par_id bigint REFERENCES par(id) ON UPDATE RESTRICT);
          INSERT INTO kid SELECT g, g FROM generate_series(1, 1000) g;",
     )
@@ -2623,6 +2628,31 @@ async fn writes_that_a_tiered_tables_foreign_key_checks_are_refused() {
             db.message().contains("checks tiered table kid"),
             "{sql}: {db:?}"
         );
+    }
+    // Writes of a table whose foreign key cascades into the referenced rows: deleting
+    // them, or changing their key.
+    for sql in [
+        "DELETE FROM grand WHERE id = 12",
+        "UPDATE grand SET id = 5013 WHERE id = 13",
+    ] {
+        let e = t.c.simple_query(sql).await.unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e:?}"));
+        assert_eq!(db.code().code(), "0A000", "{sql}: {db:?}");
+        assert!(
+            db.message().contains("checks tiered table kid")
+                && db
+                    .message()
+                    .contains("which a cascade reaches in table public.par"),
+            "{sql}: {db:?}"
+        );
+    }
+    // Cascades that leave the referenced key alone check nothing.
+    for sql in [
+        "UPDATE grand SET note = 'n' WHERE id = 14",
+        "UPDATE aunt SET id = 5015 WHERE id = 15",
+        "DELETE FROM aunt WHERE id = 16",
+    ] {
+        assert_eq!(t.c.execute(sql, &[]).await.unwrap(), 1, "{sql}");
     }
     let e =
         t.c.execute("DELETE FROM par WHERE id = $1", &[&9i64])

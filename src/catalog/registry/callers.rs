@@ -28,6 +28,19 @@ macro_rules! own_schema {
     };
 }
 
+/// The names of the columns `attnums` (an `int2[]` expression) of relation `rel`, in order.
+macro_rules! key_names {
+    ($attnums:literal, $rel:literal) => {
+        concat!(
+            "ARRAY(SELECT a.attname::text FROM unnest(",
+            $attnums,
+            ") WITH ORDINALITY u(attnum, i) JOIN pg_attribute a ON a.attrelid = ",
+            $rel,
+            " AND a.attnum = u.attnum ORDER BY u.i)"
+        )
+    };
+}
+
 /// At most this many rounds: a chain of wrappers deeper than this is not followed.
 const MAX_ROUNDS: usize = 16;
 
@@ -126,16 +139,23 @@ const CALLING_VIEWS: &str = concat!("SELECT DISTINCT ON (c.oid) c.oid, n.nspname
      ORDER BY c.oid, d.refobjid");
 
 /// The plain tables (not tiered: their writes are coldwire's to plan) whose writes run a
-/// function found (`$1`), with `$2` the tiered tables. Each row (one per table,
-/// function and table it belongs to): oid, schema, name, the function's oid, the writes that run it
-/// (`pg_trigger.tgtype`'s bits: 4 INSERT, 8 DELETE, 16 UPDATE), and the table whose
-/// trigger, default or CHECK it is when that is another (qualified, for messages).
+/// function found (`$1`) or check a foreign key of a tiered table (`$2`: the tiered
+/// tables). Each row (one per table, function or key, and table it belongs to): oid,
+/// schema, name, the function's or key's oid, the writes that run it (`pg_trigger.tgtype`'s
+/// bits: 4 INSERT, 8 DELETE, 16 UPDATE), the table whose trigger, default, CHECK or
+/// referenced key it is when that is another (qualified, for messages), whether it is a
+/// key, and for a key: the columns of the table an UPDATE must set to reach the check,
+/// the key's name and its tiered table's.
 ///
 /// `own` lists what a table runs itself: an enabled trigger's function or a function its
 /// `WHEN` calls (Postgres records both as the trigger's dependencies), on the trigger's
 /// events; a default's (on INSERT, and on an UPDATE that sets a column to it, which the
 /// caller counts as an INSERT; a generated column's on INSERT and UPDATE); a CHECK
-/// constraint's, or the CHECK of the domain a column has, on INSERT and UPDATE. `runs`
+/// constraint's, or the CHECK of the domain a column has, on INSERT and UPDATE; a
+/// foreign key of a tiered table with `ON DELETE` or `ON UPDATE` `NO ACTION` or
+/// `RESTRICT`, on its referenced table's DELETEs or UPDATEs (the check Postgres runs, a
+/// row trigger of its own, looks for referencing rows in the tiered table's heap alone).
+/// `runs`
 /// then carries each up to the tables whose writes reach the table's rows (`row_level`
 /// is NULL for a default, false for a statement trigger, which fire only for a
 /// statement on the table itself):
@@ -149,55 +169,70 @@ const CALLING_VIEWS: &str = concat!("SELECT DISTINCT ON (c.oid) c.oid, n.nspname
 ///   defaults). A referencing partition's copy of its parent's foreign key runs on the
 ///   parent, so it carries the partition's row triggers only (a referenced partition's
 ///   copy runs a statement of the referencing table like any other). Any UPDATE of the
-///   referenced table is taken to change its key.
-const WRITING_TABLES: &str = concat!("WITH RECURSIVE own(rel, fn, events, row_level) AS ( \
-         SELECT t.tgrelid, d.refobjid, (t.tgtype & 28)::int, t.tgtype & 1 = 1 \
+///   referenced table is taken to change its key, except for a foreign key's check:
+///   an UPDATE reaches it only where it sets the columns `keys` (at each step up, the
+///   columns the step's key references), and a cascade's UPDATE (or SET NULL, SET
+///   DEFAULT) only where the columns it sets (`fkeys`) are among them.
+const WRITING_TABLES: &str = concat!("WITH RECURSIVE own(rel, fn, events, row_level, fk, keys) AS ( \
+         SELECT t.tgrelid, d.refobjid, (t.tgtype & 28)::int, t.tgtype & 1 = 1, false, NULL::text[] \
          FROM pg_trigger t JOIN pg_depend d ON d.classid = 'pg_trigger'::regclass AND d.objid = t.oid \
          WHERE NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') \
            AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
        UNION ALL \
-         SELECT a.adrelid, d.refobjid, CASE WHEN att.attgenerated = '' THEN 4 ELSE 20 END, NULL \
+         SELECT a.adrelid, d.refobjid, CASE WHEN att.attgenerated = '' THEN 4 ELSE 20 END, NULL, false, NULL \
          FROM pg_attrdef a JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = a.oid \
          JOIN pg_attribute att ON att.attrelid = a.adrelid AND att.attnum = a.adnum \
          WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
        UNION ALL \
-         SELECT k.conrelid, d.refobjid, 20, true FROM pg_constraint k \
+         SELECT k.conrelid, d.refobjid, 20, true, false, NULL FROM pg_constraint k \
          JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid \
          WHERE k.contype = 'c' AND k.conrelid <> 0 AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
        UNION ALL \
-         SELECT att.attrelid, d.refobjid, 20, true FROM pg_constraint k \
+         SELECT att.attrelid, d.refobjid, 20, true, false, NULL FROM pg_constraint k \
          JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid \
          JOIN pg_attribute att ON att.atttypid = k.contypid AND att.attnum > 0 AND NOT att.attisdropped \
          WHERE k.contype = 'c' AND k.contypid <> 0 AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY ($1) \
-     ), reach(child, parent, inherits, routed, del, upd, cloned) AS ( \
-         SELECT i.inhrelid, i.inhparent, true, p.relkind = 'p', NULL::\"char\", NULL::\"char\", false \
+       UNION ALL \
+         SELECT k.confrelid, k.oid, \
+                (CASE WHEN k.confdeltype IN ('a', 'r') THEN 8 ELSE 0 END | CASE WHEN k.confupdtype IN ('a', 'r') THEN 16 ELSE 0 END)::int, \
+                true, true, ", key_names!("k.confkey", "k.confrelid"), " \
+         FROM pg_constraint k \
+         WHERE k.contype = 'f' AND k.conrelid = ANY ($2) AND k.confrelid <> ALL ($2) \
+           AND (k.confdeltype IN ('a', 'r') OR k.confupdtype IN ('a', 'r')) \
+     ), reach(child, parent, inherits, routed, del, upd, cloned, keys, fkeys) AS ( \
+         SELECT i.inhrelid, i.inhparent, true, p.relkind = 'p', NULL::\"char\", NULL::\"char\", false, NULL::text[], NULL::text[] \
          FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent \
        UNION ALL \
          SELECT k.conrelid, k.confrelid, false, false, k.confdeltype, k.confupdtype, \
-                EXISTS (SELECT 1 FROM pg_constraint pk WHERE pk.oid = k.conparentid AND pk.conrelid <> k.conrelid) \
+                EXISTS (SELECT 1 FROM pg_constraint pk WHERE pk.oid = k.conparentid AND pk.conrelid <> k.conrelid), \
+                ", key_names!("k.confkey", "k.confrelid"), ", ", key_names!("k.conkey", "k.conrelid"), " \
          FROM pg_constraint k WHERE k.contype = 'f' \
-     ), runs(rel, fn, events, row_level, origin) AS ( \
-         SELECT rel, fn, events, row_level, rel FROM own \
+     ), runs(rel, fn, events, row_level, origin, fk, keys) AS ( \
+         SELECT rel, fn, events, row_level, rel, fk, keys FROM own \
        UNION \
          SELECT e.parent, r.fn, \
                 CASE WHEN e.inherits THEN \
                      r.events & CASE WHEN e.routed THEN 28 ELSE 24 END \
                    | CASE WHEN e.routed AND r.events & 12 <> 0 THEN 16 ELSE 0 END \
-                ELSE CASE WHEN (e.del = 'c' AND r.events & 8 <> 0) \
-                            OR (e.del = 'n' AND r.events & 16 <> 0) \
-                            OR (e.del = 'd' AND r.events & 20 <> 0) THEN 8 ELSE 0 END \
-                   | CASE WHEN (e.upd IN ('c', 'n') AND r.events & 16 <> 0) \
-                            OR (e.upd = 'd' AND r.events & 20 <> 0) THEN 16 ELSE 0 END END, \
-                true, r.origin \
+                ELSE CASE WHEN (e.del = 'c' AND x.ev & 8 <> 0) \
+                            OR (e.del = 'n' AND x.ev & 16 <> 0) \
+                            OR (e.del = 'd' AND x.ev & 20 <> 0) THEN 8 ELSE 0 END \
+                   | CASE WHEN (e.upd IN ('c', 'n') AND x.ev & 16 <> 0) \
+                            OR (e.upd = 'd' AND x.ev & 20 <> 0) THEN 16 ELSE 0 END END, \
+                true, r.origin, r.fk, CASE WHEN r.fk THEN CASE WHEN e.inherits THEN r.keys ELSE e.keys END END \
          FROM runs r JOIN reach e ON e.child = r.rel \
+         CROSS JOIN LATERAL (SELECT r.events & CASE WHEN r.fk AND NOT coalesce(r.keys && e.fkeys, false) THEN 12 ELSE 28 END) x(ev) \
          WHERE r.events <> 0 AND CASE WHEN e.inherits OR e.cloned THEN coalesce(r.row_level, false) ELSE true END \
      ) \
      SELECT c.oid, n.nspname::text, c.relname::text, r.fn, bit_or(r.events)::int, \
             (SELECT o.relnamespace::regnamespace::text || '.' || quote_ident(o.relname::text) \
-             FROM pg_class o WHERE o.oid = r.origin AND o.oid <> c.oid) \
+             FROM pg_class o WHERE o.oid = r.origin AND o.oid <> c.oid), \
+            r.fk, r.keys, \
+            (SELECT k.conname::text FROM pg_constraint k WHERE r.fk AND k.oid = r.fn), \
+            (SELECT t.relname::text FROM pg_constraint k JOIN pg_class t ON t.oid = k.conrelid WHERE r.fk AND k.oid = r.fn) \
      FROM runs r JOIN pg_class c ON c.oid = r.rel JOIN pg_namespace n ON n.oid = c.relnamespace \
      WHERE r.events <> 0 AND c.relkind IN ('r', 'p') AND c.oid <> ALL ($2) AND ", own_schema!(), " \
-     GROUP BY c.oid, n.nspname, c.relname, r.fn, r.origin ORDER BY 2, 3, 4, r.origin");
+     GROUP BY c.oid, n.nspname, c.relname, r.fn, r.origin, r.fk, r.keys ORDER BY 2, 3, 4, r.origin");
 
 /// Everything that reads tiered tables server-side, from `start`.
 ///
@@ -343,14 +378,50 @@ pub async fn find(
         }
         frontier = next;
     }
-    // Writes of plain tables that run one of them.
+    // Writes of plain tables that run one of them, or check a tiered table's foreign key.
     let mut tables = Vec::new();
-    if !found_functions.is_empty() {
+    if !found_functions.is_empty() || !start.tiered.is_empty() {
         for row in client
             .query(WRITING_TABLES, &[&found_functions, &start.tiered])
             .await?
         {
             let oid: u32 = row.get(3);
+            let origin: Option<String> = row.get(5);
+            let writes = CallerKind::Table {
+                writes: u8::try_from(row.get::<_, i32>(4)).unwrap_or(28),
+            };
+            if row.get(6) {
+                // A foreign key's check, on the referenced table or reached from another
+                // table's writes by cascades.
+                let (Some(key), Some(tiered)) = (
+                    row.get::<_, Option<String>>(8),
+                    row.get::<_, Option<String>>(9),
+                ) else {
+                    continue;
+                };
+                let key = format!(
+                    "foreign key {} of table {}",
+                    crate::sql::quote::display_ident(&key),
+                    crate::sql::quote::display_ident(&tiered),
+                );
+                tables.push(ReadingFunction {
+                    schema: row.get(1),
+                    name: row.get(2),
+                    reads: tiered,
+                    reads_view: false,
+                    through: Some(match origin {
+                        Some(origin) => format!("{key}, which a cascade reaches in table {origin}"),
+                        None => key,
+                    }),
+                    kind: writes,
+                    arguments: String::new(),
+                    shadowed: false,
+                    arity: None,
+                    catalog_arities: Vec::new(),
+                    key_columns: row.get::<_, Option<Vec<String>>>(7).unwrap_or_default(),
+                });
+                continue;
+            }
             let Some(f) = found_functions
                 .iter()
                 .position(|o| *o == oid)
@@ -359,7 +430,6 @@ pub async fn find(
                 continue;
             };
             // Reached from another table's trigger, default or CHECK: that table too.
-            let origin: Option<String> = row.get(5);
             let through = match origin {
                 Some(origin) => format!("{} (of table {origin})", f.qualified()),
                 None => f.qualified(),
@@ -370,9 +440,7 @@ pub async fn find(
                 reads: f.reads.clone(),
                 reads_view: f.reads_view,
                 through: Some(through),
-                kind: CallerKind::Table {
-                    writes: u8::try_from(row.get::<_, i32>(4)).unwrap_or(28),
-                },
+                kind: writes,
                 arguments: String::new(),
                 shadowed: false,
                 arity: None,
@@ -382,48 +450,8 @@ pub async fn find(
         }
     }
     found.extend(tables);
-    // Plain tables a tiered table's foreign key references with NO ACTION or RESTRICT:
-    // their DELETEs, and UPDATEs of the referenced columns, look for referencing rows in
-    // the tiered table's heap alone.
-    for row in client.query(REFERENCED_TABLES, &[&start.tiered]).await? {
-        let (deletes, updates): (bool, bool) = (row.get(4), row.get(5));
-        found.push(ReadingFunction {
-            schema: row.get(0),
-            name: row.get(1),
-            reads: row.get(2),
-            reads_view: false,
-            through: Some(format!(
-                "foreign key {} of table {}",
-                crate::sql::quote::display_ident(&row.get::<_, String>(3)),
-                crate::sql::quote::display_ident(&row.get::<_, String>(2)),
-            )),
-            kind: CallerKind::Table {
-                writes: if deletes { 8 } else { 0 } | if updates { 16 } else { 0 },
-            },
-            arguments: String::new(),
-            shadowed: false,
-            arity: None,
-            catalog_arities: Vec::new(),
-            key_columns: row.get(6),
-        });
-    }
     Ok(found)
 }
-
-/// The plain tables that foreign keys of the tiered tables `$1` reference with `ON
-/// DELETE` or `ON UPDATE` `NO ACTION` or `RESTRICT` (`CASCADE`, `SET NULL` and `SET
-/// DEFAULT` write the tiered table, which its capture check refuses): their schema and
-/// name, the tiered table's name, the key's name, whether the check runs on DELETE and
-/// on UPDATE, and the referenced columns.
-const REFERENCED_TABLES: &str = "SELECT n.nspname::text, p.relname::text, c.relname::text, k.conname::text, \
-            k.confdeltype IN ('a', 'r'), k.confupdtype IN ('a', 'r'), \
-            ARRAY(SELECT a.attname::text FROM unnest(k.confkey) WITH ORDINALITY u(attnum, i) \
-                  JOIN pg_attribute a ON a.attrelid = k.confrelid AND a.attnum = u.attnum ORDER BY u.i) \
-     FROM pg_constraint k JOIN pg_class p ON p.oid = k.confrelid JOIN pg_namespace n ON n.oid = p.relnamespace \
-     JOIN pg_class c ON c.oid = k.conrelid \
-     WHERE k.contype = 'f' AND k.conrelid = ANY ($1) AND k.confrelid <> ALL ($1) \
-       AND (k.confdeltype IN ('a', 'r') OR k.confupdtype IN ('a', 'r')) \
-     ORDER BY 1, 2, 4";
 
 /// An `ILIKE` pattern matching any text that contains `name`.
 fn like_contains(name: &str) -> String {
