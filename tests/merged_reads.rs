@@ -2896,3 +2896,153 @@ async fn a_write_of_a_tiered_table_that_reads_a_view_over_one_is_refused() {
         .get(0);
     assert_eq!(n, 500);
 }
+
+/// A tiered table that gains, where coldwire sees no DDL (a `DO` block) or through it,
+/// what coldwire cannot serve (a foreign key with `ON DELETE CASCADE` referencing it, a row
+/// trigger, a rule, row-level security, a unique index) is neither read, written nor
+/// flushed until that is dropped: the flush's delete would have cascaded into the other
+/// table, the rows brought back for a write would have been rewritten by the trigger or
+/// swallowed by the rule, and cold rows would have passed the policies.
+#[tokio::test]
+async fn a_tiered_table_that_gains_what_coldwire_cannot_serve_is_refused_until_it_is_dropped() {
+    let t = tiered_events(
+        "unservable",
+        "CREATE VIEW recent AS SELECT * FROM events WHERE id > 10;
+         CREATE FUNCTION shout() RETURNS trigger LANGUAGE plpgsql
+             AS $$ BEGIN NEW.kind := upper(NEW.kind); RETURN NEW; END $$;",
+    )
+    .await;
+    let (c, direct) = (&t.c, &t.direct);
+    let count = "SELECT count(*) FROM events";
+    assert_eq!(
+        simple_rows(c, count).await.unwrap(),
+        [[Some("1000".to_owned())]]
+    );
+    // The registry is read again within a second of DDL it did not see.
+    let settle = || tokio::time::sleep(std::time::Duration::from_millis(1200));
+    let refused = |sql: &'static str, offender: &'static str| async move {
+        let e = match c.simple_query(sql).await {
+            Ok(answer) => panic!("{sql} with {offender}: {answer:?}"),
+            Err(e) => e,
+        };
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e:?}"));
+        assert_eq!(db.code().code(), "0A000", "{sql}: {db:?}");
+        assert!(
+            db.message()
+                .contains("tiered table public.events gained what coldwire cannot serve")
+                && db.message().contains(offender),
+            "{sql}: {db:?}"
+        );
+    };
+
+    // A foreign key that cascades, added through coldwire: the flush must not delete.
+    c.batch_execute(
+        "CREATE TABLE ch(cid int PRIMARY KEY, ref bigint REFERENCES events ON DELETE CASCADE);
+         INSERT INTO ch SELECT g, 900 + g FROM generate_series(1, 100) g;",
+    )
+    .await
+    .unwrap();
+    direct
+        .batch_execute("INSERT INTO events SELECT g, 'n' FROM generate_series(1001, 1300) g")
+        .await
+        .unwrap();
+    settle().await;
+    refused(count, "foreign key ch_ref_fkey on ").await;
+    refused("SELECT * FROM recent WHERE id = 5", "ch_ref_fkey").await;
+    refused("UPDATE events SET kind = 'u' WHERE id = 5", "ch_ref_fkey").await;
+    let job = admin_call(c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    assert_eq!(job["state"], "failed", "{job}");
+    assert!(
+        job["error"].as_str().is_some_and(
+            |e| e.contains("gained what coldwire cannot serve: foreign key ch_ref_fkey")
+        ),
+        "{job}"
+    );
+    let kept: i64 = direct
+        .query_one("SELECT count(*) FROM ch", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 100, "the flush deleted nothing");
+    c.batch_execute("DROP TABLE ch").await.unwrap();
+    settle().await;
+    assert_eq!(
+        simple_rows(c, count).await.unwrap(),
+        [[Some("1300".to_owned())]]
+    );
+
+    // A row trigger added inside a DO block would rewrite the row an UPDATE brings back.
+    c.batch_execute(
+        "DO $$ BEGIN EXECUTE 'CREATE TRIGGER shout BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION shout()'; END $$",
+    )
+    .await
+    .unwrap();
+    settle().await;
+    refused(
+        "UPDATE events SET id = id WHERE id = 5",
+        "row trigger shout",
+    )
+    .await;
+    refused(
+        "/* orm */ select * from public.events where id = 5",
+        "row trigger shout",
+    )
+    .await;
+    c.batch_execute("DROP TRIGGER shout ON events")
+        .await
+        .unwrap();
+    assert_eq!(
+        c.execute("UPDATE events SET id = id WHERE id = 5", &[])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        simple_rows(c, "SELECT kind FROM events WHERE id = 5")
+            .await
+            .unwrap(),
+        [[Some("k1".to_owned())]]
+    );
+
+    // A rule that swallows the rows brought back; row-level security; a unique index.
+    for (add, offender, drop) in [
+        (
+            "CREATE RULE quiet AS ON INSERT TO events DO INSTEAD NOTHING",
+            "rule quiet",
+            "DROP RULE quiet ON events",
+        ),
+        (
+            "DO $$ BEGIN EXECUTE 'ALTER TABLE events ENABLE ROW LEVEL SECURITY'; END $$",
+            "row-level security is enabled",
+            "DO $$ BEGIN EXECUTE 'ALTER TABLE events DISABLE ROW LEVEL SECURITY'; END $$",
+        ),
+        (
+            "CREATE UNIQUE INDEX events_kind ON events (kind, id)",
+            "unique index events_kind",
+            "DROP INDEX events_kind",
+        ),
+    ] {
+        c.batch_execute(add).await.unwrap();
+        settle().await;
+        refused("DELETE FROM events WHERE id = 6", offender).await;
+        refused(count, offender).await;
+        c.batch_execute(drop).await.unwrap();
+        settle().await;
+    }
+    assert_eq!(
+        c.execute("DELETE FROM events WHERE id = 6", &[])
+            .await
+            .unwrap(),
+        1
+    );
+    // And the table flushes again.
+    admin_call(c, "SELECT coldwire.flush_table('events', wait => true)")
+        .await
+        .unwrap();
+    assert_eq!(
+        simple_rows(c, count).await.unwrap(),
+        [[Some("1299".to_owned())]]
+    );
+}

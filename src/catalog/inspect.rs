@@ -55,6 +55,8 @@ pub struct TableFacts {
     pub row_triggers: Vec<String>,
     /// Subscriptions that replicate into the table (its rows in `pg_subscription_rel`).
     pub subscriptions: Vec<String>,
+    /// Rewrite rules on the table (`CREATE RULE`), quoted.
+    pub rules: Vec<String>,
     /// coldwire's id, if the table is tiered already.
     pub tiered_id: Option<i64>,
 }
@@ -65,6 +67,35 @@ pub struct TableFacts {
 const BYTE_EQUAL_KEY_TYPES: [u32; 13] = [
     21, 23, 20, 25, 1043, 2950, 17, 1082, 1083, 1114, 1184, 16, 19,
 ];
+
+/// What a tiered table may have gained since it was tiered (through a `DO` block, a
+/// function or a direct connection, where coldwire sees no DDL) that coldwire cannot
+/// serve, as a `text[]` expression of reasons for the table whose oid is `rel`: row-level
+/// security (cold rows would pass its policies), a foreign key referencing it (the
+/// flush's delete would fire its actions), a unique index or exclusion constraint other
+/// than the key (not enforced against cold rows), a row trigger or a rule (they would
+/// fire on, or rewrite, the rows a write brings back and the flush deletes). Empty when
+/// none. (`rel` may name an outer query's column: no alias inside is `c`.)
+pub fn unservable_sql(rel: &str) -> String {
+    format!(
+        "ARRAY(SELECT 'row-level security is enabled, whose policies coldwire cannot carry to cold rows' \
+                FROM pg_catalog.pg_class WHERE oid = {rel} AND relrowsecurity \
+         UNION ALL SELECT pg_catalog.format('foreign key %I on %s references it (the flush''s delete would fire its actions)', \
+                conname, conrelid::regclass) FROM pg_catalog.pg_constraint WHERE contype = 'f' AND confrelid = {rel} \
+         UNION ALL SELECT pg_catalog.format('unique index %I cannot be enforced across hot and cold rows', ix.relname) \
+                FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ix ON ix.oid = i.indexrelid \
+                WHERE i.indrelid = {rel} AND i.indisunique AND NOT i.indisprimary \
+         UNION ALL SELECT pg_catalog.format('exclusion constraint %I cannot be enforced across hot and cold rows', conname) \
+                FROM pg_catalog.pg_constraint WHERE conrelid = {rel} AND contype = 'x' \
+         UNION ALL SELECT pg_catalog.format('row trigger %I would fire when cold rows are brought back or flushed', tgname) \
+                FROM pg_catalog.pg_trigger WHERE tgrelid = {rel} AND NOT tgisinternal AND (tgtype & 1) = 1 \
+                AND NOT (tgname = '{keys}' AND tgfoid::regprocedure::text LIKE 'coldwire.capture\\_%') \
+         UNION ALL SELECT pg_catalog.format('rule %I would rewrite the rows coldwire brings back or flushes', rulename) \
+                FROM pg_catalog.pg_rewrite WHERE ev_class = {rel} AND rulename <> '_RETURN' \
+         ORDER BY 1)",
+        keys = super::capture::KEYS_TRIGGER,
+    )
+}
 
 /// The names of the subscriptions replicating into relation `$1`, one per row, sorted.
 /// Logical-replication apply fires row triggers only, never the statement triggers that
@@ -170,6 +201,14 @@ pub async fn table_facts(client: &Client, table: &TableRef) -> Result<TableFacts
             .await?,
     );
     let subscriptions = strings(client.query(SUBSCRIPTIONS, &[&oid]).await?);
+    let rules = strings(
+        client
+            .query(
+                "SELECT format('%I', rulename) FROM pg_rewrite WHERE ev_class = $1 AND rulename <> '_RETURN' ORDER BY 1",
+                &[&oid],
+            )
+            .await?,
+    );
     let tiered_id = client
         .query_opt("SELECT id FROM coldwire.tables WHERE relid = $1", &[&oid])
         .await?
@@ -191,6 +230,7 @@ pub async fn table_facts(client: &Client, table: &TableRef) -> Result<TableFacts
         other_unique,
         row_triggers,
         subscriptions,
+        rules,
         tiered_id,
     })
 }
@@ -298,6 +338,11 @@ impl TableFacts {
                 "row trigger {t} would fire when cold rows are rehydrated"
             ));
         }
+        for r in &self.rules {
+            reasons.push(format!(
+                "rule {r} would rewrite the rows coldwire brings back or flushes"
+            ));
+        }
         for s in &self.subscriptions {
             reasons.push(format!(
                 "subscription {s} replicates into it, and logical-replication apply passes coldwire's statement-level capture unseen"
@@ -345,6 +390,7 @@ mod tests {
             other_unique: vec![],
             row_triggers: vec![],
             subscriptions: vec![],
+            rules: vec![],
             tiered_id: None,
         }
     }
@@ -366,6 +412,7 @@ mod tests {
         t.other_unique.push("events_body_key".into());
         t.row_triggers.push("audit".into());
         t.subscriptions.push("from_primary".into());
+        t.rules.push("no_inserts".into());
         t.pk_deferrable = true;
         t.schema = "coldwire".into();
         t.columns.push(column(5, "seq", 20, "bigint"));
@@ -379,6 +426,7 @@ mod tests {
             "events_body_key",
             "row trigger audit",
             "subscription from_primary replicates into it",
+            "rule no_inserts would rewrite",
             "primary key is DEFERRABLE",
             "coldwire's own catalog tables",
             "primary-key column seq has the name of a column coldwire keeps",

@@ -73,6 +73,10 @@ pub struct Tiered {
     /// collation (values of other bytes may be equal) has none, so that no condition on
     /// it, nor aggregate or grouping of it, is computed cold-side.
     pub aggregate_types: Vec<(String, Option<ColdType>)>,
+    /// What the table gained since it was tiered that coldwire cannot serve
+    /// ([`super::inspect::unservable_sql`]): while any is there, coldwire refuses to read,
+    /// write or flush the table.
+    pub unservable: Vec<String>,
 }
 
 /// A view or materialized view that reads a tiered table (directly or through views).
@@ -351,13 +355,16 @@ pub async fn read(
     previous: Option<(&str, &Arc<[ReadingFunction]>)>,
 ) -> Result<Listed, tokio_postgres::Error> {
     let rows = client
-            .query(
-                "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums, c.oid \
+        .query(
+            &format!(
+                "SELECT t.id, c.reltype, n.nspname, c.relname, t.columns, t.pk_attnums, c.oid, {} \
                  FROM coldwire.tables t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
                  WHERE t.state = 'active' ORDER BY t.id",
-                &[],
-            )
-            .await?;
+                super::inspect::unservable_sql("c.oid")
+            ),
+            &[],
+        )
+        .await?;
     let compared = super::segments::compared_columns(client, None).await?;
     let mut tables = Vec::new();
     let mut table_oids: Vec<u32> = Vec::new();
@@ -431,6 +438,7 @@ pub async fn read(
             },
             row_type: row.get(1),
             types,
+            unservable: row.get(7),
         });
     }
     let mut views = Vec::new();

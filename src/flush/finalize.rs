@@ -387,13 +387,21 @@ async fn current_name(
     loop {
         let locked = statement_rows(
             tx.simple_query(&format!(
-                "LOCK TABLE ONLY {name} IN ROW EXCLUSIVE MODE; {}",
-                name_by_relid(table.id)
+                "LOCK TABLE ONLY {name} IN ROW EXCLUSIVE MODE; {}; {}",
+                name_by_relid(table.id),
+                super::table::unservable_query(table.id)
             ))
             .await?,
         );
-        let again = name_of(locked.last().map_or(&[], Vec::as_slice))?;
+        let again = name_of(locked.get(1).map_or(&[], Vec::as_slice))?;
         if again == name {
+            let reasons: Vec<&str> = locked
+                .get(2)
+                .map_or(&[][..], Vec::as_slice)
+                .iter()
+                .filter_map(|r| r.get(0))
+                .collect();
+            super::table::unservable(table.id, &reasons)?;
             return Ok(name);
         }
         // Renamed before the lock was granted: lock it by the new name.
@@ -425,6 +433,7 @@ async fn check_table(
         .await?
         .get(0);
     super::table::check_not_subscribed(tx, table.id).await?;
+    super::table::check_servable(tx, table.id).await?;
     if !same {
         return Err(FlushError::Table(
             table.id,

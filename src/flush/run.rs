@@ -39,6 +39,7 @@ pub async fn run(
     }
     table.check_age_column()?;
     super::table::check_not_subscribed(client, table.id).await?;
+    super::table::check_servable(client, table.id).await?;
     // 1. The selection, recorded in the job so a retry selects the same rows.
     let Some((selection, total)) = cutoff(client, job, &table).await? else {
         finalize_empty(client, job).await?;

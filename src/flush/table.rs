@@ -115,6 +115,49 @@ pub(super) async fn check_not_subscribed(
     }
 }
 
+/// The query of what table `id` gained since it was tiered that coldwire cannot serve
+/// ([`crate::catalog::inspect::unservable_sql`]), a reason a row.
+pub(super) fn unservable_query(id: i64) -> String {
+    format!(
+        "SELECT r FROM unnest({}) r",
+        crate::catalog::inspect::unservable_sql(&format!(
+            "(SELECT relid FROM coldwire.tables WHERE id = {id})"
+        ))
+    )
+}
+
+/// A flush stops before it deletes anything from a table that gained what coldwire
+/// cannot serve: a rule or a row trigger would fire on (or rewrite) the prune's delete,
+/// a referencing foreign key would run its actions (`ON DELETE CASCADE` deleting the
+/// other table's rows). Checked with the table locked, so nothing can be added until
+/// the transaction ends.
+pub(super) fn unservable(id: i64, reasons: &[&str]) -> Result<(), FlushError> {
+    if reasons.is_empty() {
+        return Ok(());
+    }
+    Err(FlushError::Table(
+        id,
+        format!(
+            "it gained what coldwire cannot serve: {}; the flush stops until that is dropped",
+            reasons.join("; ")
+        ),
+    ))
+}
+
+/// [`unservable`] of table `id` as the catalog has it now.
+pub(super) async fn check_servable(
+    client: &impl tokio_postgres::GenericClient,
+    id: i64,
+) -> Result<(), FlushError> {
+    let reasons: Vec<String> = client
+        .query(&unservable_query(id), &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    unservable(id, &reasons.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
 /// Reads the table's catalog row and current name.
 pub(super) async fn load(client: &Client, table_id: i64) -> Result<Tiered, FlushError> {
     let row = client

@@ -182,10 +182,9 @@ impl CatalogCache {
                 && p.views == views
                 && p.functions == functions
                 && p.tables.len() == tables.len()
-                && p.tables
-                    .iter()
-                    .zip(&tables)
-                    .all(|(a, b)| a.table == b.table && a.row_type == b.row_type)
+                && p.tables.iter().zip(&tables).all(|(a, b)| {
+                    a.table == b.table && a.row_type == b.row_type && a.unservable == b.unservable
+                })
         });
         let registry = match previous {
             Some(p) if same => p,

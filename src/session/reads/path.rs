@@ -780,6 +780,71 @@ impl ReadPath {
 
 /// A function that reads tiered tables server-side (`Registry::functions`) which the
 /// statement calls, where it runs: not under an EXPLAIN without ANALYZE.
+/// The refusal of a statement that reads or writes rows of a tiered table (or of a view
+/// over one) that gained, since it was tiered, what coldwire cannot serve
+/// ([`crate::catalog::inspect::unservable_sql`]: a row trigger, a rule, row-level
+/// security, a unique index, a foreign key referencing it), added where coldwire saw no
+/// DDL. DDL passes, so that what was added can be dropped.
+pub(super) fn unservable_refusal(
+    parsed: &pg_query::ParseResult,
+    registry: &Registry,
+) -> Option<PlanError> {
+    if registry.tables.iter().all(|t| t.unservable.is_empty()) {
+        return None;
+    }
+    let serves_rows = |node: &N| match Kind::of(crate::sql::classify::executed(node)) {
+        Kind::Read | Kind::Write | Kind::Copy => true,
+        Kind::Prepare { .. } => crate::sql::classify::prepared_body(node).is_some_and(|b| {
+            matches!(
+                Kind::of(crate::sql::classify::executed(b)),
+                Kind::Read | Kind::Write
+            )
+        }),
+        _ => matches!(node, N::DeclareCursorStmt(_) | N::CreateTableAsStmt(_)),
+    };
+    if !parsed
+        .protobuf
+        .stmts
+        .iter()
+        .filter_map(|s| s.stmt.as_ref()?.node.as_ref())
+        .any(serves_rows)
+    {
+        return None;
+    }
+    let changed = |schema: Option<&str>, name: &str| {
+        registry
+            .unique(schema, name)
+            .filter(|t| !t.unservable.is_empty())
+    };
+    let walked = crate::sql::tree::walk(parsed);
+    let found = walked.relations.iter().filter(|r| !r.cte).find_map(|r| {
+        let schema = r.schema.as_deref();
+        changed(schema, &r.name).or_else(|| {
+            // A view over it: the tables its definition reads.
+            let view = registry.view(schema, &r.name)?;
+            let definition = pg_query::parse(&view.view.definition, 0).ok()?;
+            crate::sql::tree::walk(&definition)
+                .relations
+                .iter()
+                .find_map(|v| changed(v.schema.as_deref(), &v.name))
+        })
+    })?;
+    Some(PlanError::Refused(fields(
+        "0A000",
+        format!(
+            "coldwire: tiered table {}.{} gained what coldwire cannot serve: {}",
+            display_ident(&found.table.schema),
+            display_ident(&found.table.name),
+            found.unservable.join("; ")
+        ),
+        Some(
+            "Drop it (DROP TRIGGER, DROP RULE, DROP INDEX, ALTER TABLE … DISABLE ROW LEVEL SECURITY, or the other table's foreign key); \
+             until then coldwire neither reads, writes nor flushes the table."
+                .into(),
+        ),
+    )))
+}
+
 fn reading_function<'r>(
     statement: &pg_query::protobuf::RawStmt,
     parsed: &pg_query::ParseResult,
@@ -1050,6 +1115,9 @@ fn rewrite(
             return Err(PlanError::Refused(fields));
         }
         return Err(PlanError::HotOnlyCall(fields));
+    }
+    if let Some(refusal) = unservable_refusal(&parsed, registry) {
+        return Err(refusal);
     }
     match statement.stmt.as_ref().and_then(|s| s.node.as_ref()) {
         // A view is defined over the heap table; its reads are expanded when they come.

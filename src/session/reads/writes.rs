@@ -175,6 +175,9 @@ impl ReadPath {
             return Ok(None);
         }
         let registry = self.catalog.registry().await?;
+        if let Some(refusal) = super::path::unservable_refusal(&parsed, &registry) {
+            return Err(refusal);
+        }
         // Planned with `public.events.id` read as `events.id`, so that its conditions
         // bound the rows it may touch; the statement itself is sent as written.
         let parsed = match crate::sql::rewrite::unqualify_columns(sql, &parsed, |schema, name| {
