@@ -3046,3 +3046,147 @@ async fn a_tiered_table_that_gains_what_coldwire_cannot_serve_is_refused_until_i
         [[Some("1299".to_owned())]]
     );
 }
+
+/// A read of a tiered table in the same group or Query string as a write that brings a
+/// cold row back, after it: Postgres runs both in one transaction, whose mirror rows
+/// coldwire's own connection cannot see. The aggregate counted the row's cold version and
+/// its guard failed at every retry (40001 in a pipeline, for ever), and a retry of a Query
+/// string ran, and answered, its earlier statements twice.
+#[tokio::test]
+async fn reads_after_a_write_of_their_group_see_the_write_once() {
+    let t = tiered_events("groupwrites", "CREATE TABLE log(n serial, note text);").await;
+    let (c, direct) = (&t.c, &t.direct);
+    let total = "SELECT count(*), count(*) FILTER (WHERE kind = 'q') FROM events";
+
+    // A pipeline: one Sync for both, as psycopg's pipeline mode and pgx's batches send.
+    let mut raw = RawConn::ready(t._proxy.addr, &t.db).await;
+    let mut frames = Vec::new();
+    for sql in [
+        "UPDATE events SET kind = 'q' WHERE id = 60",
+        "SELECT count(*) FROM events",
+        "DELETE FROM events WHERE id = 61",
+        "SELECT count(*), sum(id) FROM events WHERE kind <> 'zz'",
+    ] {
+        frames.extend(raw::parse("", sql));
+        frames.extend(raw::bind("", &[]));
+        frames.extend(raw::execute());
+    }
+    frames.extend(raw::sync());
+    raw.send(&frames).await;
+    let answers = raw.until_ready().await;
+    assert_eq!(raw::tags(&answers), "12C12DC12C12DCZ", "{answers:?}");
+    let rows: Vec<String> = answers
+        .iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect();
+    assert!(rows[0].ends_with("1000"), "{rows:?}");
+    let sum = (1..=1000i64).sum::<i64>() - 61;
+    assert!(
+        rows[1].contains("999") && rows[1].ends_with(&sum.to_string()),
+        "{rows:?}"
+    );
+    assert_eq!(
+        simple_rows(c, total).await.unwrap(),
+        vec![vec![Some("999".to_owned()), Some("1".to_owned())]]
+    );
+
+    // Query strings, in autocommit and with a block that commits inside them.
+    for (sql, logged) in [
+        (
+            "UPDATE events SET kind = 'q' WHERE id = 70; INSERT INTO log(note) VALUES ('a'); SELECT count(*), count(*) FILTER (WHERE kind = 'q') FROM events",
+            1,
+        ),
+        (
+            "BEGIN; UPDATE events SET kind = 'q' WHERE id = 81; INSERT INTO log(note) VALUES ('b'); COMMIT; SELECT count(*), count(*) FILTER (WHERE kind = 'q') FROM events",
+            2,
+        ),
+    ] {
+        let answers = c.simple_query(sql).await.unwrap();
+        let completions = answers
+            .iter()
+            .filter(|m| matches!(m, SimpleQueryMessage::CommandComplete(_)))
+            .count();
+        let statements = sql.matches(';').count() + 1;
+        assert_eq!(completions, statements, "{sql}: each statement answered once");
+        let logged_now: i64 = direct
+            .query_one("SELECT count(*) FROM log", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(logged_now, logged, "{sql}: run once");
+    }
+    assert_eq!(
+        simple_rows(c, total).await.unwrap(),
+        vec![vec![Some("999".to_owned()), Some("3".to_owned())]]
+    );
+}
+
+/// A Query string whose read of a tiered table comes after a write whose completion the
+/// client has seen: when the read's guard fails (a flush finalized as it started), the
+/// string is not run again (its write would run, and be answered, twice); the client gets
+/// the 40001, and the implicit transaction took the write back with it.
+#[tokio::test]
+async fn a_query_string_is_never_run_again_after_the_client_saw_a_statement_of_it_complete() {
+    let db = create_db("stringretry");
+    let mut flushing = Flushing::start(&db, 150, 50).await;
+    flushing
+        .direct
+        .batch_execute("CREATE TABLE log(n bigint PRIMARY KEY)")
+        .await
+        .unwrap();
+    let c = flushing.proxy.connect(&db).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(6);
+    let (mut done, mut refused) = (0i64, 0);
+    let mut k = 0i64;
+    while tokio::time::Instant::now() < deadline {
+        k += 1;
+        let sql = format!(
+            "INSERT INTO log VALUES ({k}); SELECT count(*), sum(v) FROM t WHERE id <= 2000"
+        );
+        match c.simple_query(&sql).await {
+            Ok(answers) => {
+                let completions = answers
+                    .iter()
+                    .filter(|m| matches!(m, SimpleQueryMessage::CommandComplete(_)))
+                    .count();
+                assert_eq!(completions, 2, "each statement answered once: {answers:?}");
+                let rows: Vec<_> = answers
+                    .iter()
+                    .filter_map(|m| match m {
+                        SimpleQueryMessage::Row(r) => {
+                            Some((r.get(0).unwrap().to_owned(), r.get(1).unwrap().to_owned()))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(
+                    rows,
+                    [("2000".to_owned(), EXPECTED.1.to_string())],
+                    "no row missing or doubled"
+                );
+                done += 1;
+            }
+            Err(e) => {
+                assert_eq!(
+                    e.code(),
+                    Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE),
+                    "{e:?}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    flushing.stop().await;
+    let logged: i64 = flushing
+        .direct
+        .query_one("SELECT count(*) FROM log", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        logged, done,
+        "each string that succeeded wrote once, each refused one not at all ({refused} refused)"
+    );
+    assert!(done > 0, "{refused} refused");
+}

@@ -462,6 +462,13 @@ fn held_back(
             Ok(None)
         }
         msg::NO_DATA if group.drop_no_data => Ok(dropped),
+        // A statement of the group completed where the client sees it (one before the
+        // read, in a Query string or a pipeline: an UPDATE, a COMMIT): running the group
+        // again would run it twice, and tell the client twice.
+        msg::COMMAND_COMPLETE => {
+            streamed.store(true, Ordering::Relaxed);
+            Ok(None)
+        }
         msg::ERROR_RESPONSE
             if group.retry.is_some()
                 && !group.in_block

@@ -623,7 +623,11 @@ impl ReadPath {
         txn: TxnView<'_>,
     ) -> Result<ColdParams, PlanError> {
         let TxnView {
-            at, fresh, known, ..
+            at,
+            fresh,
+            known,
+            quiet,
+            ..
         } = txn;
         let mut tables: HashMap<i64, Arc<ColdTable>> = HashMap::new();
         for id in prepared.table_ids() {
@@ -665,10 +669,14 @@ impl ReadPath {
                 // rows when they fit: rows do not depend on which keys are hot, so cold
                 // writes that keep coming cannot starve it. So does a statement whose
                 // key conditions leave few keys: reading their pages is cheaper than
-                // planning partials.
+                // planning partials. So does a statement after others of its group or
+                // Query string, whose transaction may hold mirror rows of theirs (a cold
+                // row brought back for a write) that coldwire's own connection cannot see:
+                // the partials would count that row's cold version, and the guard's check
+                // of the mirror's keys would fail again at every retry.
                 let key = cold.pk_positions.first().map(|&k| cold.columns[k].attnum);
                 let narrow = key.is_some_and(|k| integer_values(&predicates, k) <= NARROW_KEYS);
-                if let Some(exact) = filters.clone().filter(|_| !fresh && !narrow) {
+                if let Some(exact) = filters.clone().filter(|_| !fresh && quiet && !narrow) {
                     match self
                         .partial_params(r, plan, cold.clone(), predicates.clone(), exact)
                         .await
