@@ -2935,6 +2935,15 @@ async fn a_tiered_table_that_gains_what_coldwire_cannot_serve_is_refused_until_i
         );
     };
 
+    // Extended statistics are DDL like any other (they were once rewritten as a read).
+    c.batch_execute("CREATE STATISTICS events_st ON id, kind FROM events")
+        .await
+        .unwrap();
+    assert_eq!(
+        simple_rows(c, count).await.unwrap(),
+        [[Some("1000".to_owned())]]
+    );
+
     // A foreign key that cascades, added through coldwire: the flush must not delete.
     c.batch_execute(
         "CREATE TABLE ch(cid int PRIMARY KEY, ref bigint REFERENCES events ON DELETE CASCADE);
@@ -3189,4 +3198,68 @@ async fn a_query_string_is_never_run_again_after_the_client_saw_a_statement_of_i
         "each string that succeeded wrote once, each refused one not at all ({refused} refused)"
     );
     assert!(done > 0, "{refused} refused");
+}
+
+/// A cursor or a table made from a locking read (psycopg's and Django's server-side
+/// cursors over `select_for_update()` declare one) brings back and locks every row it
+/// reads, hot or cold, as the locking read alone does.
+#[tokio::test]
+async fn cursors_and_tables_made_from_locking_reads_read_every_row() {
+    let t = tiered_events("declarelocking", "").await;
+    let c = &t.c;
+    let tag = |answers: &[SimpleQueryMessage]| {
+        answers
+            .iter()
+            .filter(|m| matches!(m, SimpleQueryMessage::Row(_)))
+            .count()
+    };
+    c.batch_execute("BEGIN").await.unwrap();
+    for (sql, fetch, rows) in [
+        (
+            r#"DECLARE "c_1" CURSOR WITHOUT HOLD FOR SELECT * FROM events WHERE id <= 500 FOR SHARE"#,
+            r#"FETCH FORWARD ALL FROM "c_1""#,
+            500,
+        ),
+        (
+            "/* orm */ declare d cursor for select id, kind from public.events where id = 10 for update",
+            "FETCH ALL d",
+            1,
+        ),
+        (
+            "DECLARE e CURSOR FOR SELECT id FROM (SELECT * FROM events WHERE id BETWEEN 200 AND 260 FOR UPDATE) s",
+            "FETCH ALL e",
+            61,
+        ),
+    ] {
+        c.simple_query(sql).await.unwrap();
+        let answers = c.simple_query(fetch).await.unwrap();
+        assert_eq!(tag(&answers), rows, "{sql}");
+    }
+    // In the extended protocol, with a parameter.
+    c.execute(
+        "DECLARE f CURSOR FOR SELECT * FROM events WHERE id = $1 FOR UPDATE",
+        &[&20i64],
+    )
+    .await
+    .unwrap();
+    assert_eq!(tag(&c.simple_query("FETCH ALL f").await.unwrap()), 1);
+    c.batch_execute("COMMIT").await.unwrap();
+    let answers = c
+        .simple_query("CREATE TEMP TABLE x1 AS SELECT * FROM events WHERE id < 300 FOR UPDATE; SELECT count(*) FROM x1")
+        .await
+        .unwrap();
+    assert_eq!(
+        answers.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        }),
+        Some("299".to_owned())
+    );
+    // Every row once, and the table whole.
+    assert_eq!(
+        simple_rows(c, "SELECT count(*), count(DISTINCT id) FROM events")
+            .await
+            .unwrap(),
+        [[Some("1000".to_owned()), Some("1000".to_owned())]]
+    );
 }

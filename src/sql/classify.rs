@@ -241,6 +241,20 @@ pub fn executed(node: &N) -> &N {
     }
 }
 
+/// The query a `DECLARE … CURSOR FOR` or a `CREATE TABLE … AS` runs (not a materialized
+/// view's, which runs at each refresh): a locking read there is a locking read.
+pub fn declared_query(node: &N) -> Option<&N> {
+    match node {
+        N::DeclareCursorStmt(d) => d.query.as_ref()?.node.as_ref(),
+        N::CreateTableAsStmt(c)
+            if c.objtype == pg_query::protobuf::ObjectType::ObjectTable as i32 =>
+        {
+            c.query.as_ref()?.node.as_ref()
+        }
+        _ => None,
+    }
+}
+
 /// The statement a SQL-level `PREPARE` defines.
 pub fn prepared_body(node: &N) -> Option<&N> {
     match node {

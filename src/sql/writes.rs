@@ -87,6 +87,7 @@ pub fn classify(
     // PREPARE defines (planned at each EXECUTE).
     let top = stmt.stmt.as_ref().and_then(|s| s.node.as_ref()).map(|n| {
         let n = executed(n);
+        let n = crate::sql::classify::declared_query(n).unwrap_or(n);
         prepared_body(n).map_or(n, executed)
     });
     let (target, locking) = match (targets.as_slice(), top) {

@@ -1129,7 +1129,8 @@ fn rewrite(
     }
     match statement.stmt.as_ref().and_then(|s| s.node.as_ref()) {
         // A view is defined over the heap table; its reads are expanded when they come.
-        Some(N::ViewStmt(_)) => return Ok(None),
+        // Extended statistics are of the heap's rows (what Postgres plans from).
+        Some(N::ViewStmt(_) | N::CreateStatsStmt(_)) => return Ok(None),
         Some(N::CreateTableAsStmt(c))
             if c.objtype == ObjectType::ObjectMatview as i32
                 && crate::sql::tree::walk(&parsed).relations.iter().any(|r| {

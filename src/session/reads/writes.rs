@@ -168,6 +168,9 @@ impl ReadPath {
                     let run = executed(n);
                     runs_dml(&Kind::of(run))
                         || prepared_body(run).is_some_and(|b| runs_dml(&Kind::of(executed(b))))
+                        // A cursor or a table made from a locking read locks as it does.
+                        || (crate::sql::classify::declared_query(run).is_some()
+                            && crate::sql::tree::walk(&parsed).locking)
                 }),
             _ => false,
         };
