@@ -1178,3 +1178,63 @@ async fn counts_stay_exact_when_a_text_key_at_a_range_end_is_flushed_twice() {
         vec![vec![Some("1".to_owned()), Some("4".to_owned())]]
     );
 }
+
+/// An aggregate sent as libpq's `PQexecParams`, psycopg 3 and node-postgres send every
+/// statement (Parse, Bind, Describe, Execute, Sync in one group) takes partials; after a
+/// write earlier in its group it reads cold rows instead, within the cap, and over it
+/// fails with the cap's clear error rather than with a 40001 that repeats at every retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregates_in_a_group_take_partials_unless_a_statement_ran_before_them() {
+    let t = Tiered::start(
+        "aggregates_groups",
+        3000,
+        r#"{"hot_row_limit": 500, "min_flush_rows": 100, "auto_flush": false}"#,
+        &[("COLDWIRE_MAX_COLD_ROWS", "1000")],
+    )
+    .await;
+    let want: i64 = t
+        .direct
+        .query_one("SELECT count(*) FROM control", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let mut raw = common::raw::RawConn::ready(t.proxy.addr, &t.db).await;
+    let group = |statements: &[&str]| {
+        let mut frames = Vec::new();
+        for sql in statements {
+            frames.extend(common::raw::parse("", sql));
+            frames.extend(common::raw::bind("", &[]));
+            frames.extend(common::raw::frame(b'D', b"P\0"));
+            frames.extend(common::raw::execute());
+        }
+        frames.extend(common::raw::sync());
+        frames
+    };
+    // Alone in its group: from partials (the 2,500 cold rows are over the cap).
+    raw.send(&group(&["SELECT count(*) FROM events"])).await;
+    let answers = raw.until_ready().await;
+    assert_eq!(common::raw::tags(&answers), "12TDCZ", "{answers:?}");
+    assert!(
+        String::from_utf8_lossy(&answers[3].body).ends_with(&want.to_string()),
+        "{answers:?}"
+    );
+    // After a write of a cold row in the same group: rows, over the cap here, so the
+    // cap's error, once, and the write undone with the group.
+    raw.send(&group(&[
+        "UPDATE events SET note = 'moved' WHERE id = 7",
+        "SELECT count(*) FROM events",
+    ]))
+    .await;
+    let answers = raw.until_ready().await;
+    let tags = common::raw::tags(&answers);
+    assert_eq!(tags, "12nC12TEZ", "{answers:?}");
+    let error = answers.iter().find(|m| m.tag == b'E').unwrap();
+    assert_eq!(error.field(b'C').as_deref(), Some("54000"), "{error:?}");
+    let note: Option<String> = t
+        .direct
+        .query_one("SELECT note FROM events WHERE id = 7", &[])
+        .await
+        .map(|r| r.get(0))
+        .unwrap_or(None);
+    assert_ne!(note.as_deref(), Some("moved"));
+}

@@ -2944,13 +2944,39 @@ async fn a_tiered_table_that_gains_what_coldwire_cannot_serve_is_refused_until_i
         [[Some("1000".to_owned())]]
     );
 
-    // A foreign key that cascades, added through coldwire: the flush must not delete.
-    c.batch_execute(
-        "CREATE TABLE ch(cid int PRIMARY KEY, ref bigint REFERENCES events ON DELETE CASCADE);
-         INSERT INTO ch SELECT g, 900 + g FROM generate_series(1, 100) g;",
-    )
-    .await
-    .unwrap();
+    // What tiering refuses is refused through coldwire once tiered too.
+    for (sql, what) in [
+        (
+            "CREATE TABLE ch(cid int PRIMARY KEY, ref bigint REFERENCES events ON DELETE CASCADE)",
+            "a foreign key referencing tiered table events",
+        ),
+        (
+            "CREATE TRIGGER shout BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION shout()",
+            "a row trigger on tiered table events",
+        ),
+        (
+            "CREATE RULE quiet AS ON INSERT TO events DO INSTEAD NOTHING",
+            "a rule on tiered table events",
+        ),
+        (
+            "CREATE UNIQUE INDEX events_kind ON events (kind, id)",
+            "a unique index on tiered table events",
+        ),
+    ] {
+        let e = c.simple_query(sql).await.unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e:?}"));
+        assert_eq!(db.code().code(), "0A000", "{sql}: {db:?}");
+        assert!(db.message().contains(what), "{sql}: {db:?}");
+    }
+
+    // A foreign key that cascades, added directly: the flush must not delete.
+    direct
+        .batch_execute(
+            "CREATE TABLE ch(cid int PRIMARY KEY, ref bigint REFERENCES events ON DELETE CASCADE);
+             INSERT INTO ch SELECT g, 900 + g FROM generate_series(1, 100) g;",
+        )
+        .await
+        .unwrap();
     direct
         .batch_execute("INSERT INTO events SELECT g, 'n' FROM generate_series(1001, 1300) g")
         .await
@@ -3033,13 +3059,31 @@ async fn a_tiered_table_that_gains_what_coldwire_cannot_serve_is_refused_until_i
             "DROP INDEX events_kind",
         ),
     ] {
-        c.batch_execute(add).await.unwrap();
+        direct.batch_execute(add).await.unwrap();
         settle().await;
         refused("DELETE FROM events WHERE id = 6", offender).await;
         refused(count, offender).await;
         c.batch_execute(drop).await.unwrap();
         settle().await;
     }
+    // untier_table brings the cold rows back with an INSERT, which a rule or a row
+    // trigger could swallow: refused, and the cold rows stay.
+    direct
+        .batch_execute("CREATE RULE quiet AS ON INSERT TO events DO INSTEAD NOTHING")
+        .await
+        .unwrap();
+    let e = admin_call(c, "SELECT coldwire.untier_table('events')")
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{e:?}").contains("cannot be untiered: rule quiet"),
+        "{e:?}"
+    );
+    direct
+        .batch_execute("DROP RULE quiet ON events")
+        .await
+        .unwrap();
+    settle().await;
     assert_eq!(
         c.execute("DELETE FROM events WHERE id = 6", &[])
             .await
@@ -3198,6 +3242,10 @@ async fn a_query_string_is_never_run_again_after_the_client_saw_a_statement_of_i
         "each string that succeeded wrote once, each refused one not at all ({refused} refused)"
     );
     assert!(done > 0, "{refused} refused");
+    assert!(
+        refused > 0,
+        "a guard failed at least once ({done} answered)"
+    );
 }
 
 /// A cursor or a table made from a locking read (psycopg's and Django's server-side

@@ -96,6 +96,42 @@ pub async fn untier_table(
         .await
         .map_err(pg_error)?
         .get(0);
+    // A rule or row trigger the table gained since it was tiered would rewrite, or drop,
+    // the rows brought back below, which are then gone from the cold tier: checked with
+    // the table locked, so none can be added before this transaction ends.
+    tx.batch_execute(&format!(
+        "LOCK TABLE ONLY {} IN ROW EXCLUSIVE MODE",
+        spec.qualified_table()
+    ))
+    .await
+    .map_err(pg_error)?;
+    let rewriters: Vec<String> = tx
+        .query(
+            &format!(
+                "SELECT r FROM unnest({}) r WHERE r LIKE 'rule %' OR r LIKE 'row trigger %'",
+                inspect::unservable_sql("$1::pg_catalog.oid")
+            ),
+            &[&facts.oid],
+        )
+        .await
+        .map_err(pg_error)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if !rewriters.is_empty() {
+        return Err(AdminError::Postgres {
+            code: "0A000".into(),
+            message: format!(
+                "{} cannot be untiered: {}",
+                facts.display_name(),
+                rewriters.join("; ")
+            ),
+            detail: None,
+            hint: Some(
+                "Drop it first; untier_table brings the cold rows back with an INSERT.".into(),
+            ),
+        });
+    }
     // The cold state just before this transaction, read on a connection of its own: no
     // finalize can commit while the lock is held, so it is the state being replaced.
     let mut reader = crate::catalog::connect(service)

@@ -89,7 +89,9 @@ pub fn unservable_sql(rel: &str) -> String {
                 FROM pg_catalog.pg_constraint WHERE conrelid = {rel} AND contype = 'x' \
          UNION ALL SELECT pg_catalog.format('row trigger %I would fire when cold rows are brought back or flushed', tgname) \
                 FROM pg_catalog.pg_trigger WHERE tgrelid = {rel} AND NOT tgisinternal AND (tgtype & 1) = 1 \
-                AND NOT (tgname = '{keys}' AND tgfoid::regprocedure::text LIKE 'coldwire.capture\\_%') \
+                AND NOT (tgname = '{keys}' AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p \
+                         WHERE p.oid = tgfoid AND p.pronamespace = 'coldwire'::pg_catalog.regnamespace \
+                           AND p.proname LIKE 'capture\\_%')) \
          UNION ALL SELECT pg_catalog.format('rule %I would rewrite the rows coldwire brings back or flushes', rulename) \
                 FROM pg_catalog.pg_rewrite WHERE ev_class = {rel} AND rulename <> '_RETURN' \
          ORDER BY 1)",
@@ -194,7 +196,8 @@ pub async fn table_facts(client: &Client, table: &TableRef) -> Result<TableFacts
             .query(
                 "SELECT format('%I', tgname) FROM pg_trigger WHERE tgrelid = $1 AND NOT tgisinternal \
                  AND (tgtype & 1) = 1 \
-                 AND NOT (tgname = $2 AND tgfoid::regprocedure::text LIKE 'coldwire.capture\\_%') \
+                 AND NOT (tgname = $2 AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.oid = tgfoid \
+                          AND p.pronamespace = 'coldwire'::regnamespace AND p.proname LIKE 'capture\\_%')) \
                  ORDER BY 1",
                 &[&oid, &super::capture::KEYS_TRIGGER],
             )

@@ -583,9 +583,13 @@ async fn locked_transaction<'c>(
     FlushError,
 > {
     let tx = client.transaction().await?;
-    let mut statements = vec![format!(
-        "SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'"
-    )];
+    // Each statement sees what committed before it, whatever the server's default: the
+    // checks made once the table is locked (its name, what it gained) must see DDL that
+    // committed while the lock was awaited.
+    let mut statements = vec![
+        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED".to_owned(),
+        format!("SET LOCAL lock_timeout = '{FINALIZE_LOCK_TIMEOUT}'"),
+    ];
     statements.extend(settings.iter().map(|s| (*s).to_owned()));
     statements.push("INSERT INTO coldwire.maintenance (xid) VALUES (pg_current_xact_id())".into());
     statements.push(format!(

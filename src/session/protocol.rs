@@ -93,6 +93,9 @@ pub struct ClientSide {
     /// A frame other than Sync, Query or FunctionCall went upstream since the last one of
     /// those (frames streamed past the scanner set its flag instead).
     pub sent_since_sync: bool,
+    /// An Execute went upstream since the last Sync (Query or FunctionCall): a statement
+    /// of the group's implicit transaction ran, or will, before what comes next.
+    pub executed_since_sync: bool,
     /// The registry version whose names the Parse being relayed was found not to name
     /// (0: none), recorded with it (`SessionState::statement_parsed`).
     names_at: u64,
@@ -134,6 +137,11 @@ impl ClientSide {
         }
         let ends_retryable = self.forwarded(state, tag, frame, false, streamed)?;
         self.sent_since_sync = !matches!(tag, msg::SYNC | msg::QUERY | msg::FUNCTION_CALL);
+        self.executed_since_sync = match tag {
+            msg::EXECUTE => true,
+            msg::SYNC | msg::QUERY | msg::FUNCTION_CALL => false,
+            _ => self.executed_since_sync,
+        };
         Ok(ClientAction::Pass { ends_retryable })
     }
 

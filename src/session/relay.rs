@@ -252,6 +252,7 @@ async fn client_to_upstream(
             Some(Stop::Read(query)) => {
                 let boundary = side.at_boundary(&streamed);
                 side.sent_since_sync = false;
+                side.executed_since_sync = false;
                 streamed.store(false, Ordering::Relaxed);
                 side.group.reset();
                 // Nothing sent after it yet: it may lock its tables under coldwire's
@@ -326,6 +327,7 @@ async fn client_to_upstream(
                     fresh: false,
                     known: &known,
                     quiet,
+                    after_others: side.executed_since_sync || streamed.load(Ordering::Relaxed),
                     lock_here,
                 };
                 let mut bound = rewritten::bind(&frame, txn, shared).await?;
@@ -499,6 +501,8 @@ impl ClientDirection<'_, '_> {
                     fresh: attempt > 0,
                     known: &known,
                     quiet,
+                    // Frames of an extended group went before the Query without a Sync.
+                    after_others: attempt == 0 && !boundary,
                     lock_here: locked_here,
                 };
                 match rewritten::plan_query(&read, &query, txn, self.shared).await {

@@ -150,6 +150,8 @@ impl ClientDirection<'_, '_> {
                         fresh: true,
                         known: &KnownHot::new(),
                         quiet: false,
+                        // A group is retried only while none of its statements completed.
+                        after_others: false,
                         lock_here: false,
                     },
                     self.shared,

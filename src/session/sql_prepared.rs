@@ -133,6 +133,12 @@ pub(super) async fn sql_prepared(
             _ => {}
         }
     }
+    // Its table may have gained, since the PREPARE, what coldwire cannot serve.
+    if let SqlPrepared::Execute(write) = &found {
+        if let Some(refusal) = read_path(shared).unservable_write(write.table_id).await? {
+            return Err(refusal);
+        }
+    }
     Ok(found)
 }
 

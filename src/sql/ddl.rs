@@ -13,7 +13,7 @@
 //! rest (TRUNCATE, storage parameters, statistics targets, owner, clustering) pass
 //! unchanged.
 
-use pg_query::protobuf::{AlterTableType, ObjectType};
+use pg_query::protobuf::{AlterTableType, ConstrType, ObjectType};
 use pg_query::NodeEnum;
 
 /// `ALTER TABLE` subcommands that change nothing coldwire depends on.
@@ -62,10 +62,67 @@ pub fn inspect(parsed: &pg_query::ParseResult, tiered: impl Fn(Option<&str>, &st
     };
     let mut followed = None;
     let mut types = Vec::new();
+    // A foreign key of another table that references a tiered one: the flush's delete
+    // would run its actions (`tier_table` refuses a table so referenced).
+    let references = |c: &NodeEnum| match c {
+        NodeEnum::Constraint(k) if k.contype == ConstrType::ConstrForeign as i32 => {
+            is_tiered(&k.pktable).then(|| name(&k.pktable))
+        }
+        _ => None,
+    };
     for raw in &parsed.protobuf.stmts {
         let Some(node) = raw.stmt.as_ref().and_then(|s| s.node.as_ref()) else {
             continue;
         };
+        let constraints: Vec<&NodeEnum> = match node {
+            NodeEnum::CreateStmt(s) => s
+                .table_elts
+                .iter()
+                .filter_map(|e| e.node.as_ref())
+                .flat_map(|e| match e {
+                    NodeEnum::ColumnDef(d) => d
+                        .constraints
+                        .iter()
+                        .filter_map(|c| c.node.as_ref())
+                        .collect(),
+                    other => vec![other],
+                })
+                .collect(),
+            NodeEnum::AlterTableStmt(s) => s
+                .cmds
+                .iter()
+                .filter_map(|c| match c.node.as_ref() {
+                    Some(NodeEnum::AlterTableCmd(cmd)) => cmd.def.as_ref()?.node.as_ref(),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        if let Some(table) = constraints.into_iter().find_map(references) {
+            return Ddl::Refused(format!(
+                "a foreign key referencing tiered table {table} (the flush's delete would run its actions)"
+            ));
+        }
+        // What `tier_table` refuses on a table, also refused once it is tiered: it would
+        // fire on (or rewrite) the rows coldwire brings back and flushes, or go
+        // unenforced against cold rows.
+        let gained = match node {
+            NodeEnum::IndexStmt(s) if s.unique && is_tiered(&s.relation) => Some(format!(
+                "a unique index on tiered table {}",
+                name(&s.relation)
+            )),
+            NodeEnum::CreateTrigStmt(s) if s.row && is_tiered(&s.relation) => Some(format!(
+                "a row trigger on tiered table {}",
+                name(&s.relation)
+            )),
+            NodeEnum::RuleStmt(s) if is_tiered(&s.relation) => {
+                Some(format!("a rule on tiered table {}", name(&s.relation)))
+            }
+            _ => None,
+        };
+        if let Some(gained) = gained {
+            return Ddl::Refused(gained);
+        }
         match node {
             NodeEnum::AlterTableStmt(s) if is_tiered(&s.relation) => {
                 for cmd in &s.cmds {
@@ -374,8 +431,47 @@ mod tests {
             "DROP VIEW events_view",
             "TRUNCATE events",
             "CREATE INDEX ON events (kind)",
+            "CREATE TRIGGER s AFTER INSERT ON events FOR EACH STATEMENT EXECUTE FUNCTION f()",
+            "CREATE UNIQUE INDEX ON other (kind)",
+            "CREATE TABLE ch(id int REFERENCES other)",
+            "CREATE POLICY p ON events USING (true)",
         ] {
             assert_eq!(check(sql), Ddl::Unaffected, "{sql}");
+        }
+    }
+
+    #[test]
+    fn what_tiering_refuses_is_refused_once_tiered() {
+        for (sql, what) in [
+            (
+                "CREATE UNIQUE INDEX u ON events (kind)",
+                "a unique index on tiered table events",
+            ),
+            (
+                "CREATE TRIGGER t BEFORE INSERT ON public.events FOR EACH ROW EXECUTE FUNCTION f()",
+                "a row trigger on tiered table events",
+            ),
+            (
+                "CREATE RULE r AS ON INSERT TO events DO INSTEAD NOTHING",
+                "a rule on tiered table events",
+            ),
+            (
+                "CREATE TABLE ch(id int PRIMARY KEY, e bigint REFERENCES events ON DELETE CASCADE)",
+                "a foreign key referencing tiered table events",
+            ),
+            (
+                "CREATE TABLE ch(id int, e bigint, FOREIGN KEY (e) REFERENCES public.events (id))",
+                "a foreign key referencing tiered table events",
+            ),
+            (
+                "ALTER TABLE ch ADD CONSTRAINT k FOREIGN KEY (e) REFERENCES events",
+                "a foreign key referencing tiered table events",
+            ),
+        ] {
+            match check(sql) {
+                Ddl::Refused(got) => assert!(got.starts_with(what), "{sql}: {got}"),
+                other => panic!("{sql}: {other:?}"),
+            }
         }
     }
 }

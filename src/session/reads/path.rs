@@ -262,6 +262,11 @@ pub struct TxnView<'a> {
     /// before it: coldwire's own statements may run prepared
     /// ([`crate::session::state::SessionState::own_form`]).
     pub quiet: bool,
+    /// Statements of the same implicit transaction may have run before it where
+    /// coldwire's own connection cannot see what they did (an Execute earlier in its
+    /// group, or any statement of a Query string of several): an aggregate reads cold
+    /// rows, never partials planned from the mirror as coldwire sees it.
+    pub after_others: bool,
     /// Inside a transaction block, the write's table is not locked yet and its
     /// generation not learnt: a write is planned for the current generation only as a
     /// rehydration (which takes the lock and checks the generation, under a savepoint of
@@ -511,8 +516,9 @@ impl ReadPath {
     pub async fn check_ddl(&self, sql: &str, in_block: bool) -> Result<bool, PlanError> {
         // A superset of the texts that may hold such DDL, wherever it is in them (after
         // comments, in the third statement of a string): the parse tree decides.
-        let may_be_ddl =
-            contains_ignore_ascii_case(sql, "alter") || contains_ignore_ascii_case(sql, "drop");
+        let may_be_ddl = ["alter", "drop", "create"]
+            .iter()
+            .any(|w| contains_ignore_ascii_case(sql, w));
         if !may_be_ddl || !self.may_name_tiered(sql) {
             return Ok(false);
         }
@@ -626,7 +632,7 @@ impl ReadPath {
             at,
             fresh,
             known,
-            quiet,
+            after_others,
             ..
         } = txn;
         let mut tables: HashMap<i64, Arc<ColdTable>> = HashMap::new();
@@ -661,22 +667,22 @@ impl ReadPath {
             if let Some(plan) = &r.aggregate {
                 // Partials when every conjunct is exact with these values, the session
                 // reads the current generation (a pinned snapshot may not see the
-                // mirror coldwire reads), and its encoding carries the text.
-                filters = plan
-                    .cold_filters(&predicates, cold, params)
-                    .filter(|_| !at.contains_key(&r.table_id) && params.settings.utf8);
+                // mirror coldwire reads), nothing before it in its implicit transaction
+                // may have changed the mirror unseen (a cold row brought back for a
+                // write: the partials would count its cold version, and the guard's
+                // check of the mirror's keys fail at every retry), and its encoding
+                // carries the text.
+                filters = plan.cold_filters(&predicates, cold, params).filter(|_| {
+                    !at.contains_key(&r.table_id) && !after_others && params.settings.utf8
+                });
                 // A retry (the guard saw the cold tier or the hot keys change) takes the
                 // rows when they fit: rows do not depend on which keys are hot, so cold
                 // writes that keep coming cannot starve it. So does a statement whose
                 // key conditions leave few keys: reading their pages is cheaper than
-                // planning partials. So does a statement after others of its group or
-                // Query string, whose transaction may hold mirror rows of theirs (a cold
-                // row brought back for a write) that coldwire's own connection cannot see:
-                // the partials would count that row's cold version, and the guard's check
-                // of the mirror's keys would fail again at every retry.
+                // planning partials.
                 let key = cold.pk_positions.first().map(|&k| cold.columns[k].attnum);
                 let narrow = key.is_some_and(|k| integer_values(&predicates, k) <= NARROW_KEYS);
-                if let Some(exact) = filters.clone().filter(|_| !fresh && quiet && !narrow) {
+                if let Some(exact) = filters.clone().filter(|_| !fresh && !narrow) {
                     match self
                         .partial_params(r, plan, cold.clone(), predicates.clone(), exact)
                         .await
@@ -786,8 +792,6 @@ impl ReadPath {
     }
 }
 
-/// A function that reads tiered tables server-side (`Registry::functions`) which the
-/// statement calls, where it runs: not under an EXPLAIN without ANALYZE.
 /// The refusal of a statement that reads or writes rows of a tiered table (or of a view
 /// over one) that gained, since it was tiered, what coldwire cannot serve
 /// ([`crate::catalog::inspect::unservable_sql`]: a row trigger, a rule, row-level
@@ -837,7 +841,12 @@ pub(super) fn unservable_refusal(
                 .find_map(|v| changed(v.schema.as_deref(), &v.name))
         })
     })?;
-    Some(PlanError::Refused(fields(
+    Some(unservable_error(found))
+}
+
+/// The refusal of a statement on `found`, which gained what coldwire cannot serve.
+pub(super) fn unservable_error(found: &crate::catalog::registry::Tiered) -> PlanError {
+    PlanError::Refused(fields(
         "0A000",
         format!(
             "coldwire: tiered table {}.{} gained what coldwire cannot serve: {}",
@@ -850,9 +859,11 @@ pub(super) fn unservable_refusal(
              until then coldwire neither reads, writes nor flushes the table."
                 .into(),
         ),
-    )))
+    ))
 }
 
+/// A function that reads tiered tables server-side (`Registry::functions`) which the
+/// statement calls, where it runs: not under an EXPLAIN without ANALYZE.
 fn reading_function<'r>(
     statement: &pg_query::protobuf::RawStmt,
     parsed: &pg_query::ParseResult,
@@ -1237,6 +1248,10 @@ fn rewrite(
         };
         text = expanded;
         parsed = again;
+    }
+    // Views over views over a table that gained what coldwire cannot serve.
+    if let Some(refusal) = unservable_refusal(&parsed, registry) {
+        return Err(refusal);
     }
     // `public.events.id` as `events.id`, which every planner reads.
     if let Ok(Some(unqualified)) = unqualify_columns(&text, &parsed, |schema, name| {

@@ -124,6 +124,7 @@ impl ReadPath {
         let txn = TxnView {
             known: &known,
             quiet: false,
+            after_others: true,
             ..txn
         };
         for part in parts {

@@ -263,6 +263,19 @@ impl ReadPath {
         Ok(prepared)
     }
 
+    /// The refusal of an execution of a write prepared (SQL-level) before its table
+    /// gained what coldwire cannot serve ([`super::path::unservable_refusal`]).
+    ///
+    /// # Errors
+    /// The registry could not be read.
+    pub async fn unservable_write(&self, table_id: i64) -> Result<Option<PlanError>, PlanError> {
+        let registry = self.catalog.registry().await?;
+        Ok(registry
+            .by_id(table_id)
+            .filter(|t| !t.unservable.is_empty())
+            .map(super::path::unservable_error))
+    }
+
     /// coldwire's own statement before one execution of `write` with the client's
     /// `params`: `coldwire.rehydrate`, or `coldwire.plan_write` alone when no cold row may
     /// come back but the statement must be marked planned (`None`: neither is needed).
