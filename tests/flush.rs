@@ -573,3 +573,117 @@ fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
         .collect()
 }
+
+/// A flush whose finalize committed and whose prune then could not take its locks (a
+/// long transaction holding the table) fails, its segment active and its pairs still in
+/// the mirror. The next flush finishes that prune before it selects anything: taking
+/// those rows again would write them into a second segment, and every read after both
+/// prunes would return each twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_whose_prune_failed_is_finished_before_the_next_flush_selects() {
+    let db = create_db("failedprune");
+    let store = tempfile::tempdir().unwrap();
+    let direct = connect_direct(&db).await;
+    direct
+        .batch_execute(
+            "CREATE TABLE d(id bigint PRIMARY KEY, v int NOT NULL);
+             INSERT INTO d SELECT g, 1 FROM generate_series(1, 1000) g;",
+        )
+        .await
+        .unwrap();
+    let proxy = Proxy::tiering(
+        &db,
+        store.path(),
+        &[("COLDWIRE_FAILPOINT", "after_activation:sleep=2500")],
+    )
+    .await;
+    let c = proxy.connect(&db).await;
+    admin(
+        &c,
+        r#"SELECT coldwire.tier_table('d', '{"hot_row_limit": 100, "min_flush_rows": 10, "auto_flush": false}')"#,
+    )
+    .await;
+    admin(&c, "SELECT coldwire.flush_table('d', wait => true)").await;
+    direct
+        .batch_execute("INSERT INTO d SELECT g, 1 FROM generate_series(1001, 1300) g")
+        .await
+        .unwrap();
+    let job = admin(&c, "SELECT coldwire.flush_table('d')").await;
+    let job_id = job["job_id"].as_i64().unwrap();
+    // Once its segment is active (the failpoint holds the prune back 2.5 s), a block
+    // through coldwire holds the table (its read lock) past the prune's tries.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while direct
+        .query_opt(
+            "SELECT 1 FROM coldwire.segments WHERE job_id = $1 AND status = 'active'",
+            &[&job_id],
+        )
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(tokio::time::Instant::now() < deadline, "no activation");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let blocker = proxy.connect(&db).await;
+    let held = tokio::spawn(async move {
+        for sql in [
+            "BEGIN",
+            "SELECT v FROM d WHERE id = 999",
+            "SELECT pg_sleep(18)",
+            "COMMIT",
+        ] {
+            blocker.batch_execute(sql).await.unwrap();
+        }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let state: String = direct
+            .query_one("SELECT state FROM coldwire.jobs WHERE id = $1", &[&job_id])
+            .await
+            .unwrap()
+            .get(0);
+        if state == "failed" {
+            break;
+        }
+        assert!(
+            state != "completed" && tokio::time::Instant::now() < deadline,
+            "the prune was to fail behind the block: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    held.await.unwrap();
+    admin(&c, "SELECT coldwire.flush_table('d', wait => true)").await;
+    let row = c
+        .query_one(
+            "SELECT count(*), count(DISTINCT id), sum(v)::bigint FROM d",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (rows, keys, sum): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!((rows, keys, sum), (1300, 1300, 1300), "every row once");
+    let error: String = direct
+        .query_one(
+            "SELECT state || ': ' || coalesce(error, '') FROM coldwire.jobs WHERE id = $1",
+            &[&job_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let jobs: Vec<String> = direct
+        .query(
+            "SELECT id || ' ' || state || ' ' || coalesce(error, '') FROM coldwire.jobs ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        error.starts_with("completed: ") && error.contains("its prune was finished by flush job"),
+        "{error}: {jobs:?}\n{}",
+        proxy.log()
+    );
+}

@@ -100,6 +100,34 @@ pub(super) async fn prune_flushed(
     rows: i64,
     segments: i32,
 ) -> Result<(), FlushError> {
+    prune_pairs(client, job, table, rows).await?;
+    let done = client
+        .execute(
+            "UPDATE coldwire.jobs SET state = 'completed', finished_at = now(), rows_done = $3, segments = $4, heartbeat_at = now() \
+             WHERE id = $1 AND attempt = $2 AND state = 'running'",
+            &[&job.id, &job.attempt, &rows, &segments],
+        )
+        .await?;
+    if done != 1 {
+        return Err(FlushError::Fenced(job.id, job.attempt));
+    }
+    client
+        .batch_execute(
+            "DROP TABLE IF EXISTS pg_temp.cw_pairs; DROP TABLE IF EXISTS pg_temp.cw_maybe_cold; \
+             DROP TABLE IF EXISTS pg_temp.cw_pair_bounds",
+        )
+        .await?;
+    Ok(())
+}
+
+/// The prune of [`prune_flushed`], by `job` (its heartbeat, at `rows`), without
+/// completing it.
+pub(super) async fn prune_pairs(
+    client: &mut Client,
+    job: &Job,
+    table: &Tiered,
+    rows: i64,
+) -> Result<(), FlushError> {
     let pairs: i64 = client
         .query_one(
             "SELECT coalesce(max(n), 0)::bigint FROM pg_temp.cw_pairs",
@@ -150,22 +178,6 @@ pub(super) async fn prune_flushed(
         .batch_execute(
             "DO $$ BEGIN IF current_setting('server_version_num')::int >= 150000 THEN \
              PERFORM pg_stat_force_next_flush(); END IF; END $$",
-        )
-        .await?;
-    let done = client
-        .execute(
-            "UPDATE coldwire.jobs SET state = 'completed', finished_at = now(), rows_done = $3, segments = $4, heartbeat_at = now() \
-             WHERE id = $1 AND attempt = $2 AND state = 'running'",
-            &[&job.id, &job.attempt, &rows, &segments],
-        )
-        .await?;
-    if done != 1 {
-        return Err(FlushError::Fenced(job.id, job.attempt));
-    }
-    client
-        .batch_execute(
-            "DROP TABLE IF EXISTS pg_temp.cw_pairs; DROP TABLE IF EXISTS pg_temp.cw_maybe_cold; \
-             DROP TABLE IF EXISTS pg_temp.cw_pair_bounds",
         )
         .await?;
     Ok(())

@@ -4,7 +4,7 @@
 
 use tokio_postgres::Client;
 
-use super::finalize::{finalize, finalize_empty, pairs_from_segments, prune_flushed};
+use super::finalize::{finalize, finalize_empty, pairs_from_segments, prune_flushed, prune_pairs};
 use super::select::rows_to_flush;
 use super::table::{load, FlushError, Tiered};
 use super::write::{write_segments, Written};
@@ -37,6 +37,7 @@ pub async fn run(
     if let Some(outcome) = resume_prune(client, store, job, &table).await? {
         return Ok(outcome);
     }
+    finish_failed_prunes(client, store, job, &table).await?;
     table.check_age_column()?;
     super::table::check_not_subscribed(client, table.id).await?;
     super::table::check_servable(client, table.id).await?;
@@ -165,6 +166,50 @@ async fn resume_prune(
         }));
     }
     Ok(None)
+}
+
+/// Finishes the prune of the table's failed flush jobs whose segments are active: their
+/// finalize committed, then their prune could not take its locks (55P03 after its
+/// retries, behind long transactions). Their pairs are in those segments and still in
+/// the mirror, which hides the cold copies; a flush that took the same rows again would
+/// write them into a second segment, and once both were pruned every read would return
+/// both copies. Done before this job selects anything; a failed job whose prune is
+/// finished is marked completed.
+async fn finish_failed_prunes(
+    client: &mut Client,
+    store: &ColdStore,
+    job: &Job,
+    table: &Tiered,
+) -> Result<(), FlushError> {
+    let failed = client
+        .query(
+            "SELECT s.job_id, array_agg(s.path ORDER BY s.path) \
+             FROM coldwire.segments s JOIN coldwire.jobs j ON j.id = s.job_id \
+             WHERE s.table_id = $1 AND s.status = 'active' AND j.state = 'failed' \
+             GROUP BY s.job_id ORDER BY s.job_id",
+            &[&table.id],
+        )
+        .await?;
+    for row in failed {
+        let (failed_job, paths): (i64, Vec<String>) = (row.get(0), row.get(1));
+        tracing::info!(
+            table = %table.qualified,
+            failed_job,
+            segments = paths.len(),
+            "finishing the heap prune of a failed flush before flushing again"
+        );
+        pairs_from_segments(client, store, table, &paths).await?;
+        prune_pairs(client, job, table, 0).await?;
+        client
+            .execute(
+                "UPDATE coldwire.jobs SET state = 'completed', rows_done = coalesce(rows_total, rows_done), \
+                 error = coalesce(error, '') || format(' (its prune was finished by flush job %s)', $2::bigint) \
+                 WHERE id = $1 AND state = 'failed'",
+                &[&failed_job, &job.id],
+            )
+            .await?;
+    }
+    Ok(())
 }
 
 /// Which mirror rows a flush takes, recorded in the job so a retry takes the same.
