@@ -3311,3 +3311,76 @@ async fn cursors_and_tables_made_from_locking_reads_read_every_row() {
         [[Some("1000".to_owned()), Some("1000".to_owned())]]
     );
 }
+
+/// A REPEATABLE READ block whose snapshot was taken before another session changed a
+/// cold row and flushed it: Postgres refuses the block's write of that row with 40001;
+/// coldwire brought back the row as the snapshot saw it, and the write undid the other
+/// session's change (a lost update, a deleted row back).
+#[tokio::test]
+async fn writes_of_a_snapshot_older_than_a_flush_fail_as_serialization_failures() {
+    let t = tiered_events("rrflush", "").await;
+    let other = t._proxy.connect(&t.db).await;
+    let a = &t.c;
+    a.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    a.simple_query("SELECT 1").await.unwrap();
+    other
+        .batch_execute("UPDATE events SET kind = 'b' WHERE id = 5; DELETE FROM events WHERE id = 6")
+        .await
+        .unwrap();
+    admin_call(
+        &other,
+        "SELECT coldwire.flush_table('events', drain => true, wait => true)",
+    )
+    .await
+    .unwrap();
+    for sql in [
+        "UPDATE events SET kind = kind || 'a' WHERE id = 5",
+        "UPDATE events SET kind = 'a' WHERE id IN (5, 6)",
+    ] {
+        let e = a.simple_query(sql).await.unwrap_err();
+        assert_eq!(
+            e.code(),
+            Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE),
+            "{sql}: {e:?}"
+        );
+        a.batch_execute("ROLLBACK; BEGIN ISOLATION LEVEL REPEATABLE READ")
+            .await
+            .unwrap();
+        a.simple_query("SELECT 1").await.unwrap();
+        // Another flush after this snapshot, for the next statement.
+        other
+            .batch_execute("UPDATE events SET kind = 'c' WHERE id = 7")
+            .await
+            .unwrap();
+        admin_call(
+            &other,
+            "SELECT coldwire.flush_table('events', drain => true, wait => true)",
+        )
+        .await
+        .unwrap();
+    }
+    a.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        simple_rows(
+            a,
+            "SELECT kind FROM events WHERE id IN (5, 6, 7) ORDER BY id"
+        )
+        .await
+        .unwrap(),
+        [[Some("b".to_owned())], [Some("c".to_owned())]]
+    );
+    // A block whose snapshot is current writes as before.
+    a.batch_execute(
+        "BEGIN ISOLATION LEVEL REPEATABLE READ; UPDATE events SET kind = 'd' WHERE id = 5; COMMIT",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        simple_rows(a, "SELECT kind FROM events WHERE id = 5")
+            .await
+            .unwrap(),
+        [[Some("d".to_owned())]]
+    );
+}

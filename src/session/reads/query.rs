@@ -389,9 +389,28 @@ impl ReadPath {
 }
 
 /// Whether `sql` ends the transaction it runs in or rolls back to a savepoint
-/// ([`Kind::Transaction`]): a rehydration moved ahead of it could be undone by it.
+/// ([`Kind::Transaction`]), so that a rehydration moved ahead of it could be undone by
+/// it, or begins a block with modes, which no statement may go ahead of.
 fn ends_transaction(sql: &str) -> bool {
-    kinds_of(sql).contains(&Kind::Transaction { ends: true })
+    kinds_of(sql).contains(&Kind::Transaction { ends: true }) || begins_with_modes(sql)
+}
+
+/// Whether `sql` begins a transaction block with modes (`BEGIN ISOLATION LEVEL …`,
+/// `START TRANSACTION READ ONLY`): they must come before any query of the transaction,
+/// so no rehydration may be moved ahead of it.
+fn begins_with_modes(sql: &str) -> bool {
+    use pg_query::protobuf::TransactionStmtKind as T;
+    let Ok(parsed) = pg_query::parse(sql, 0) else {
+        return false;
+    };
+    parsed.protobuf.stmts.iter().any(|s| {
+        matches!(
+            s.stmt.as_ref().and_then(|n| n.node.as_ref()),
+            Some(pg_query::NodeEnum::TransactionStmt(t))
+                if (t.kind == T::TransStmtBegin as i32 || t.kind == T::TransStmtStart as i32)
+                    && !t.options.is_empty()
+        )
+    })
 }
 
 #[cfg(test)]
@@ -405,5 +424,8 @@ mod tests {
         assert!(ends_transaction("ROLLBACK TO SAVEPOINT a"));
         assert!(!ends_transaction("SAVEPOINT a"));
         assert!(!ends_transaction("/* COMMIT */ SELECT 1"));
+        assert!(ends_transaction("BEGIN ISOLATION LEVEL REPEATABLE READ"));
+        assert!(ends_transaction("start transaction read only"));
+        assert!(!ends_transaction("BEGIN"));
     }
 }

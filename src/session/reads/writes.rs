@@ -315,6 +315,26 @@ impl ReadPath {
             .map_or(&[][..], Vec::as_slice);
         let cold = match at.get(&write.table_id) {
             Some(generation) => {
+                // A transaction block that sees an older generation than the current one
+                // took its snapshot before a flush finalized (REPEATABLE READ or
+                // SERIALIZABLE; under READ COMMITTED the block's lock keeps the
+                // generation it learnt current). The rows it would bring back are the
+                // cold tier as its snapshot saw it: a row changed and flushed since would
+                // come back old, and the write would undo that change where Postgres
+                // refuses it with 40001. So does coldwire, for every write it plans
+                // there (also one that would bring nothing back: rarely worth telling
+                // apart).
+                let current = self.catalog.cold_table(write.table_id, false).await?;
+                if current.generation > *generation {
+                    return Err(PlanError::Refused(crate::error::fields(
+                        "40001",
+                        format!(
+                            "could not serialize access due to a flush of {} after this transaction's snapshot",
+                            write.table_name
+                        ),
+                        Some("Retry the transaction.".into()),
+                    )));
+                }
                 self.catalog
                     .cold_table_at(write.table_id, *generation)
                     .await?
