@@ -3321,47 +3321,42 @@ async fn writes_of_a_snapshot_older_than_a_flush_fail_as_serialization_failures(
     let t = tiered_events("rrflush", "").await;
     let other = t._proxy.connect(&t.db).await;
     let a = &t.c;
-    a.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        .await
-        .unwrap();
-    a.simple_query("SELECT 1").await.unwrap();
-    other
-        .batch_execute("UPDATE events SET kind = 'b' WHERE id = 5; DELETE FROM events WHERE id = 6")
-        .await
-        .unwrap();
-    admin_call(
-        &other,
-        "SELECT coldwire.flush_table('events', drain => true, wait => true)",
-    )
-    .await
-    .unwrap();
-    for sql in [
-        "UPDATE events SET kind = kind || 'a' WHERE id = 5",
-        "UPDATE events SET kind = 'a' WHERE id IN (5, 6)",
+    // A block takes its snapshot; the other session then changes cold rows and flushes.
+    let snapshot_then_flush = |change: &'static str| {
+        let other = &other;
+        async move {
+            a.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                .await
+                .unwrap();
+            a.simple_query("SELECT 1").await.unwrap();
+            other.batch_execute(change).await.unwrap();
+            admin_call(
+                other,
+                "SELECT coldwire.flush_table('events', drain => true, wait => true)",
+            )
+            .await
+            .unwrap();
+        }
+    };
+    for (change, sql) in [
+        (
+            "UPDATE events SET kind = 'b' WHERE id = 5; DELETE FROM events WHERE id = 6",
+            "UPDATE events SET kind = kind || 'a' WHERE id = 5",
+        ),
+        (
+            "UPDATE events SET kind = 'c' WHERE id = 7",
+            "UPDATE events SET kind = 'a' WHERE id IN (5, 6)",
+        ),
     ] {
+        snapshot_then_flush(change).await;
         let e = a.simple_query(sql).await.unwrap_err();
         assert_eq!(
             e.code(),
             Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE),
             "{sql}: {e:?}"
         );
-        a.batch_execute("ROLLBACK; BEGIN ISOLATION LEVEL REPEATABLE READ")
-            .await
-            .unwrap();
-        a.simple_query("SELECT 1").await.unwrap();
-        // Another flush after this snapshot, for the next statement.
-        other
-            .batch_execute("UPDATE events SET kind = 'c' WHERE id = 7")
-            .await
-            .unwrap();
-        admin_call(
-            &other,
-            "SELECT coldwire.flush_table('events', drain => true, wait => true)",
-        )
-        .await
-        .unwrap();
+        a.batch_execute("ROLLBACK").await.unwrap();
     }
-    a.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(
         simple_rows(
             a,
